@@ -1,0 +1,14 @@
+"""Capture file reading and link/IP/TCP decoding."""
+
+from .packets import SUPPORTED_LINKTYPES, Segment, decode_packet
+from .readers import CaptureError, CaptureReader, Frame, open_capture
+
+__all__ = [
+    "CaptureError",
+    "CaptureReader",
+    "Frame",
+    "open_capture",
+    "Segment",
+    "decode_packet",
+    "SUPPORTED_LINKTYPES",
+]

@@ -1,0 +1,465 @@
+"""Streaming readers for pcap and pcapng capture files (optionally gzip-compressed).
+
+``open_capture(path)`` returns a :class:`CaptureReader`; iterating it yields
+:class:`Frame` tuples. Memory use is bounded by the read chunk size plus the
+largest single record, whatever the file size. Faults are raised as
+:class:`CaptureError` at the point where they are found, after every earlier
+frame has been yielded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+import sys
+import zlib
+from struct import Struct
+from typing import Iterator, NamedTuple, Optional
+
+__all__ = ["Frame", "CaptureError", "CaptureReader", "open_capture"]
+
+CHUNK = 1 << 20                 # read size
+MAX_CAPLEN = 0x10000000         # 256 MiB: anything bigger is corruption
+MIN_SNAP_LIMIT = 262144         # caplen is only "absurd" above max(snaplen, this)
+MAX_BLOCK = MAX_CAPLEN + 0x10000
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+# first four bytes -> (struct byte order, nanosecond resolution)
+_PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", False),
+    b"\xa1\xb2\xc3\xd4": (">", False),
+    b"\x4d\x3c\xb2\xa1": ("<", True),
+    b"\xa1\xb2\x3c\x4d": (">", True),
+}
+_BOM_LE = b"\x4d\x3c\x2b\x1a"
+_BOM_BE = b"\x1a\x2b\x3c\x4d"
+
+_PCAP_GLOBAL = {e: Struct(e + "IHHiIII") for e in "<>"}
+_PCAP_REC = {e: Struct(e + "IIII") for e in "<>"}
+_NG_HDR = {e: Struct(e + "II") for e in "<>"}
+_NG_U32 = {e: Struct(e + "I") for e in "<>"}
+_NG_SHB = {e: Struct(e + "HH") for e in "<>"}              # major, minor at +12
+_NG_IDB = {e: Struct(e + "HxxI") for e in "<>"}            # linktype, snaplen at +8
+_NG_EPB = {e: Struct(e + "IIIII") for e in "<>"}           # ifid, tshi, tslo, caplen, wirelen at +8
+_NG_PB = {e: Struct(e + "HHIIII") for e in "<>"}           # ifid, drops, tshi, tslo, caplen, wirelen at +8
+_NG_OPT = {e: Struct(e + "HH") for e in "<>"}
+_NG_I64 = {e: Struct(e + "q") for e in "<>"}
+
+_new_tuple = tuple.__new__
+
+
+class Frame(NamedTuple):
+    """One captured packet."""
+
+    number: int      # 1-based frame number across the whole file
+    ts_ns: int       # absolute timestamp, nanoseconds since the epoch
+    linktype: int    # LINKTYPE_ value of the capturing interface
+    data: bytes      # captured bytes
+    wirelen: int     # original length on the wire
+    interface: int   # pcapng interface id (0 for classic pcap)
+
+
+class CaptureError(Exception):
+    """Bad or truncated capture.
+
+    ``frame`` is the number of the frame being read when the fault was found
+    (last good frame + 1), or None for faults not tied to a frame.
+    """
+
+    def __init__(self, path: str, frame: Optional[int], reason: str):
+        super().__init__(path, frame, reason)
+        self.path = path
+        self.frame = frame
+        self.reason = reason
+
+    def __str__(self) -> str:
+        if self.frame is None:
+            return f"{self.path}: {self.reason}"
+        return f"{self.path}: frame {self.frame}: {self.reason}"
+
+
+class _Prefixed:
+    """Minimal read-only stream: ``head`` followed by the rest of ``raw``.
+
+    Small reads (gzip header fields) are filled exactly; large ones may be short.
+    """
+
+    def __init__(self, head: bytes, raw):
+        self._head = head
+        self._raw = raw
+        self._read1 = getattr(raw, "read1", None) or raw.read
+        self.mode = "rb"
+
+    def read(self, n: int = -1) -> bytes:
+        head = self._head
+        if n is None or n < 0:
+            self._head = b""
+            return head + self._raw.read()
+        if head:
+            if n <= len(head):
+                self._head = head[n:]
+                return head[:n]
+            self._head = b""
+            n -= len(head)
+        if n > 4096:
+            return head + self._read1(n) if head else self._read1(n)
+        parts = [head]
+        while n > 0:
+            chunk = self._read1(n)
+            if not chunk:
+                break
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+
+def _tsresol(code: int) -> tuple[int, int]:
+    """(mul, div) such that ns = units * mul // div for an if_tsresol byte."""
+    n = code & 0x7F
+    if code & 0x80:
+        return 1_000_000_000, 1 << n
+    if n <= 9:
+        return 10 ** (9 - n), 1
+    return 1, 10 ** (n - 9)
+
+
+def _cut(frame: int, what: str, got: int, want: int) -> str:
+    return f"file cut mid-record (frame {frame}: {what} truncated, got {got} of {want} bytes)"
+
+
+class CaptureReader:
+    """Iterable, context-managed reader over one capture file or stdin."""
+
+    path: str
+    format: str
+    compressed: bool
+    bytes_read: int
+    size: Optional[int]
+
+    def __init__(self, path):
+        self.path = path if path == "-" else os.fspath(path)
+        self.format = ""
+        self.compressed = False
+        self.bytes_read = 0
+        self.size = None
+        self._owned = None      # file object we must close
+        self._read = None       # callable(n) -> bytes
+        self._buf = b""         # bytes already read but not consumed
+        self._iter: Optional[Iterator[Frame]] = None
+        self._pcap_hdr = None
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- setup -----------------------------------------------------------
+
+    def _error(self, frame: Optional[int], reason: str) -> CaptureError:
+        return CaptureError(self.path, frame, reason)
+
+    def _io_reason(self, exc: BaseException) -> str:
+        if isinstance(exc, EOFError):
+            return "compressed stream truncated (gzip data ends before its end-of-stream marker)"
+        if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+            return f"corrupt gzip data ({exc})"
+        if isinstance(exc, OSError):
+            return f"read error ({exc.strerror or exc})"
+        return f"read error ({exc})"
+
+    def _open(self) -> None:
+        if self.path == "-":
+            stdin = sys.stdin
+            raw = getattr(stdin, "buffer", stdin)
+        else:
+            try:
+                raw = open(self.path, "rb", buffering=0)
+            except FileNotFoundError:
+                raise self._error(None, "no such file") from None
+            except IsADirectoryError:
+                raise self._error(None, "is a directory") from None
+            except PermissionError:
+                raise self._error(None, "permission denied") from None
+            except OSError as e:
+                raise self._error(None, f"cannot open ({e.strerror or e})") from None
+            self._owned = raw
+            try:
+                st = os.fstat(raw.fileno())
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise self._error(None, "is a directory")
+            if st is not None and stat.S_ISREG(st.st_mode):
+                self.size = st.st_size
+        read = getattr(raw, "read1", None) or raw.read
+        head = self._read_at_least(read, b"", 4, None)
+        if not head:
+            raise self._error(None, "empty file (0 bytes)")
+        if head[:2] == _GZIP_MAGIC:
+            self.compressed = True
+            self.size = None
+            try:
+                gz = gzip.GzipFile(fileobj=_Prefixed(head, raw), mode="rb")
+            except Exception as e:  # pragma: no cover - GzipFile does no I/O here
+                raise self._error(None, self._io_reason(e)) from None
+            read = gz.read1
+            head = self._read_at_least(read, b"", 4, None)
+            if not head:
+                raise self._error(None, "empty capture (gzip data decompresses to 0 bytes)")
+        self._read = read
+        magic = head[:4]
+        if magic == _PCAPNG_MAGIC:
+            self.format = "pcapng"
+            self._buf = head
+            return
+        if magic in _PCAP_MAGICS:
+            self.format = "pcap"
+            head = self._read_at_least(read, head, 24, None)
+            if len(head) < 24:
+                raise self._error(None, f"file cut mid-record (global header truncated, got {len(head)} of 24 bytes)")
+            order, nano = _PCAP_MAGICS[magic]
+            _, _vmaj, _vmin, _zone, _sig, snaplen, network = _PCAP_GLOBAL[order].unpack_from(head)
+            self._pcap_hdr = (order, nano, snaplen, network & 0xFFFF)
+            self._buf = head[24:]
+            self.bytes_read = 24
+            return
+        if len(head) < 4 and any(m.startswith(head) for m in (*_PCAP_MAGICS, _PCAPNG_MAGIC)):
+            raise self._error(None, f"file cut mid-record (global header truncated, got {len(head)} of 24 bytes)")
+        raise self._error(None, f"not a pcap or pcapng file (starts with {head[:4].hex()})")
+
+    def _read_at_least(self, read, have: bytes, need: int, frame: Optional[int]) -> bytes:
+        """Return ``have`` extended to at least ``need`` bytes, or shorter at EOF."""
+        if len(have) >= need:
+            return have
+        parts = [have]
+        got = len(have)
+        while got < need:
+            try:
+                chunk = read(max(CHUNK, need - got))
+            except (OSError, EOFError, ValueError, zlib.error) as e:
+                raise self._error(frame, self._io_reason(e)) from None
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+    # -- iteration -------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Frame]:
+        if self._iter is None:
+            self._iter = self._iter_pcap() if self.format == "pcap" else self._iter_pcapng()
+        return self._iter
+
+    def __enter__(self) -> "CaptureReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the underlying file (stdin is left open)."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            try:
+                owned.close()
+            except OSError:
+                pass
+
+    def _iter_pcap(self) -> Iterator[Frame]:
+        order, nano, snaplen, linktype = self._pcap_hdr
+        unpack_rec = _PCAP_REC[order].unpack_from
+        frac_mul = 1 if nano else 1000
+        limit = min(max(snaplen, MIN_SNAP_LIMIT), MAX_CAPLEN)
+        fill = self._read_at_least
+        read = self._read
+        new = _new_tuple
+        buf = self._buf
+        self._buf = b""
+        n = len(buf)
+        pos = 0
+        base = self.bytes_read       # stream offset of buf[0]
+        number = 0
+        while True:
+            if pos + 16 > n:
+                base += pos
+                buf = fill(read, buf[pos:], 16, number + 1)
+                pos = 0
+                n = len(buf)
+                if n < 16:
+                    if n == 0:
+                        return
+                    raise self._error(number + 1, _cut(number + 1, "record header", n, 16))
+            sec, frac, caplen, wirelen = unpack_rec(buf, pos)
+            if caplen > limit:
+                raise self._error(number + 1, f"record captured length {caplen} is absurd")
+            start = pos + 16
+            end = start + caplen
+            if end > n:
+                base += pos
+                buf = fill(read, buf[pos:], 16 + caplen, number + 1)
+                pos = 0
+                n = len(buf)
+                start = 16
+                end = start + caplen
+                if end > n:
+                    raise self._error(number + 1, _cut(number + 1, "record data", n - 16, caplen))
+            number += 1
+            pos = end
+            self.bytes_read = base + end
+            yield new(Frame, (number, sec * 1_000_000_000 + frac * frac_mul, linktype,
+                              buf[start:end], wirelen, 0))
+
+    def _iter_pcapng(self) -> Iterator[Frame]:
+        fill = self._read_at_least
+        read = self._read
+        new = _new_tuple
+        buf = self._buf
+        self._buf = b""
+        n = len(buf)
+        pos = 0
+        base = 0
+        number = 0
+        order = ""
+        ifaces: list[tuple[int, int, int, int, int]] = []
+        hdr = epb = u32 = None
+        while True:
+            if pos + 12 > n:
+                base += pos
+                buf = fill(read, buf[pos:], 12, number + 1)
+                pos = 0
+                n = len(buf)
+                if n < 12:
+                    if n == 0:
+                        return
+                    raise self._error(number + 1, _cut(number + 1, "record header", n, 12))
+            if buf[pos:pos + 4] == _PCAPNG_MAGIC:
+                bom = buf[pos + 8:pos + 12]
+                if bom == _BOM_LE:
+                    order = "<"
+                elif bom == _BOM_BE:
+                    order = ">"
+                else:
+                    raise self._error(number + 1, f"section header has bad byte-order magic {bom.hex()}")
+                hdr = _NG_HDR[order]
+                epb = _NG_EPB[order]
+                u32 = _NG_U32[order]
+                btype = 0x0A0D0D0A
+                blen = hdr.unpack_from(buf, pos)[1]
+            elif hdr is None:  # pragma: no cover - format detection guarantees an SHB first
+                raise self._error(number + 1, "first block is not a section header")
+            else:
+                btype, blen = hdr.unpack_from(buf, pos)
+            if blen < 12 or blen & 3:
+                raise self._error(number + 1, f"block total length {blen} is invalid (block type 0x{btype:x})")
+            if blen > MAX_BLOCK:
+                raise self._error(number + 1, f"block total length {blen} is absurd (block type 0x{btype:x})")
+            end = pos + blen
+            if end > n:
+                base += pos
+                buf = fill(read, buf[pos:], blen, number + 1)
+                pos = 0
+                n = len(buf)
+                end = blen
+                if end > n:
+                    raise self._error(number + 1, _cut(number + 1, "record data", n, blen))
+            trail = u32.unpack_from(buf, end - 4)[0]
+            if trail != blen:
+                raise self._error(number + 1, f"block trailing length {trail} does not match leading length {blen} "
+                                              f"(block type 0x{btype:x})")
+            if btype == 6:                                   # Enhanced Packet Block
+                if blen < 32:
+                    raise self._error(number + 1, f"enhanced packet block too short ({blen} bytes)")
+                ifid, tshi, tslo, caplen, wirelen = epb.unpack_from(buf, pos + 8)
+                start = pos + 28
+                if caplen > blen - 32:
+                    raise self._error(number + 1, f"record captured length {caplen} exceeds its block "
+                                                  f"({blen - 32} bytes of room)")
+                if ifid >= len(ifaces):
+                    raise self._error(number + 1, f"packet names undefined interface {ifid} "
+                                                  f"(section defines {len(ifaces)})")
+                linktype, _snap, mul, div, offset = ifaces[ifid]
+                number += 1
+                pos = end
+                self.bytes_read = base + end
+                yield new(Frame, (number, ((tshi << 32) | tslo) * mul // div + offset, linktype,
+                                  buf[start:start + caplen], wirelen, ifid))
+                continue
+            if btype == 0x0A0D0D0A:                          # Section Header Block
+                if blen < 28:
+                    raise self._error(number + 1, f"section header block too short ({blen} bytes)")
+                major, minor = _NG_SHB[order].unpack_from(buf, pos + 12)
+                if major != 1:
+                    raise self._error(number + 1, f"unsupported pcapng version {major}.{minor}")
+                ifaces = []
+            elif btype == 1:                                 # Interface Description Block
+                if blen < 20:
+                    raise self._error(number + 1, f"interface description block too short ({blen} bytes)")
+                ifaces.append(self._parse_idb(buf, pos, end, order))
+            elif btype == 3:                                 # Simple Packet Block
+                if blen < 16:
+                    raise self._error(number + 1, f"simple packet block too short ({blen} bytes)")
+                if not ifaces:
+                    raise self._error(number + 1, "simple packet block before any interface description")
+                linktype, snaplen, _mul, _div, _off = ifaces[0]
+                wirelen = u32.unpack_from(buf, pos + 8)[0]
+                caplen = min(wirelen, blen - 16)
+                if snaplen:
+                    caplen = min(caplen, snaplen)
+                start = pos + 12
+                number += 1
+                pos = end
+                self.bytes_read = base + end
+                yield new(Frame, (number, 0, linktype, buf[start:start + caplen], wirelen, 0))
+                continue
+            elif btype == 2:                                 # obsolete Packet Block
+                if blen < 32:
+                    raise self._error(number + 1, f"packet block too short ({blen} bytes)")
+                ifid, _drops, tshi, tslo, caplen, wirelen = _NG_PB[order].unpack_from(buf, pos + 8)
+                if caplen > blen - 32:
+                    raise self._error(number + 1, f"record captured length {caplen} exceeds its block "
+                                                  f"({blen - 32} bytes of room)")
+                if ifid >= len(ifaces):
+                    raise self._error(number + 1, f"packet names undefined interface {ifid} "
+                                                  f"(section defines {len(ifaces)})")
+                linktype, _snap, mul, div, offset = ifaces[ifid]
+                start = pos + 28
+                number += 1
+                pos = end
+                self.bytes_read = base + end
+                yield new(Frame, (number, ((tshi << 32) | tslo) * mul // div + offset, linktype,
+                                  buf[start:start + caplen], wirelen, ifid))
+                continue
+            pos = end
+            self.bytes_read = base + end
+
+    @staticmethod
+    def _parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int, int, int]:
+        """(linktype, snaplen, ts mul, ts div, ts offset ns) from an IDB."""
+        linktype, snaplen = _NG_IDB[order].unpack_from(buf, pos + 8)
+        resol = 6
+        offset = 0
+        opt = _NG_OPT[order]
+        o = pos + 16
+        limit = end - 4
+        while o + 4 <= limit:
+            code, olen = opt.unpack_from(buf, o)
+            if code == 0:
+                break
+            v = o + 4
+            if v + olen > limit:
+                break
+            if code == 9 and olen >= 1:
+                resol = buf[v]
+            elif code == 14 and olen == 8:
+                offset = _NG_I64[order].unpack_from(buf, v)[0] * 1_000_000_000
+            o = v + ((olen + 3) & ~3)
+        mul, div = _tsresol(resol)
+        return linktype, snaplen, mul, div, offset
+
+
+def open_capture(path: str) -> CaptureReader:
+    """Open a pcap/pcapng file (gzip allowed); ``'-'`` reads stdin."""
+    return CaptureReader(path)
