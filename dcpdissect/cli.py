@@ -1,0 +1,127 @@
+"""Command line: ``dcpdissect dissect FILE`` (more subcommands register themselves here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tabulate import tabulate
+
+from . import __version__
+from .capture.readers import CaptureError
+from .codec import decode
+from .protocol import OPCODE_NAMES
+from .reassembly.pdus import Options, Pdu, Summary, iter_events
+from .reports.messages import TABLE_HEADERS, hex_fields, message_record, table_row
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
+
+
+class UsageError(Exception):
+    """Bad command-line value: reported in one line, exit code 2."""
+
+
+def parse_opcode(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        pass
+    wanted = text.replace("-", "").replace("_", "").lower()
+    for code, name in OPCODE_NAMES.items():
+        if name.lower() == wanted or name.lower() == "dcp" + wanted:
+            return code
+    raise argparse.ArgumentTypeError(f"unknown opcode {text!r}")
+
+
+def add_capture_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, action="append", default=[], metavar="N",
+                   help="also decode TCP port N as MCBP (11210 and 11209 always are)")
+    p.add_argument("--any-port", action="store_true",
+                   help="heuristic: try every TCP connection, whatever its ports")
+
+
+def capture_options(args) -> Options:
+    return Options(ports=tuple(args.port), any_port=args.any_port)
+
+
+def cmd_dissect(args) -> int:
+    opcodes = set(args.opcode or ())
+    vbuckets = set(args.vbucket or ())
+    summary = Summary()
+    out = sys.stdout
+    rows: list = []
+    first_block = True
+
+    def flush_rows():
+        nonlocal first_block
+        if rows:
+            out.write(tabulate(rows, headers=TABLE_HEADERS, disable_numparse=True,
+                               tablefmt="simple") + "\n")
+            rows.clear()
+            first_block = False
+
+    status = EXIT_OK
+    try:
+        for ev in iter_events(args.file, capture_options(args), summary):
+            if type(ev) is not Pdu:
+                continue
+            msg = decode(ev.data)
+            if opcodes and msg.opcode not in opcodes:
+                continue
+            if vbuckets and msg.vbucket not in vbuckets:
+                continue
+            record = message_record(ev, msg)
+            if args.format == "jsonl":
+                out.write(json.dumps(record, separators=(",", ":")) + "\n")
+            else:
+                rows.append(table_row(record, hex_fields(msg)))
+                if len(rows) >= TABLE_BLOCK:
+                    flush_rows()
+    except CaptureError as exc:
+        status = EXIT_BAD_INPUT
+        summary.error = str(exc)
+    flush_rows()
+    out.flush()
+    print(summary.line(), file=sys.stderr)
+    if status == EXIT_BAD_INPUT:
+        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dcpdissect",
+                                     description="Dissect and analyse Couchbase DCP captures.")
+    parser.add_argument("--version", action="version", version=f"dcpdissect {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("dissect", help="one row per MCBP message of a capture")
+    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--opcode", type=parse_opcode, action="append",
+                   help="only this opcode (number or name, e.g. 0x56 or DcpSnapshotMarker)")
+    p.add_argument("--vbucket", type=int, action="append", help="only this vbucket")
+    add_capture_options(p)
+    p.set_defaults(func=cmd_dissect)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_BAD_INPUT if exc.code else EXIT_OK
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        sys.stderr.close()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("dcpdissect: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

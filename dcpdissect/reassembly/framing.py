@@ -1,0 +1,238 @@
+"""MCBP framing over one reassembled byte stream: PDU boundaries, provenance, resync.
+
+A :class:`PduFramer` receives in-order bytes of one direction (with the frame number each
+chunk arrived in) and gap notices, and yields complete PDUs, each carrying every frame its
+bytes came from. When it is not in step with the PDU boundaries (capture started
+mid-stream, bytes lost, garbage) it scans for the next plausible header: a legal magic, a
+known opcode, sane lengths, followed by another plausible header or the end of the data.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import NamedTuple
+
+from ..protocol import (
+    DATATYPE_MAX, FLEXIBLE_MAGICS, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, is_known_opcode,
+)
+
+_HDR = struct.Struct(">BBHBBHI")    # through bodylen
+_LEGAL_MAGICS = frozenset(MAGICS.values)
+_MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
+
+
+class Pdu(NamedTuple):
+    conn: int
+    direction: int          # 0 client->server, 1 server->client
+    offset: int             # stream offset of the first byte
+    data: bytes             # the whole frame: 24-byte header + body
+    frames: tuple[int, ...]  # every frame that carried its bytes, ascending
+    ts_ns: int              # timestamp of the frame that completed it
+
+
+class Resync(NamedTuple):
+    conn: int
+    direction: int
+    offset: int             # stream offset where decoding resumed
+    skipped: int            # bytes discarded to get there
+    reason: str             # 'mid_stream', 'after_gap', 'garbage'
+    detail: str
+    frame: int
+    ts_ns: int
+
+
+class LostPdu(NamedTuple):
+    """A PDU whose header was seen but whose bytes were cut by a gap or the capture end."""
+    conn: int
+    direction: int
+    offset: int
+    have: int
+    need: int
+    reason: str             # 'gap' or 'end'
+    frame: int
+    ts_ns: int
+
+
+def header_problem(buf, pos: int) -> str | None:
+    """Why the 24 bytes at ``pos`` cannot start a frame the server would accept as framing
+    (None when they can). Only magic and lengths are judged here."""
+    magic, opcode, keylen, extlen, datatype, _vb, bodylen = _HDR.unpack_from(buf, pos)
+    if magic not in _LEGAL_MAGICS:
+        return f"illegal magic {magic:#04x}"
+    if HEADER_SIZE + bodylen > MAX_FRAME_SIZE:
+        return f"body length {bodylen} exceeds the {MAX_FRAME_SIZE >> 20} MiB frame limit"
+    return None
+
+
+def plausible(buf, pos: int) -> bool:
+    """Strict check used while resynchronising."""
+    magic, opcode, keylen, extlen, datatype, _vb, bodylen = _HDR.unpack_from(buf, pos)
+    if magic not in _LEGAL_MAGICS or datatype > DATATYPE_MAX:
+        return False
+    if HEADER_SIZE + bodylen > MAX_FRAME_SIZE or not is_known_opcode(magic, opcode):
+        return False
+    if magic in FLEXIBLE_MAGICS:
+        used = (keylen >> 8) + (keylen & 0xFF) + extlen
+    else:
+        used = keylen + extlen
+    return used <= bodylen
+
+
+class PduFramer:
+    """Frame one direction of one connection."""
+
+    def __init__(self, conn: int, direction: int, in_sync: bool = True):
+        self.conn = conn
+        self.direction = direction
+        self.buf = bytearray()
+        self.base = 0            # stream offset of buf[0]
+        self.chunks: list[tuple[int, int, int]] = []   # (end offset, frame, ts_ns) per chunk
+        self.in_sync = in_sync
+        self.resync_reason = None if in_sync else "mid_stream"
+        self.skip_to: int | None = None
+        self.last_frame = 0
+        self.last_ts = 0
+        self.started = False
+        self._pending_skip = 0
+        self._garbage_detail = ""
+
+    # -- input ------------------------------------------------------------------------
+    def data(self, offset: int, data: bytes, frame: int, ts_ns: int) -> list:
+        if not self.started:
+            self.base = offset
+            self.started = True
+        self.buf += data
+        self.chunks.append((offset + len(data), frame, ts_ns))
+        self.last_frame, self.last_ts = frame, ts_ns
+        return self._drain(final=False)
+
+    def gap(self, offset: int, length: int, frame: int, ts_ns: int) -> list:
+        """``length`` bytes were lost just before stream ``offset``."""
+        out = []
+        if self.in_sync and len(self.buf) >= HEADER_SIZE:
+            bodylen = _HDR.unpack_from(self.buf, 0)[6]
+            pdu_end = self.base + HEADER_SIZE + bodylen
+            out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf),
+                               HEADER_SIZE + bodylen, "gap", frame, ts_ns))
+            if pdu_end >= offset:
+                self.skip_to = pdu_end      # the rest of that PDU follows the gap: skip it
+        elif self.in_sync and self.buf:
+            out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf), 0,
+                               "gap", frame, ts_ns))
+        self._reset(offset)
+        if self.skip_to is None:
+            self.in_sync = False
+            self.resync_reason = "after_gap"
+        if not self.started:
+            self.started = True
+        return out
+
+    def close(self) -> list:
+        """End of the stream: flush what can still be framed, report what cannot."""
+        out = self._drain(final=True)
+        if self.buf and self.in_sync and self.skip_to is None:
+            need = 0
+            if len(self.buf) >= HEADER_SIZE:
+                need = HEADER_SIZE + _HDR.unpack_from(self.buf, 0)[6]
+            out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf), need,
+                               "end", self.last_frame, self.last_ts))
+        elif self.buf and not self.in_sync:
+            out.append(Resync(self.conn, self.direction, self.base + len(self.buf),
+                              len(self.buf), self.resync_reason or "garbage",
+                              "no plausible header before the end of the stream",
+                              self.last_frame, self.last_ts))
+        self._reset(self.base + len(self.buf))
+        return out
+
+    # -- internals ----------------------------------------------------------------------
+    def _reset(self, offset: int) -> None:
+        self.buf = bytearray()
+        self.chunks = []
+        self.base = offset
+
+    def _consume(self, n: int) -> tuple[tuple[int, ...], int]:
+        """Drop ``n`` bytes from the front; return the frames that carried them and the
+        timestamp of the latest of those frames (the one that completed the bytes)."""
+        end = self.base + n
+        chunks = self.chunks
+        frames, last, ts = set(), -1, self.last_ts
+        used = 0
+        for c_end, frame, c_ts in chunks:
+            frames.add(frame)
+            if frame > last:
+                last, ts = frame, c_ts
+            if c_end > end:
+                break
+            used += 1
+        del chunks[:used]
+        del self.buf[:n]
+        self.base = end
+        return tuple(sorted(frames)), ts
+
+    def _drain(self, final: bool) -> list:
+        out = []
+        while True:
+            if self.skip_to is not None:
+                drop = min(self.skip_to - self.base, len(self.buf))
+                if drop:
+                    self._consume(drop)
+                if self.base < self.skip_to:
+                    return out
+                self.skip_to = None
+                self.in_sync = True
+            if not self.in_sync and not self._resync(out, final):
+                return out
+            if len(self.buf) < HEADER_SIZE:
+                return out
+            problem = header_problem(self.buf, 0)
+            if problem is not None:
+                self.in_sync = False
+                self.resync_reason = "garbage"
+                self._garbage_detail = f"at offset {self.base}: {problem}"
+                continue
+            size = HEADER_SIZE + _HDR.unpack_from(self.buf, 0)[6]
+            if len(self.buf) < size:
+                return out
+            offset = self.base
+            data = bytes(self.buf[:size])
+            frames, ts = self._consume(size)
+            out.append(Pdu(self.conn, self.direction, offset, data, frames, ts))
+
+    def _resync(self, out: list, final: bool) -> bool:
+        """Scan for a confirmed header; True when back in sync (buffer starts at it)."""
+        buf = self.buf
+        n = len(buf)
+        pos = 0
+        while pos + HEADER_SIZE <= n:
+            if plausible(buf, pos):
+                nxt = pos + HEADER_SIZE + _HDR.unpack_from(buf, pos)[6]
+                if nxt + HEADER_SIZE <= n:
+                    if plausible(buf, nxt):
+                        break
+                elif final:
+                    if nxt == n:
+                        break
+                else:
+                    self._discard(pos)         # wait for more data to confirm it
+                    return False
+            found = _MAGIC_RE.search(buf, pos + 1)
+            pos = found.start() if found else n
+        else:
+            self._discard(n if final else max(0, n - HEADER_SIZE + 1))
+            return False
+        self._discard(pos)
+        if self._pending_skip:     # a stream that starts on a boundary needs no report
+            frame, ts = (self.chunks[0][1], self.chunks[0][2]) if self.chunks else (self.last_frame, self.last_ts)
+            detail = self._garbage_detail if self.resync_reason == "garbage" else ""
+            out.append(Resync(self.conn, self.direction, self.base, self._pending_skip,
+                              self.resync_reason or "garbage", detail, frame, ts))
+        self._pending_skip = 0
+        self.in_sync = True
+        self.resync_reason = None
+        return True
+
+    def _discard(self, n: int) -> None:
+        if n:
+            self._consume(n)
+            self._pending_skip += n

@@ -1,0 +1,1 @@
+"""Renderers: message rows, finding tables, JSON lines, Markdown."""

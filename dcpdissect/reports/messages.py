@@ -1,0 +1,138 @@
+"""One record per decoded MCBP message, for ``dissect`` (table and JSON lines)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from ..codec import Message
+from ..protocol import MAGICS, STATUS
+
+DIRECTIONS = ("c2s", "s2c")
+
+
+def iso_time(ts_ns: int) -> str:
+    secs, ns = divmod(ts_ns, 1_000_000_000)
+    stamp = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{ns:09d}Z"
+
+
+def key_text(key: bytes) -> str:
+    return key.decode("utf-8", "backslashreplace")
+
+
+def _layouts(msg: Message):
+    shape = msg.shape
+    return shape.extras + shape.values
+
+
+def field_names(msg: Message) -> dict[str, str]:
+    """Symbolic text for every decoded flag or enum field (``{"flags": "memory+ack"}``)."""
+    out = {}
+    for layout in _layouts(msg):
+        for f in layout.fields:
+            if f.name in msg.fields and (f.flags or f.names):
+                v = msg.fields[f.name]
+                out[f.name] = f.flags.text(v) if f.flags else f.names.text(v)
+    return out
+
+
+def message_record(pdu, msg: Message) -> dict:
+    """The JSON-lines object of one message (also the source of the table row)."""
+    fields = dict(msg.fields)
+    return {
+        "frame": pdu.frames[-1] if pdu.frames else None,
+        "frames": list(pdu.frames),
+        "time": iso_time(pdu.ts_ns),
+        "ts_ns": pdu.ts_ns,
+        "connection": pdu.conn,
+        "direction": DIRECTIONS[pdu.direction],
+        "magic": msg.magic,
+        "magic_name": MAGICS.text(msg.magic),
+        "opcode": msg.opcode,
+        "opcode_name": msg.name,
+        "request": msg.is_request,
+        "vbucket": msg.vbucket,
+        "status": msg.status,
+        "status_name": None if msg.status is None else STATUS.text(msg.status),
+        "opaque": msg.opaque,
+        "cas": msg.cas,
+        "datatype": msg.datatype,
+        "framing_len": msg.framing_len,
+        "extlen": msg.extlen,
+        "keylen": msg.keylen,
+        "bodylen": msg.bodylen,
+        "value_len": msg.value_len,
+        "stream_id": msg.stream_id,
+        "frame_infos": [{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
+                        for fi in msg.frame_infos],
+        "key": key_text(msg.key) if msg.key else None,
+        "layout": msg.layout,
+        "fields": fields,
+        "names": field_names(msg),
+        "problems": list(msg.problems),
+    }
+
+
+_SHORT = {
+    "start_seqno": "start", "end_seqno": "end", "max_visible_seqno": "mvs",
+    "high_completed_seqno": "hcs", "purge_seqno": "purge", "high_prepared_seqno": "hps",
+    "snap_start_seqno": "snap_start", "snap_end_seqno": "snap_end", "vbucket_uuid": "uuid",
+    "new_opaque": "new_opaque", "by_seqno": "seqno", "rev_seqno": "rev",
+}
+_HIDDEN = {"reserved", "nmeta", "nru", "unused", "lock_time", "version"}
+
+
+def hex_fields(msg: Message) -> frozenset[str]:
+    """Names of the fields the tables display in hex."""
+    return frozenset(f.name for layout in _layouts(msg) for f in layout.fields
+                     if f.display == "hex")
+
+
+def details(record: dict, hex_names: frozenset[str] = frozenset()) -> str:
+    """Compact one-line summary of the opcode's key fields for the table view."""
+    fields, names = record["fields"], record["names"]
+    parts = []
+    if record["layout"] and record["opcode"] == 0x56:
+        parts.append(record["layout"])
+    for name, value in fields.items():
+        if name in _HIDDEN:
+            continue
+        label = _SHORT.get(name, name)
+        if name == "failover_log":
+            parts.append("failover_log=[" + ", ".join(
+                f"{e['vbucket_uuid']:#x}@{e['seqno']}" for e in value) + "]")
+        elif name in names:
+            parts.append(f"{label}={names[name]}")
+        elif name in hex_names:
+            parts.append(f"{label}={value:#x}")
+        else:
+            parts.append(f"{label}={value}")
+    if record["key"] is not None:
+        parts.append(f"key={record['key']!r}")
+    if record["problems"]:
+        parts.append("problems: " + "; ".join(record["problems"]))
+    return " ".join(parts)
+
+
+TABLE_HEADERS = ("frame(s)", "time", "conn", "dir", "magic", "opcode", "vb/status",
+                 "opaque", "sid", "details")
+
+
+def frames_text(frames) -> str:
+    if len(frames) > 1 and frames[-1] - frames[0] == len(frames) - 1:
+        return f"{frames[0]}-{frames[-1]}"
+    return ",".join(map(str, frames))
+
+
+def table_row(record: dict, hex_names: frozenset[str] = frozenset()) -> list:
+    frame_text = frames_text(record["frames"])
+    if record["request"]:
+        vb_status = f"vb:{record['vbucket']}"
+    else:
+        vb_status = record["status_name"]
+    return [
+        frame_text, record["time"][11:-4], record["connection"], record["direction"],
+        f"{record['magic']:#04x}", record["opcode_name"], vb_status,
+        f"{record['opaque']:#010x}", "" if record["stream_id"] is None else record["stream_id"],
+        details(record, hex_names),
+    ]
