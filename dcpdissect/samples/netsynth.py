@@ -20,12 +20,13 @@ and from explicit arguments, never from the clock.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import ipaddress
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Sequence, Union
+from typing import BinaryIO, Iterable, Sequence
 
 from .pcapwrite import PcapngWriter, PcapWriter
 
@@ -49,6 +50,7 @@ __all__ = [
     "retime",
     "data_indices",
     "merge_packets",
+    "inet_checksum",
     "write_pcap",
     "write_pcapng",
 ]
@@ -106,11 +108,11 @@ class Endpoint:
         if not 0 <= self.port <= 0xFFFF:
             raise ValueError(f"port out of range: {self.port}")
 
-    @property
+    @functools.cached_property
     def version(self) -> int:
         return ipaddress.ip_address(self.ip).version
 
-    @property
+    @functools.cached_property
     def packed(self) -> bytes:
         return ipaddress.ip_address(self.ip).packed
 
@@ -682,9 +684,6 @@ def retime(pkts: Sequence[Packet], start_ns: int, step_ns: int = 1000) -> list[P
 # writing
 # ---------------------------------------------------------------------------
 
-Source = Union[TcpConversation, Sequence[Packet]]
-
-
 def _sources(obj) -> list[list[Packet]]:
     if isinstance(obj, TcpConversation):
         return [obj.packets()]
@@ -750,6 +749,10 @@ class WrittenPackets(list):
         ]
 
 
+def _captured(p: Packet, frame: bytes) -> bytes:
+    return frame if p.snaplen is None else frame[: p.snaplen]
+
+
 class _Output:
     def __init__(self, dest) -> None:
         self._own = isinstance(dest, (str, bytes, os.PathLike))
@@ -786,7 +789,7 @@ def write_pcap(
         w = PcapWriter(f, linktype=linktype, nanosecond=nanosecond, big_endian=big_endian, snaplen=snaplen)
         for _, p in merged:
             frame = p.frame_bytes()
-            w.write(p.ts_ns, p.captured_bytes(), wirelen=len(frame))
+            w.write(p.ts_ns, _captured(p, frame), wirelen=len(frame))
     pkts = [p for _, p in merged]
     return WrittenPackets(pkts, [0] * len(pkts))
 
@@ -832,6 +835,6 @@ def write_pcapng(
         for k, p in merged:
             iface = iface_of_key[(p.link.linktype, resols[k])]
             frame = p.frame_bytes()
-            w.write(iface, p.ts_ns, p.captured_bytes(), wirelen=len(frame), comment=p.note if comments else None)
+            w.write(iface, p.ts_ns, _captured(p, frame), wirelen=len(frame), comment=p.note if comments else None)
             ids.append(iface)
     return WrittenPackets([p for _, p in merged], ids)
