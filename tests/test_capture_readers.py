@@ -269,7 +269,7 @@ def _section2(order=">"):
     return b"".join(blocks)
 
 
-def _scapy_oracle(path, tsoffsets=None):
+def _scapy_oracle(path):
     """Frames of a single-section pcapng file according to scapy."""
     out = []
     with RawPcapNgReader(str(path)) as rd:
@@ -283,8 +283,8 @@ def _scapy_oracle(path, tsoffsets=None):
     return out
 
 
-def _with_offset(oracle, frame_linktype_offsets):
-    return [(d, lt, ts + frame_linktype_offsets.get(lt, 0) if ts else 0, wl) for d, lt, ts, wl in oracle]
+def _with_offset(oracle, offsets_by_linktype):
+    return [(d, lt, ts + offsets_by_linktype.get(lt, 0) if ts else 0, wl) for d, lt, ts, wl in oracle]
 
 
 @pytest.mark.parametrize("orders", [("<", ">"), (">", "<")])
@@ -308,15 +308,11 @@ def test_pcapng_sections_and_interfaces_against_scapy(tmp_path, orders):
     assert len(frames) == 12 + 5
 
 
-def test_pcapng_exact_values():
+def test_pcapng_exact_values(tmp_path):
     """Hand-computed timestamps / interfaces, independent of any oracle."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "x.pcapng"
-        p.write_bytes(_section1("<") + _section2(">"))
-        frames = read_all(p)
-    f = frames
+    p = tmp_path / "x.pcapng"
+    p.write_bytes(_section1("<") + _section2(">"))
+    f = read_all(p)
     # section 1: interface i % 3
     assert [x.interface for x in f[:12]] == [i % 3 for i in range(12)]
     assert [x.linktype for x in f[:12]] == [(1, 101, 113)[i % 3] for i in range(12)]

@@ -145,6 +145,7 @@ class CaptureReader:
         self.bytes_read = 0
         self.size = None
         self._owned = None      # file object we must close
+        self._gzip = None
         self._read = None       # callable(n) -> bytes
         self._buf = b""         # bytes already read but not consumed
         self._iter: Optional[Iterator[Frame]] = None
@@ -204,6 +205,7 @@ class CaptureReader:
                 gz = gzip.GzipFile(fileobj=_Prefixed(head, raw), mode="rb")
             except Exception as e:  # pragma: no cover - GzipFile does no I/O here
                 raise self._error(None, self._io_reason(e)) from None
+            self._gzip = gz
             read = gz.read1
             head = self._read_at_least(read, b"", 4, None)
             if not head:
@@ -261,12 +263,14 @@ class CaptureReader:
 
     def close(self) -> None:
         """Close the underlying file (stdin is left open)."""
+        gz, self._gzip = self._gzip, None
         owned, self._owned = self._owned, None
-        if owned is not None:
-            try:
-                owned.close()
-            except OSError:
-                pass
+        for f in (gz, owned):
+            if f is not None:
+                try:
+                    f.close()
+                except (OSError, EOFError, ValueError, zlib.error):
+                    pass
 
     def _iter_pcap(self) -> Iterator[Frame]:
         order, nano, snaplen, linktype = self._pcap_hdr
