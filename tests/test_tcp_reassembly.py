@@ -449,6 +449,26 @@ def test_connection_cap_eviction():
     assert of(ev, ConnectionClosed)[-1].conn == 1    # LRU is now conn 1
 
 
+def test_retransmitted_handshake_single_connection():
+    f = Flow()
+    segs = [f.syn(), f.syn(), f.synack(), f.synack(), f.c2s(0, b"abc"), f.syn(),
+            f.s2c(0, b"xy")]
+    t, ev = run(segs)
+    assert len(of(ev, ConnectionOpened)) == 1
+    assert stream(ev, 1, 0) == b"abc" and stream(ev, 1, 1) == b"xy"
+    assert t.stats["connections"] == 1
+
+
+def test_tail_window_bounded():
+    r = DirectionReassembler(tail_window=1000)
+    f = Flow()
+    r.feed(0, 0, f.syn())
+    for i in range(1000):
+        r.feed(i, 0, f.c2s(i * 100, b"z" * 100))
+    assert 1000 <= r._tail_bytes <= 1350
+    assert sum(len(e.data) for e in r._tail) == r._tail_bytes
+
+
 # -- which connections are tracked ------------------------------------------
 
 def test_port_filtering_and_tls():

@@ -121,7 +121,7 @@ class DirectionReassembler:
         self._tail: deque = deque()             # recently delivered StreamData
         self._tail_bytes = 0
         self._tail_window = tail_window
-        self._tail_hi = 2 * tail_window
+        self._tail_hi = tail_window + (tail_window >> 2)   # trim in batches
         self._prev = None                       # previous data segment
         self._trunc: Optional[set] = None       # offsets where a truncated payload ended
 
@@ -159,6 +159,7 @@ class DirectionReassembler:
 
     # -- input -----------------------------------------------------------
     def feed(self, frame: int, ts_ns: int, seg):
+        """Process one segment of this direction; return its events."""
         if seg.flags & _CTL or seg.truncated:
             return self._feed_slow(frame, ts_ns, seg)
         payload = seg.payload
