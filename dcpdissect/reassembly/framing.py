@@ -28,7 +28,8 @@ class Pdu(NamedTuple):
     offset: int             # stream offset of the first byte
     data: bytes             # the whole frame: 24-byte header + body
     frames: tuple[int, ...]  # every frame that carried its bytes, ascending
-    ts_ns: int              # timestamp of the frame that completed it
+    frame: int              # the frame in which it completed (differs after reordering)
+    ts_ns: int              # timestamp of that frame
 
 
 class Resync(NamedTuple):
@@ -96,9 +97,14 @@ class PduFramer:
         self.started = False
         self._pending_skip = 0
         self._garbage_detail = ""
+        self.now = (0, 0)
 
     # -- input ------------------------------------------------------------------------
-    def data(self, offset: int, data: bytes, frame: int, ts_ns: int) -> list:
+    def data(self, offset: int, data: bytes, frame: int, ts_ns: int,
+             now: tuple[int, int] | None = None) -> list:
+        """Append in-order bytes that arrived in ``frame``; ``now`` is the (frame, ts) being
+        processed, which completes any PDU finished by these bytes (default: ``frame``)."""
+        self.now = now or (frame, ts_ns)
         if not self.started:
             self.base = offset
             self.started = True
@@ -130,6 +136,7 @@ class PduFramer:
 
     def close(self) -> list:
         """End of the stream: flush what can still be framed, report what cannot."""
+        self.now = (self.last_frame, self.last_ts)
         out = self._drain(final=True)
         if self.buf and self.in_sync and self.skip_to is None:
             need = 0
@@ -196,8 +203,9 @@ class PduFramer:
                 return out
             offset = self.base
             data = bytes(self.buf[:size])
-            frames, ts = self._consume(size)
-            out.append(Pdu(self.conn, self.direction, offset, data, frames, ts))
+            frames, last_ts = self._consume(size)
+            frame, ts = self.now if self.now[0] >= frames[-1] else (frames[-1], last_ts)
+            out.append(Pdu(self.conn, self.direction, offset, data, frames, frame, ts))
 
     def _resync(self, out: list, final: bool) -> bool:
         """Scan for a confirmed header; True when back in sync (buffer starts at it)."""

@@ -64,6 +64,7 @@ class PduStream:
                                      max_connections=self.options.max_connections)
         self.framers: dict[tuple[int, int], PduFramer] = {}
         self.connections: dict[int, ConnectionOpened] = {}
+        self.now: tuple[int, int] | None = None     # (frame, ts) being processed
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
@@ -73,11 +74,13 @@ class PduStream:
             if seg is None:
                 continue
             summary.tcp_segments += 1
+            self.now = (frame.number, frame.ts_ns)
             events = self.table.feed(frame.number, frame.ts_ns, seg)
             if events:
                 yield from self._route(events)
 
     def finish(self) -> Iterator:
+        self.now = None
         yield from self._route(self.table.close())
         for framer in list(self.framers.values()):
             yield from self._count(framer.close())
@@ -99,7 +102,7 @@ class PduStream:
             kind = type(ev)
             if kind is StreamData:
                 yield from self._count(self._framer(ev.conn, ev.direction).data(
-                    ev.offset, ev.data, ev.frame, ev.ts_ns))
+                    ev.offset, ev.data, ev.frame, ev.ts_ns, self.now))
             elif kind is StreamGap:
                 self.summary.gaps += 1
                 self.summary.gap_bytes += ev.length

@@ -40,7 +40,7 @@ def message_record(pdu, msg: Message) -> dict:
     """The JSON-lines object of one message (also the source of the table row)."""
     fields = dict(msg.fields)
     return {
-        "frame": pdu.frames[-1] if pdu.frames else None,
+        "frame": pdu.frame,
         "frames": list(pdu.frames),
         "time": iso_time(pdu.ts_ns),
         "ts_ns": pdu.ts_ns,

@@ -149,7 +149,7 @@ def replication(client=CONSUMER, server=PRODUCER_11209, big_value=4000, **kw) ->
           *[mutation(0, 0x10, i, f"doc-{i}", doc(i)) for i in range(1, 6)])
     s.s2c(marker(1, 0x11, 0, 4, "disk+checkpoint", layout="V2.0", max_visible_seqno=4,
                  high_completed_seqno=2),
-          *[mutation(1, 0x11, i, f"user::{i}", doc(i, 100)) for i in range(1, 4)],
+          *[mutation(1, 0x11, i, f"user::{i}", doc(i, 700)) for i in range(1, 4)],
           deletion(1, 0x11, 4, "user::2"))
     s.s2c(marker(2, 0x12, 0, 6, "disk+checkpoint", layout="V2.2", max_visible_seqno=6,
                  high_completed_seqno=0, purge_seqno=0, high_prepared_seqno=0),
@@ -299,20 +299,25 @@ def _retransmit(pkts):
 
 
 def _loss(pkts):
+    """Drop the middle segment of the 4000-byte document (its header was seen)."""
     d = ns.data_indices(pkts, "s2c")
-    big = [i for i in d if len(pkts[i].payload) == 1448]
-    return ns.drop(pkts, big[1])          # a segment inside the split 4000-byte document
+    middle = next(b for a, b in zip(d, d[1:])
+                  if pkts[a].payload[:2] == b"\x80\x57" and len(pkts[a].payload) == 1448
+                  and len(pkts[b].payload) == 1448)
+    return ns.drop(pkts, middle)
 
 
 def _loss_header(pkts):
+    """Drop a full segment that starts with a marker and ends inside a mutation."""
     d = ns.data_indices(pkts, "s2c")
-    return ns.drop(pkts, d[4])            # a segment starting with marker headers
+    first = next(i for i in d if pkts[i].payload[:2] == b"\x80\x56" and len(pkts[i].payload) == 1448)
+    return ns.drop(pkts, first)
 
 
 def _mid_stream(pkts):
     d = ns.data_indices(pkts, "s2c")
-    big = [i for i in d if len(pkts[i].payload) == 1448]
-    return ns.start_at(pkts, big[0] + 1)  # starts inside the split document
+    inside = next(i for i in d if pkts[i].payload[0] not in (0x80, 0x81, 0x08, 0x18))
+    return ns.start_at(pkts, inside)      # starts inside a message, more messages follow
 
 
 def _one(factory, **kw):
