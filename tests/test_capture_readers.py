@@ -578,16 +578,6 @@ def test_directory(tmp_path):
     assert ei.value.frame is None and "directory" in ei.value.reason
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read anything")
-def test_unreadable(tmp_path):
-    p = tmp_path / "locked.pcap"
-    p.write_bytes(pcap_bytes([(1, 0, b"a")]))
-    p.chmod(0)
-    with pytest.raises(CaptureError) as ei:
-        open_capture(str(p))
-    assert "permission denied" in ei.value.reason
-
-
 @pytest.mark.parametrize("exc, reason", [
     (PermissionError(13, "Permission denied"), "permission denied"),
     (IsADirectoryError(21, "Is a directory"), "is a directory"),

@@ -1,0 +1,140 @@
+"""`dcpdissect dissect`: output formats, filters, and bad input (exit 2, no traceback)."""
+
+import gzip
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from dcpdissect.cli import main
+
+
+def run(*args, stdin=None):
+    proc = subprocess.run([sys.executable, "-m", "dcpdissect.cli", *args],
+                          capture_output=True, input=stdin)
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def jsonl(samples_dir, name, *extra, capsys):
+    assert main(["dissect", str(samples_dir / name), "--format", "jsonl", *extra]) == 0
+    out, err = capsys.readouterr()
+    return [json.loads(line) for line in out.splitlines()], err
+
+
+def test_jsonl_has_the_documented_keys(samples_dir, capsys):
+    rows, err = jsonl(samples_dir, "clean-replication.pcap", capsys=capsys)
+    assert len(rows) == 49
+    for row in rows:
+        assert {"frame", "frames", "opcode", "magic", "vbucket", "status", "opaque",
+                "fields"} <= set(row)
+        assert isinstance(row["frame"], int) and row["frame"] in row["frames"] or row["frame"] > max(row["frames"])
+    v22 = next(r for r in rows if r["opcode"] == 0x56 and r["layout"] == "V2.2")
+    assert v22["fields"]["purge_seqno"] == 0 and v22["names"]["flags"] == "disk+checkpoint"
+    sid = [r for r in rows if r["stream_id"] == 7]
+    assert len(sid) == 5 and all(r["magic"] == 0x08 for r in sid)
+    assert "49 PDUs" in err and "2 TCP connections" in err and "0 gaps" in err
+
+
+def test_filters(samples_dir, capsys):
+    rows, _ = jsonl(samples_dir, "clean-replication.pcap", "--opcode", "DcpSnapshotMarker",
+                    "--vbucket", "2", capsys=capsys)
+    assert [(r["opcode"], r["vbucket"]) for r in rows] == [(0x56, 2)]
+    rows, _ = jsonl(samples_dir, "clean-replication.pcap", "--opcode", "0x53", capsys=capsys)
+    assert len(rows) == 8 and {r["request"] for r in rows} == {True, False}
+
+
+def test_table_shows_marker_fields_and_failover_log(samples_dir, capsys):
+    assert main(["dissect", str(samples_dir / "clean-replication.pcap")]) == 0
+    out = capsys.readouterr().out
+    assert "V2.2 start=0 end=6 flags=disk+checkpoint mvs=6 hcs=0 purge=0 hps=0" in out
+    assert "failover_log=[0xa1b2c3d4e5f60002@0]" in out
+    assert "52,54,56" in out  # the 4000-byte document split over three segments
+
+
+def test_loss_summary_reports_gap_and_resync(samples_dir, capsys):
+    assert main(["dissect", str(samples_dir / "tcp-loss-header.pcap")]) == 0
+    err = capsys.readouterr().err
+    assert "1 gaps" in err and "1 resyncs" in err
+
+
+def test_stdin_and_gzip(samples_dir):
+    data = (samples_dir / "clean-replication.pcap").read_bytes()
+    code, out, err = run("dissect", "-", "--format", "jsonl", stdin=gzip.compress(data))
+    assert code == 0 and len(out.splitlines()) == 38 + 11
+
+
+def test_extra_port_and_tls_port(samples_dir, tmp_path):
+    from dcpdissect.samples import netsynth as ns
+    from dcpdissect.samples.builder import Script, dcp_open
+    moved = Script(ns.Endpoint("10.1.0.2", 40000), ns.Endpoint("10.1.0.1", 12000))
+    moved.c2s(dcp_open("moved", 1, 9))
+    tls = Script(ns.Endpoint("10.1.0.2", 40001), ns.Endpoint("10.1.0.1", 11207))
+    tls.c2s(b"\x16\x03\x01\x00\x05hello")
+    path = tmp_path / "ports.pcap"
+    ns.write_pcap(str(path), [moved.conv, tls.conv])
+    code, out, err = run("dissect", str(path), "--format", "jsonl")
+    assert code == 0 and out == "" and "1 TLS connections skipped" in err
+    code, out, err = run("dissect", str(path), "--format", "jsonl", "--port", "12000")
+    assert code == 0 and json.loads(out)["fields"]["flags"] == 1
+    code, out, err = run("dissect", str(path), "--format", "jsonl", "--any-port")
+    assert code == 0 and len(out.splitlines()) == 1
+
+
+def _cut(samples_dir, tmp_path, n):
+    data = (samples_dir / "clean-replication.pcap").read_bytes()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:n])
+    return path
+
+
+def _record_offsets(data):
+    pos, out = 24, []
+    while pos + 16 <= len(data):
+        caplen = struct.unpack_from("<I", data, pos + 8)[0]
+        out.append(pos)
+        pos += 16 + caplen
+    return out
+
+
+@pytest.mark.parametrize("case", ["missing", "not-a-capture", "empty", "cut-body", "cut-header",
+                                  "absurd-caplen", "directory"])
+def test_bad_input_exits_2_with_one_clear_message(case, samples_dir, tmp_path):
+    data = (samples_dir / "clean-replication.pcap").read_bytes()
+    offsets = _record_offsets(data)
+    path = tmp_path / f"{case}.pcap"
+    if case == "missing":
+        pass
+    elif case == "not-a-capture":
+        path.write_text("hello, I am a text file\n")
+    elif case == "empty":
+        path.write_bytes(b"")
+    elif case == "cut-body":
+        path.write_bytes(data[:offsets[40] + 30])      # inside record 41's data
+    elif case == "cut-header":
+        path.write_bytes(data[:offsets[40] + 7])       # inside record 41's header
+    elif case == "absurd-caplen":
+        bad = bytearray(data)
+        struct.pack_into("<I", bad, offsets[40] + 8, 0x7FFFFFF0)
+        path.write_bytes(bytes(bad))
+    elif case == "directory":
+        path = tmp_path
+    code, out, err = run("dissect", str(path), "--format", "jsonl")
+    assert code == 2
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("dcpdissect: error:")]
+    assert len(errors) == 1 and str(path) in errors[0]
+    if case in ("cut-body", "cut-header", "absurd-caplen"):
+        assert "frame 41" in errors[0]
+        # everything decoded before the fault is still printed
+        _, full, _ = run("dissect", str(samples_dir / "clean-replication.pcap"), "--format", "jsonl")
+        before = [json.loads(x) for x in full.splitlines() if json.loads(x)["frame"] <= 40]
+        assert [json.loads(x) for x in out.splitlines()] == before and len(before) > 20
+
+
+def test_usage_errors_exit_2():
+    code, out, err = run("dissect")
+    assert code == 2 and "usage" in err
+    code, out, err = run("dissect", "x.pcap", "--opcode", "NoSuchThing")
+    assert code == 2 and "unknown opcode" in err
