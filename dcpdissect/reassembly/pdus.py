@@ -49,6 +49,9 @@ class Summary:
         text = (f"{self.path}: {self.frames} frames, {self.connections} TCP connections, "
                 f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
                 f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
+        mismatched = self.tcp.get("overlaps_mismatched", 0)
+        if mismatched:
+            text += f", {mismatched} overlapping retransmissions with different bytes"
         return text + (f"; stopped: {self.error}" if self.error else "")
 
 
