@@ -90,6 +90,40 @@ def cmd_dissect(args) -> int:
     return status
 
 
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+def cmd_analyze(args) -> int:
+    from .analysis.rules import SEVERITY_RANK
+    from .analysis.run import analyze_file
+    from .reports.findings import finding_record, findings_table
+
+    findings, summary = analyze_file(args.file, capture_options(args))
+    summary_line = summary.line() + f", {len(findings)} findings"
+    if args.format == "jsonl":
+        for f in findings:
+            sys.stdout.write(json.dumps(finding_record(f), separators=(",", ":")) + "\n")
+    elif args.format == "markdown":
+        from .reports.markdown import markdown_report
+        sys.stdout.write(markdown_report(args.file, findings, summary))
+    else:
+        sys.stdout.write(findings_table(findings))
+    if args.evidence:
+        from .reports.evidence import write_evidence
+        where = write_evidence(args.file, findings, summary, args.evidence, redact=args.redact)
+        print(f"evidence written to {where}", file=sys.stderr)
+    sys.stdout.flush()
+    print(summary_line, file=sys.stderr)
+    if summary.error:
+        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.fail_on != "never":
+        threshold = SEVERITY_RANK[args.fail_on]
+        if any(SEVERITY_RANK[f.severity] >= threshold for f in findings):
+            return EXIT_FINDINGS
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dcpdissect",
                                      description="Dissect and analyse Couchbase DCP captures.")
@@ -104,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vbucket", type=int, action="append", help="only this vbucket")
     add_capture_options(p)
     p.set_defaults(func=cmd_dissect)
+
+    p = sub.add_parser("analyze", help="find spec violations in a capture")
+    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    p.add_argument("--format", choices=("table", "jsonl", "markdown"), default="table")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                   help="exit 1 when a finding at or above this severity exists (default: error)")
+    p.add_argument("--evidence", metavar="DIR",
+                   help="write a bug-report bundle: trimmed pcap, Markdown report, tshark command")
+    p.add_argument("--redact", action="store_true",
+                   help="with --evidence: replace document keys and values by placeholders")
+    add_capture_options(p)
+    p.set_defaults(func=cmd_analyze)
     return parser
 
 

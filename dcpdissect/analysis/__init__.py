@@ -1,0 +1,1 @@
+"""Analysis: the rule catalogue, per-message checks, stream state machines, findings."""

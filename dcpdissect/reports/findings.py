@@ -1,0 +1,48 @@
+"""Findings as a tabulate table or JSON lines."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tabulate import tabulate
+
+from ..analysis.findings import Finding
+from ..analysis.rules import RULES, SEVERITY_RANK
+from .messages import iso_time
+
+
+def finding_record(f: Finding) -> dict:
+    return {
+        "rule": f.rule,
+        "severity": f.severity,
+        "title": f.title,
+        "message": f.message,
+        "frame": f.frame,
+        "frames": list(f.frames),
+        "time": iso_time(f.ts_ns) if f.ts_ns is not None else None,
+        "connection": f.connection,
+        "vbucket": f.vbucket,
+        "opaque": f.opaque,
+        "fields": f.fields,
+    }
+
+
+def summary_rows(findings: list[Finding]) -> list[list]:
+    counts = Counter(f.rule for f in findings)
+    order = sorted(counts, key=lambda r: (-SEVERITY_RANK[RULES[r].severity], r))
+    return [[r, RULES[r].severity, counts[r], RULES[r].title] for r in order]
+
+
+def findings_table(findings: list[Finding]) -> str:
+    if not findings:
+        return "no findings\n"
+    head = tabulate(summary_rows(findings), headers=("rule", "severity", "count", "title"),
+                    disable_numparse=True)
+    rows = [[f.frame if f.frame is not None else "-",
+             iso_time(f.ts_ns)[11:-4] if f.ts_ns is not None else "-",
+             f.connection if f.connection is not None else "-",
+             f.vbucket if f.vbucket is not None else "-", f.rule, f.message]
+            for f in findings]
+    body = tabulate(rows, headers=("frame", "time", "conn", "vb", "rule", "message"),
+                    disable_numparse=True, maxcolwidths=[None, None, None, None, None, 100])
+    return head + "\n\n" + body + "\n"
