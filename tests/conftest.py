@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from dcpdissect.samples.builder import SPECS, build
+from dcpdissect.samples.builder import all_specs, build
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -10,7 +10,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 @pytest.fixture(scope="session")
 def built():
     """Every sample freshly built, with what a correct decoder must find in it."""
-    return {spec.name: build(spec) for spec in SPECS}
+    return {spec.name: build(spec) for spec in all_specs()}
 
 
 @pytest.fixture(scope="session")

@@ -385,6 +385,11 @@ def seed_add_stream_on(link: Link, start_ns: int) -> Script:
     return s
 
 
+def all_specs() -> tuple[Spec, ...]:
+    from . import scenarios_streams, scenarios_violations
+    return SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_streams.SPECS)
+
+
 def build(spec: Spec) -> BuiltSample:
     scripts = spec.scripts()
     sources = [s.conv.packets() for s in scripts]
@@ -407,7 +412,7 @@ def build(spec: Spec) -> BuiltSample:
 
 
 def build_all() -> dict[str, BuiltSample]:
-    return {spec.name: build(spec) for spec in SPECS}
+    return {spec.name: build(spec) for spec in all_specs()}
 
 
 def write_all(directory: str | Path) -> list[Path]:
