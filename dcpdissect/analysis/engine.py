@@ -13,6 +13,7 @@ from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamG
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from .findings import Finding, finding_for
 from .rules import ERROR, INFO, WARNING, rule
+from .rollback_checks import RollbackTracker
 from .streams import StreamTracker
 from .structural import check_message
 
@@ -41,6 +42,7 @@ class Analyzer:
     def __init__(self):
         self.connections: dict[int, ConnectionOpened] = {}
         self.streams = StreamTracker()
+        self.rollback = RollbackTracker()
         self.messages = 0
 
     def feed(self, ev) -> list[Finding]:
@@ -74,6 +76,7 @@ class Analyzer:
             return [Finding(rid, ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
         if kind is ConnectionClosed:
             out = self.streams.on_close(ev)
+            self.rollback.on_close(ev.conn)
             self.connections.pop(ev.conn, None)
             return out
         return []
@@ -87,7 +90,9 @@ class Analyzer:
         out = []
         for rid, text, fields in check_message(msg):
             out.append(finding_for(rid, text, pdu, msg, fields))
-        out += self.streams.on_message(pdu, msg, self.connections.get(pdu.conn))
+        opened = self.connections.get(pdu.conn)
+        out += self.streams.on_message(pdu, msg, opened)
+        out += self.rollback.on_message(pdu, msg, opened)
         return out
 
     def _resync(self, ev: Resync) -> list[Finding]:

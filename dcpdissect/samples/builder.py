@@ -386,8 +386,9 @@ def seed_add_stream_on(link: Link, start_ns: int) -> Script:
 
 
 def all_specs() -> tuple[Spec, ...]:
-    from . import scenarios_streams, scenarios_violations
-    return SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_streams.SPECS)
+    from . import scenarios_rollback, scenarios_streams, scenarios_violations
+    return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_streams.SPECS)
+            + tuple(scenarios_rollback.SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

@@ -1,0 +1,195 @@
+"""Rollback checks: predict each stream request's answer and compare with the server's.
+
+For every vbucket of every server the latest failover log seen in the capture (0x54 / 0x96
+responses, successful 0x53 responses) is kept; the highest seqno seen from that server for
+the vbucket is a lower bound of its high seqno, and a V2.2 marker's purge seqno gives its
+purge seqno. A conclusion is reported as sure only when the unknowns cannot change it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..protocol import STATUS_ROLLBACK, STATUS_SUCCESS
+from .findings import Finding, finding_for
+from .rollback import REASON_NO_UUID, FailoverEntry, needs_rollback, sanitize
+from .rules import ERROR, INFO, WARNING, rule
+
+IGNORE_PURGED_TOMBSTONES = 0x80
+STRICT_VBUUID = 0x20
+
+rule("rollback-missed", ERROR, "server answered success where a rollback was required "
+     "(possible data loss)", "R10; FailoverTable::needsRollback with the failover log seen in "
+     "the capture (reference §5.8)", "rollback-missed.pcap")
+rule("rollback-unexpected", WARNING, "server asked for a rollback that the model does not require",
+     "R10; FailoverTable::needsRollback", "rollback-violations.pcap")
+rule("rollback-seqno-above-start", ERROR, "rollback seqno greater than the request's start seqno",
+     "R10; the rollback seqno is min(upper, snap_start) <= start", "rollback-violations.pcap")
+rule("rollback-loop", ERROR, "the same request answered ROLLBACK to its own start again",
+     "R10; rollback loop (MB-11376/7): the client cannot make progress", "rollback-violations.pcap")
+rule("rollback-not-applied", WARNING, "after ROLLBACK(R) the next request for the vbucket "
+     "starts above R or uses a uuid from above R", "R11; rollback.md: drop snapshots and "
+     "failover entries above R, then re-request", "rollback-violations.pcap")
+rule("rollback-prediction-unsure", INFO, "the rollback decision depends on the server's high "
+     "or purge seqno, which the capture does not show",
+     "R10; the high seqno is only known as a lower bound from the seqnos seen",
+     "rollback-violations.pcap")
+
+
+@dataclass
+class _Request:
+    opcode: int
+    vbucket: int
+    fields: dict
+    pdu: object
+    msg: object
+
+
+@dataclass
+class _LastRollback:
+    seqno: int
+    uuid: int
+    start: int
+    snap: tuple[int, int]
+    table: list
+
+
+class RollbackTracker:
+    def __init__(self):
+        self.pending: dict[tuple[int, int], _Request] = {}
+        self.tables: dict[tuple, list[FailoverEntry]] = {}     # (server, vb) -> table
+        self.high: dict[tuple, int] = {}                        # (server, vb) -> max seqno seen
+        self.purge: dict[tuple, int] = {}                       # (server, vb) -> purge seqno
+        self.rollbacks: dict[tuple, _LastRollback] = {}         # (client ip, server, vb)
+
+    def on_close(self, conn: int) -> None:
+        for key in [k for k in self.pending if k[0] == conn]:
+            del self.pending[key]
+
+    def on_message(self, pdu, msg, opened) -> list[Finding]:
+        if opened is None:
+            return []
+        server = opened.server
+        op = msg.opcode
+        if msg.is_request:
+            if op in (0x53, 0x54, 0x96) and pdu.direction == 0:
+                self.pending[(pdu.conn, msg.opaque)] = _Request(op, msg.vbucket, msg.fields, pdu, msg)
+                if op == 0x53 and "start_seqno" in msg.fields:
+                    return self._check_request(pdu, msg, opened)
+            elif pdu.direction == 1 and msg.vbucket is not None:
+                self._observe(server, msg)
+            return []
+        req = self.pending.pop((pdu.conn, msg.opaque), None) if op in (0x53, 0x54, 0x96) else None
+        if req is None:
+            return []
+        log = msg.fields.get("failover_log")
+        if msg.status == STATUS_SUCCESS and log:
+            table = [FailoverEntry(e["vbucket_uuid"], e["seqno"]) for e in log]
+            key = (server, req.vbucket)
+            if req.opcode == 0x53:
+                out = self._judge(req, msg, pdu, opened, success=True)
+                self.tables[key] = table
+                return out
+            self.tables[key] = table
+            return []
+        if req.opcode == 0x53 and msg.status == STATUS_ROLLBACK and "rollback_seqno" in msg.fields:
+            return self._judge(req, msg, pdu, opened, success=False)
+        return []
+
+    # -- internals ---------------------------------------------------------------------
+    def _observe(self, server, msg) -> None:
+        key = (server, msg.vbucket)
+        f = msg.fields
+        seen = f.get("by_seqno") or f.get("commit_seqno") or f.get("abort_seqno") or f.get("end_seqno")
+        if seen and seen > self.high.get(key, 0):
+            self.high[key] = seen
+        if msg.opcode == 0x56 and "purge_seqno" in f:
+            self.purge[key] = f["purge_seqno"]
+
+    def _check_request(self, pdu, msg, opened) -> list[Finding]:
+        """R11: a request after ROLLBACK(R) must start at or below R with a uuid below R."""
+        f = msg.fields
+        last = self.rollbacks.get((opened.client[0], opened.server, msg.vbucket))
+        if last is None:
+            return []
+        same = (f["vbucket_uuid"], f["start_seqno"]) == (last.uuid, last.start)
+        if same or (last.seqno == 0 and f["start_seqno"] == last.start):
+            return []          # a retry, or kv_engine's retry with an older uuid after ROLLBACK(0)
+        above = {e.uuid for e in last.table if e.seqno > last.seqno}
+        problems = []
+        if f["start_seqno"] > last.seqno:
+            problems.append(f"start {f['start_seqno']} > rollback seqno {last.seqno}")
+        if f["vbucket_uuid"] in above:
+            problems.append(f"uuid {f['vbucket_uuid']:#x} belongs to history above {last.seqno}")
+        if not problems:
+            return []
+        return [finding_for("rollback-not-applied", "; ".join(problems), pdu, msg,
+                            {"start_seqno": f["start_seqno"], "vbucket_uuid": f"{f['vbucket_uuid']:#x}",
+                             "previous_rollback_seqno": last.seqno})]
+
+    def _judge(self, req: _Request, msg, pdu, opened, success: bool) -> list[Finding]:
+        f = req.fields
+        if "start_seqno" not in f:
+            return []
+        key = (opened.server, req.vbucket)
+        start, uuid = f["start_seqno"], f["vbucket_uuid"]
+        snap = (f["snap_start_seqno"], f["snap_end_seqno"])
+        flags = f.get("flags", 0)
+        shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
+                 "snap_end_seqno": snap[1]}
+        context = tuple(req.pdu.frames)
+        out: list[Finding] = []
+        if not success:
+            r = msg.fields["rollback_seqno"]
+            shown["rollback_seqno"] = r
+            rb_key = (opened.client[0], opened.server, req.vbucket)
+            last = self.rollbacks.get(rb_key)
+            if r > start:
+                out.append(finding_for("rollback-seqno-above-start",
+                                       f"ROLLBACK({r}) for a request starting at {start}",
+                                       pdu, msg, shown, context))
+            if r == start and last and (last.uuid, last.start, last.snap, last.seqno) == (uuid, start, snap, r):
+                out.append(finding_for("rollback-loop", f"ROLLBACK({r}) answered again to the same "
+                                       f"request (uuid {uuid:#x}, start {start}, snapshot "
+                                       f"[{snap[0]}, {snap[1]}])", pdu, msg, shown, context))
+            self.rollbacks[rb_key] = _LastRollback(r, uuid, start, snap,
+                                                   list(self.tables.get(key, [])))
+        table = self.tables.get(key)
+        if table is None or start == 0 and not flags & STRICT_VBUUID:
+            return out
+        table = sanitize(table, self.high.get(key, 0))
+        high_lb = self.high.get(key, 0)
+        purge_known = flags & IGNORE_PURGED_TOMBSTONES or key in self.purge
+        local_purge = 0 if flags & IGNORE_PURGED_TOMBSTONES else self.purge.get(key, 0)
+        d = needs_rollback(table, start, high_lb, uuid, snap[0], snap[1], local_purge,
+                           strict_uuid=bool(flags & STRICT_VBUUID))
+        uuid_pos = next((i for i, e in enumerate(table) if e.uuid == uuid), None)
+        upper_known = uuid_pos is not None and uuid_pos > 0
+        if d.rollback:
+            sure = d.reason == REASON_NO_UUID or upper_known
+        else:
+            sure = bool(purge_known) or start == 0
+        model = (f"model: rollback to {d.seqno} ({d.reason})" if d.rollback else "model: no rollback")
+        shown["model"] = model
+        if success and d.rollback:
+            if sure:
+                out.append(finding_for("rollback-missed", f"success for uuid {uuid:#x} start {start} "
+                                       f"snapshot [{snap[0]}, {snap[1]}]; {model}", pdu, msg, shown,
+                                       context))
+            else:
+                out.append(finding_for("rollback-prediction-unsure", f"{model} if the server's high "
+                                       f"seqno were {high_lb} (the highest seen); it answered success, "
+                                       "which is right if its high seqno was larger", pdu, msg,
+                                       shown, context))
+        elif not success and not d.rollback:
+            if sure:
+                out.append(finding_for("rollback-unexpected", f"ROLLBACK({msg.fields['rollback_seqno']}) "
+                                       f"for uuid {uuid:#x} start {start}; {model}", pdu, msg, shown,
+                                       context))
+            else:
+                out.append(finding_for("rollback-prediction-unsure", f"{model}, but the purge seqno "
+                                       "is not visible in the capture: a purge rollback to 0 "
+                                       "cannot be excluded", pdu, msg, shown, context))
+        for finding in out:
+            finding.vbucket = req.vbucket
+        return out

@@ -1,0 +1,54 @@
+"""Rollback checks in `analyze`: predicted decisions against the server's answers."""
+
+import json
+import subprocess
+import sys
+
+from dcpdissect.analysis.run import analyze_file
+
+ROLLBACK_RULES = {"rollback-missed", "rollback-unexpected", "rollback-seqno-above-start",
+                  "rollback-loop", "rollback-not-applied", "rollback-prediction-unsure"}
+
+
+def rollback_findings(samples_dir, name):
+    findings, summary = analyze_file(str(samples_dir / name))
+    assert summary.error is None
+    return [(f.rule, f.frame, f.vbucket) for f in findings if f.rule in ROLLBACK_RULES], findings
+
+
+def test_success_where_rollback_required_is_flagged(samples_dir):
+    got, findings = rollback_findings(samples_dir, "rollback-missed.pcap")
+    assert got == [("rollback-missed", 14, 3)]
+    f = next(f for f in findings if f.rule == "rollback-missed")
+    assert f.severity == "error" and "rollback to 1" in f.message
+    assert f.fields["snap_start_seqno"] == 1 and f.fields["snap_end_seqno"] == 4
+    assert 12 in f.context                      # the stream request's frame is kept as context
+
+
+def test_correct_rollback_is_not_flagged(samples_dir):
+    got, findings = rollback_findings(samples_dir, "rollback-correct.pcap")
+    assert got == []
+
+
+def test_rollback_violations(samples_dir):
+    got, _ = rollback_findings(samples_dir, "rollback-violations.pcap")
+    assert got == [
+        ("rollback-seqno-above-start", 26, 4),
+        ("rollback-unexpected", 30, 5),
+        ("rollback-loop", 34, 5),
+        ("rollback-unexpected", 34, 5),
+        ("rollback-not-applied", 40, 6),
+        ("rollback-prediction-unsure", 46, 7),
+    ]
+
+
+def test_analyze_cli_exit_codes_for_rollback(samples_dir):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "dcpdissect.cli", "analyze", *args],
+                              capture_output=True, text=True)
+    bad = run(str(samples_dir / "rollback-missed.pcap"), "--format", "jsonl")
+    assert bad.returncode == 1
+    rows = [json.loads(x) for x in bad.stdout.splitlines()]
+    assert any(r["rule"] == "rollback-missed" and r["frame"] == 14 for r in rows)
+    good = run(str(samples_dir / "rollback-correct.pcap"))
+    assert good.returncode == 0
