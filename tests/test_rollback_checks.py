@@ -7,7 +7,8 @@ import sys
 from dcpdissect.analysis.run import analyze_file
 
 ROLLBACK_RULES = {"rollback-missed", "rollback-unexpected", "rollback-seqno-above-start",
-                  "rollback-loop", "rollback-not-applied", "rollback-prediction-unsure"}
+                  "rollback-loop", "rollback-not-applied", "rollback-prediction-unsure",
+                  "rollback-purge-seqno-not-sent"}
 
 
 def rollback_findings(samples_dir, name):
@@ -39,6 +40,7 @@ def test_rollback_violations(samples_dir):
         ("rollback-unexpected", 34, 5),
         ("rollback-not-applied", 40, 6),
         ("rollback-prediction-unsure", 46, 7),
+        ("rollback-purge-seqno-not-sent", 54, 8),
     ]
 
 
@@ -52,3 +54,12 @@ def test_analyze_cli_exit_codes_for_rollback(samples_dir):
     assert any(r["rule"] == "rollback-missed" and r["frame"] == 14 for r in rows)
     good = run(str(samples_dir / "rollback-correct.pcap"))
     assert good.returncode == 0
+
+
+def test_request_purge_seqno_feeds_the_model():
+    from dcpdissect.analysis.rollback_checks import request_purge_seqno
+    from dcpdissect.codec import decode, encode
+    req = decode(encode(0x53, {"start_seqno": 5, "snap_start_seqno": 5, "snap_end_seqno": 5},
+                        value=b'{"purge_seqno":"7"}'))
+    assert request_purge_seqno(req) == 7
+    assert request_purge_seqno(decode(encode(0x53, {}, value=b"not json"))) is None

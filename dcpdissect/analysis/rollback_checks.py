@@ -8,6 +8,7 @@ purge seqno. A conclusion is reported as sure only when the unknowns cannot chan
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ..protocol import STATUS_ROLLBACK, STATUS_SUCCESS
@@ -30,6 +31,9 @@ rule("rollback-loop", ERROR, "the same request answered ROLLBACK to its own star
 rule("rollback-not-applied", WARNING, "after ROLLBACK(R) the next request for the vbucket "
      "starts above R or uses a uuid from above R", "R11; rollback.md: drop snapshots and "
      "failover entries above R, then re-request", "rollback-violations.pcap")
+rule("rollback-purge-seqno-not-sent", WARNING, "a resume does not carry the purge seqno of the "
+     "last disk marker seen for the vbucket", "R13; stream-request-value.md purge_seqno lets the "
+     "server skip a purge rollback to 0 (MB-27800)", "rollback-violations.pcap")
 rule("rollback-prediction-unsure", INFO, "the rollback decision depends on the server's high "
      "or purge seqno, which the capture does not show",
      "R10; the high seqno is only known as a lower bound from the seqnos seen",
@@ -109,12 +113,20 @@ class RollbackTracker:
     def _check_request(self, pdu, msg, opened) -> list[Finding]:
         """R11: a request after ROLLBACK(R) must start at or below R with a uuid below R."""
         f = msg.fields
+        out = []
+        purge = self.purge.get((opened.server, msg.vbucket))
+        sent = request_purge_seqno(msg)
+        if purge and f["start_seqno"] and sent != purge:
+            out.append(finding_for("rollback-purge-seqno-not-sent",
+                                   f"request purge_seqno {sent if sent is not None else 'absent'}; "
+                                   f"the last disk marker carried purge seqno {purge}", pdu, msg,
+                                   {"purge_seqno": sent, "last_marker_purge_seqno": purge}))
         last = self.rollbacks.get((opened.client[0], opened.server, msg.vbucket))
         if last is None:
-            return []
+            return out
         same = (f["vbucket_uuid"], f["start_seqno"]) == (last.uuid, last.start)
         if same or (last.seqno == 0 and f["start_seqno"] == last.start):
-            return []          # a retry, or kv_engine's retry with an older uuid after ROLLBACK(0)
+            return out         # a retry, or kv_engine's retry with an older uuid after ROLLBACK(0)
         above = {e.uuid for e in last.table if e.seqno > last.seqno}
         problems = []
         if f["start_seqno"] > last.seqno:
@@ -122,8 +134,8 @@ class RollbackTracker:
         if f["vbucket_uuid"] in above:
             problems.append(f"uuid {f['vbucket_uuid']:#x} belongs to history above {last.seqno}")
         if not problems:
-            return []
-        return [finding_for("rollback-not-applied", "; ".join(problems), pdu, msg,
+            return out
+        return out + [finding_for("rollback-not-applied", "; ".join(problems), pdu, msg,
                             {"start_seqno": f["start_seqno"], "vbucket_uuid": f"{f['vbucket_uuid']:#x}",
                              "previous_rollback_seqno": last.seqno})]
 
@@ -162,6 +174,7 @@ class RollbackTracker:
         purge_known = flags & IGNORE_PURGED_TOMBSTONES or key in self.purge
         local_purge = 0 if flags & IGNORE_PURGED_TOMBSTONES else self.purge.get(key, 0)
         d = needs_rollback(table, start, high_lb, uuid, snap[0], snap[1], local_purge,
+                           remote_purge=request_purge_seqno(req.msg) or 0,
                            strict_uuid=bool(flags & STRICT_VBUUID))
         uuid_pos = next((i for i, e in enumerate(table) if e.uuid == uuid), None)
         upper_known = uuid_pos is not None and uuid_pos > 0
@@ -193,3 +206,14 @@ class RollbackTracker:
         for finding in out:
             finding.vbucket = req.vbucket
         return out
+
+
+def request_purge_seqno(msg) -> int | None:
+    """The ``purge_seqno`` (a decimal string) of a stream request's JSON value, if any."""
+    if not msg.value_len:
+        return None
+    try:
+        value = json.loads(bytes(msg.value))
+        return int(value["purge_seqno"]) if isinstance(value, dict) and "purge_seqno" in value else None
+    except (ValueError, TypeError):
+        return None

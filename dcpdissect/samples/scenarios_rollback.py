@@ -63,6 +63,14 @@ def _violations() -> list[Script]:
     s.s2c(rollback(0x36, 10))
     s.c2s(stream_req(7, 0x27, start=30, uuid=0xB))                  # depends on the high seqno
     s.s2c(failover(0x27, *LOG))
+    s.c2s(stream_req(8, 0x28, end=12))                              # a disk backfill with purge 7
+    s.s2c(failover(0x28, (0xC, 0)))
+    s.s2c(marker(8, 0x28, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,
+                 purge_seqno=7),
+          *[mutation(8, 0x28, i, f"p{i}", b'{"v":2}') for i in (10, 11, 12)],
+          encode(0x55, {"reason": 0}, vbucket=8, opaque=0x28))
+    s.c2s(stream_req(8, 0x38, start=12, uuid=0xC, snap_start=0, snap_end=12))  # no purge_seqno
+    s.s2c(failover(0x38, (0xC, 0)))
     s.conv.close()
     return [s]
 
