@@ -1,0 +1,126 @@
+"""Rule catalogue, violation samples and golden findings.
+
+Rewrite the golden file after an intended change of findings with
+``DCPDISSECT_UPDATE_GOLDEN=1 python -m pytest tests/test_violations.py``.
+"""
+
+import ast
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import dcpdissect.analysis.engine as engine_mod
+import dcpdissect.analysis.structural as structural_mod
+from dcpdissect.analysis.catalogue import category, render_rules_markdown
+from dcpdissect.analysis.rules import ERROR, RULES, WARNING
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.samples.builder import all_specs
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "findings.jsonl"
+
+CLEAN = ("clean-replication", "add-stream", "seed-marker-v1", "seed-marker-v2_0",
+         "seed-add-stream", "tcp-reorder", "tcp-retransmit", "tcp-seq-wrap", "sll2", "vlan-qinq",
+         "ipv6", "loopback-ns-be", "pcapng-multi-interface", "clean-replication-gz")
+
+
+def _registered_in(module) -> set[str]:
+    """Rule ids registered by ``rule("id", ...)`` calls in a module's source."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    return {node.args[0].value for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "rule"
+            and node.args and isinstance(node.args[0], ast.Constant)}
+
+
+# the golden file covers the per-message and framing rules
+GOLDEN_RULES = _registered_in(structural_mod) | _registered_in(engine_mod)
+
+
+@lru_cache(maxsize=None)
+def findings_of(filename: str):
+    return analyze_file(str(SAMPLES / filename))[0]
+
+
+def _spec_files() -> dict[str, str]:
+    return {s.name: s.filename for s in all_specs()}
+
+
+def test_structural_and_framing_rules_are_all_known():
+    assert GOLDEN_RULES <= set(RULES)
+    assert len(GOLDEN_RULES) >= 40
+
+
+@pytest.mark.parametrize("rid", sorted(RULES))
+def test_every_rule_is_triggered_by_its_sample(rid):
+    sample = RULES[rid].sample
+    assert (SAMPLES / sample).is_file(), f"{rid}: sample {sample} missing"
+    assert rid in {f.rule for f in findings_of(sample)}, f"{rid} not triggered by {sample}"
+
+
+@pytest.mark.parametrize("rid", sorted(GOLDEN_RULES))
+def test_structural_rules_point_at_violation_samples(rid):
+    if RULES[rid].severity in (ERROR, WARNING) and rid != "tcp-overlap-mismatch":
+        assert RULES[rid].sample.startswith("violations-")
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_samples_have_no_warning_or_error(name):
+    filename = _spec_files()[name]
+    # tcp-retransmit documents tcp-overlap-mismatch: only a rule's own sample may show it
+    bad = [(f.frame, f.rule, f.message) for f in findings_of(filename)
+           if f.severity in (ERROR, WARNING) and RULES[f.rule].sample != filename]
+    assert bad == []
+
+
+def test_violation_markers_break_one_rule_each():
+    by_vb: dict[int, set[str]] = {}
+    for f in findings_of("violations-marker.pcap"):
+        if f.rule.startswith("marker-"):
+            by_vb.setdefault(f.vbucket, set()).add(f.rule)
+    assert all(len(rules) == 1 for rules in by_vb.values()), by_vb
+    assert len(by_vb) == len({r for r in RULES if r.startswith("marker-")})
+
+
+def test_findings_carry_the_pdu_and_frames():
+    for f in findings_of("violations-structure.pcap"):
+        if RULES[f.rule].single_pdu:
+            assert f.pdu and f.frame in f.frames and f.connection == 1
+
+
+def test_rules_markdown_is_current():
+    doc = (ROOT / "docs" / "rules.md").read_text()
+    assert doc == render_rules_markdown(), \
+        "regenerate: python -m dcpdissect.analysis.catalogue > docs/rules.md"
+
+
+def test_rules_markdown_lists_every_rule_by_category():
+    text = render_rules_markdown()
+    for rid, r in RULES.items():
+        assert f"| `{rid}` | {r.severity} |" in text
+        assert f"## {category(rid)}" in text
+    assert category("add-stream-datatype") == "add-stream"
+    assert category("marker-key") == "marker"
+
+
+def golden_rows() -> list[dict]:
+    rows = []
+    for spec in all_specs():
+        for f in findings_of(spec.filename):
+            if f.rule in GOLDEN_RULES:
+                rows.append({"sample": spec.filename, "rule": f.rule, "frame": f.frame,
+                             "connection": f.connection, "vbucket": f.vbucket})
+    return rows
+
+
+def test_golden_findings():
+    rows = golden_rows()
+    if os.environ.get("DCPDISSECT_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    want = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
+    assert rows == want, ("findings changed; if intended rewrite with "
+                          "DCPDISSECT_UPDATE_GOLDEN=1 python -m pytest tests/test_violations.py")
