@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Set up and run the main job on a bundled sample.
+# Set up and run the main job: analyze a bundled sample that has findings.
+# (analyze exits 1 when it finds errors; that is the expected result here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/dcpdissect dissect samples/clean-replication.pcap
+status=0
+.venv/bin/dcpdissect analyze samples/rollback-missed.pcap || status=$?
+[ "$status" -le 1 ] || exit "$status"

@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >&2
-.venv/bin/python -m pip install --quiet -e ".[test]" >&2
+.venv/bin/python -m pip install --quiet -e ".[test,spark]" >&2
 
 if ! command -v tshark >/dev/null 2>&1; then
     SUDO=""
