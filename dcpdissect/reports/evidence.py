@@ -1,0 +1,403 @@
+"""Evidence bundles: a trimmed capture with the offending frames and their context, a
+Markdown report whose frame numbers refer to it, and a README with the tshark command.
+
+Kept frames are written unchanged (link type, timestamps at nanosecond resolution,
+original lengths), except with ``redact=True``: the document keys and values of data
+messages (mutation, deletion, expiration, prepare, commit, abort) are overwritten by
+``x`` bytes of the same length. MCBP headers, extras (seqnos, CAS), lengths and TCP/IP
+headers stay as captured; TCP/IP checksums are not recomputed (Wireshark does not
+verify them by default).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import shlex
+import struct
+from collections import defaultdict
+from pathlib import Path
+
+from ..analysis.findings import Finding
+from ..capture.packets import decode_packet
+from ..capture.readers import CaptureError, open_capture
+from ..reassembly.connections import ConnectionOpened
+from ..reassembly.framing import LostPdu, Pdu, Resync
+from ..reassembly.pdus import iter_events
+from ..samples.pcapwrite import PcapngWriter, PcapWriter
+from .markdown import finding_frames, frame_filter, markdown_report
+
+DATA_OPCODES = frozenset({0x57, 0x58, 0x59, 0x60, 0x62, 0x63})
+_REQUEST_MAGICS = (0x80, 0x08, 0x82)
+_SYN, _ACK, _FIN, _RST = 0x02, 0x10, 0x01, 0x04
+_MASK = 0xFFFFFFFF
+MAX_PER_RULE = 25          # findings of one rule carried into a bundle
+CLOSURE_ROUNDS = 16        # frames added to start and end kept runs on PDU boundaries
+
+
+@dataclasses.dataclass
+class _Msg:
+    conn: int
+    direction: int
+    offset: int
+    end: int
+    frames: tuple[int, ...]
+    frame: int
+    magic: int
+    opcode: int
+    vbucket: int | None
+    opaque: int
+
+
+def document_ranges(data: bytes) -> list[tuple[int, int]]:
+    """Byte ranges (within one PDU) of the document key and value of a data message."""
+    if len(data) < 24 or data[0] not in _REQUEST_MAGICS or data[1] not in DATA_OPCODES:
+        return []
+    keylen = struct.unpack_from(">H", data, 2)[0]
+    framing = 0
+    if data[0] == 0x08:
+        framing, keylen = data[2], data[3]
+    bodylen = struct.unpack_from(">I", data, 8)[0]
+    end = min(len(data), 24 + bodylen)
+    k0 = min(end, 24 + framing + data[4])
+    k1 = min(end, k0 + keylen)
+    return [(a, b) for a, b in ((k0, k1), (k1, end)) if b > a]
+
+
+def redact_pdu(data: bytes | None) -> bytes | None:
+    """The PDU with its document key and value replaced by ``x`` bytes."""
+    if not data:
+        return data
+    out = bytearray(data)
+    for a, b in document_ranges(data):
+        out[a:b] = b"x" * (b - a)
+    return bytes(out)
+
+
+class _Capture:
+    """What the bundle needs to know about the capture: messages, connections, frames."""
+
+    def __init__(self, path: str, conns: set[int]):
+        self.opened: dict[int, ConnectionOpened] = {}
+        self.msgs: dict[tuple[int, int], list[_Msg]] = defaultdict(list)
+        self.redact: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        self.resyncs: dict[tuple[int, int], list[Resync]] = defaultdict(list)
+        self.handshake: dict[int, list[int]] = defaultdict(list)
+        self.frame_ranges: dict[int, tuple[int, int, int, int]] = {}   # frame -> conn, dir, off, len
+        self.runs: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+        self._events(path, conns)
+        self._frames(path, conns)
+
+    def _events(self, path: str, conns: set[int]) -> None:
+        try:
+            for ev in iter_events(path):
+                kind = type(ev)
+                if kind is ConnectionOpened:
+                    self.opened[ev.conn] = ev
+                elif ev.__class__ in (Pdu, LostPdu, Resync) and ev.conn not in conns:
+                    continue
+                elif kind is Pdu:
+                    d = ev.data
+                    request = d[0] in _REQUEST_MAGICS
+                    vb = struct.unpack_from(">H", d, 6)[0] if request else None
+                    opaque = struct.unpack_from(">I", d, 12)[0]
+                    self.msgs[(ev.conn, ev.direction)].append(_Msg(
+                        ev.conn, ev.direction, ev.offset, ev.offset + len(d), ev.frames, ev.frame,
+                        d[0], d[1], vb, opaque))
+                    for a, b in document_ranges(d):
+                        self.redact[(ev.conn, ev.direction)].append((ev.offset + a, ev.offset + b))
+                elif kind is LostPdu:
+                    end = ev.offset + max(ev.have, ev.need)
+                    if end > ev.offset + 24:
+                        self.redact[(ev.conn, ev.direction)].append((ev.offset + 24, end))
+                elif kind is Resync:
+                    self.resyncs[(ev.conn, ev.frame)].append(ev)
+        except CaptureError:
+            pass
+        for ranges in self.redact.values():
+            ranges.sort()
+
+    def _frames(self, path: str, conns: set[int]) -> None:
+        """Stream offset of every data frame of the connections, and handshake frames."""
+        by_ends: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+        for c in sorted(conns):
+            o = self.opened.get(c)
+            if o is not None:
+                by_ends[(o.client, o.server)].append((o.frame, c))
+        state: dict[tuple[int, int], list] = {}       # (conn, dir) -> [last_seq, last_off]
+        synack_seen: set[int] = set()
+        try:
+            with open_capture(path) as reader:
+                for fr in reader:
+                    seg = decode_packet(fr.linktype, fr.data)
+                    if seg is None:
+                        continue
+                    a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
+                    if (a, b) in by_ends:
+                        cands, direction = by_ends[(a, b)], 0
+                    elif (b, a) in by_ends:
+                        cands, direction = by_ends[(b, a)], 1
+                    else:
+                        continue
+                    conn = None
+                    for start, c in cands:
+                        if start <= fr.number:
+                            conn = c
+                    if conn is None:
+                        continue
+                    self._segment(fr.number, conn, direction, seg, state, synack_seen)
+        except CaptureError:
+            pass
+        for (conn, direction), runs in self.runs.items():
+            runs.sort()
+
+    def _segment(self, number, conn, direction, seg, state, synack_seen) -> None:
+        flags, seq = seg.flags, seg.seq
+        if flags & _SYN:
+            self.handshake[conn].append(number)
+            if flags & _ACK:
+                synack_seen.add(conn)
+                state.setdefault((conn, 0), [seg.ack & _MASK, 0])
+            state.setdefault((conn, direction), [(seq + 1) & _MASK, 0])
+            seq = (seq + 1) & _MASK
+        elif (direction == 0 and conn in synack_seen and not seg.payload
+              and not flags & (_FIN | _RST) and len(self.handshake[conn]) < 3):
+            self.handshake[conn].append(number)        # the handshake's final ACK
+        if not seg.payload:
+            return
+        st = state.setdefault((conn, direction), [seq, 0])
+        d = (seq - st[0]) & _MASK
+        if d & 0x80000000:
+            d -= 1 << 32
+        off = st[1] + d
+        st[0], st[1] = seq, off
+        self.frame_ranges[number] = (conn, direction, off, len(seg.payload))
+        self.runs[(conn, direction)].append((off, off + len(seg.payload), number))
+
+    # -- context -------------------------------------------------------------------------
+    def all_msgs(self, conn: int):
+        return self.msgs.get((conn, 0), []) + self.msgs.get((conn, 1), [])
+
+    def context_of(self, f: Finding) -> set[int]:
+        keep = set(finding_frames(f)) | set(f.context)
+        conn = f.connection
+        if conn is None:
+            return keep
+        keep |= set(self.handshake.get(conn, ()))
+        msgs = sorted(self.all_msgs(conn), key=lambda m: m.frame)
+        at = f.frame if f.frame is not None else 0
+        before = [m for m in msgs if m.frame <= at]
+        opens = [m for m in msgs if m.opcode == 0x50]
+        if opens:
+            first = opens[0]
+            keep |= set(first.frames)
+            reply = next((m for m in opens if m.direction != first.direction
+                          and m.opaque == first.opaque), None)
+            if reply is not None:
+                keep |= set(reply.frames)
+        if f.vbucket is not None:
+            for opcode in (0x51, 0x53, 0x56):
+                req = next((m for m in reversed(before) if m.opcode == opcode
+                            and m.magic in _REQUEST_MAGICS and m.vbucket == f.vbucket
+                            and m.frame < at), None)
+                if req is not None:
+                    keep |= set(req.frames)
+                    if opcode != 0x56:
+                        keep |= self._reply_frames(msgs, req)
+            own = next((m for m in before if m.frame == at and m.vbucket == f.vbucket
+                        and m.opaque == f.opaque), None)
+            if own is not None and own.magic in _REQUEST_MAGICS:
+                keep |= self._reply_frames(msgs, own)
+        elif f.opaque is not None:
+            req = next((m for m in reversed(before) if m.opaque == f.opaque and m.frame < at
+                        and m.magic in _REQUEST_MAGICS), None)
+            if req is not None:
+                keep |= set(req.frames)
+        for ev in self.resyncs.get((conn, f.frame), ()):
+            lo = ev.offset - ev.skipped
+            for off, end, n in self.runs.get((conn, ev.direction), ()):
+                if off < ev.offset and end > lo:
+                    keep.add(n)
+        return keep
+
+    @staticmethod
+    def _reply_frames(msgs, req: _Msg) -> set[int]:
+        reply = next((m for m in msgs if m.frame >= req.frame and m.direction != req.direction
+                      and m.opaque == req.opaque and m.opcode == req.opcode
+                      and m.magic not in _REQUEST_MAGICS), None)
+        return set(reply.frames) if reply is not None else set()
+
+    def close_runs(self, keep: set[int]) -> set[int]:
+        """Add the frames of PDUs cut by the edges of kept frames, so that each kept
+        stretch of a stream starts and ends on a PDU boundary (bounded)."""
+        starts = {key: [m.offset for m in ms] for key, ms in self.msgs.items()}
+        for _ in range(CLOSURE_ROUNDS):
+            added = set()
+            for n in keep:
+                info = self.frame_ranges.get(n)
+                if info is None:
+                    continue
+                conn, direction, off, length = info
+                ms = self.msgs.get((conn, direction))
+                if not ms:
+                    continue
+                for pos in (off, off + length - 1):
+                    i = bisect.bisect_right(starts[(conn, direction)], pos) - 1
+                    if i >= 0 and ms[i].offset <= pos < ms[i].end:
+                        added |= set(ms[i].frames) - keep
+            if not added:
+                break
+            keep |= added
+        return keep
+
+
+def _payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
+    """Where the TCP payload starts in the frame (verified by decoding a modified copy)."""
+    pos = len(data)
+    while True:
+        pos = data.rfind(payload, 0, pos + len(payload) - 1)
+        if pos < 0:
+            return None
+        probe = bytearray(data)
+        probe[pos] ^= 0xFF
+        seg = decode_packet(linktype, bytes(probe))
+        if seg is not None and seg.payload[:1] == bytes([payload[0] ^ 0xFF]) \
+                and seg.payload[1:] == payload[1:]:
+            return pos
+        if pos == 0:
+            return None
+
+
+def _redacted_frame(fr, info, ranges) -> bytes:
+    conn, direction, off, length = info
+    end = off + length
+    i = max(0, bisect.bisect_right(ranges, (off, off)) - 1)
+    cuts = []
+    while i < len(ranges) and ranges[i][0] < end:
+        a, b = ranges[i]
+        if b > off:
+            cuts.append((max(a, off) - off, min(b, end) - off))
+        i += 1
+    if not cuts:
+        return fr.data
+    seg = decode_packet(fr.linktype, fr.data)
+    pos = _payload_pos(fr.linktype, fr.data, seg.payload) if seg is not None and seg.payload else None
+    if pos is None:
+        return fr.data
+    out = bytearray(fr.data)
+    for a, b in cuts:
+        a, b = min(a, len(seg.payload)), min(b, len(seg.payload))
+        out[pos + a:pos + b] = b"x" * (b - a)
+    return bytes(out)
+
+
+def tshark_command(pcap_name: str, frames, ports=(11209, 11210)) -> str:
+    decode_as = " ".join(f"-d tcp.port=={p},couchbase" for p in sorted(set(ports)))
+    return (f"tshark -r {shlex.quote(pcap_name)} -o tcp.reassemble_out_of_order:TRUE "
+            f"-o tcp.analyze_sequence_numbers:FALSE {decode_as} -V "
+            f"-Y {shlex.quote(frame_filter(frames))}")
+
+
+def select_findings(findings: list[Finding], per_rule: int = MAX_PER_RULE) -> list[Finding]:
+    counts: dict[str, int] = defaultdict(int)
+    out = []
+    for f in sorted(findings, key=Finding.sort_key):
+        counts[f.rule] += 1
+        if counts[f.rule] <= per_rule:
+            out.append(f)
+    return out
+
+
+def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool = False) -> Path:
+    """Write ``evidence.pcap`` (``evidence.pcapng`` when the kept frames use several link
+    types), ``report.md`` and ``README.txt`` into ``out_dir``; return ``out_dir``."""
+    path = str(path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = select_findings(findings)
+    conns = {f.connection for f in chosen if f.connection is not None}
+    cap = _Capture(path, conns)
+    keep: set[int] = set()
+    for f in chosen:
+        keep |= cap.context_of(f)
+    keep = cap.close_runs(keep)
+
+    frames = []
+    try:
+        with open_capture(path) as reader:
+            for fr in reader:
+                if fr.number in keep:
+                    frames.append(fr)
+    except CaptureError:
+        pass
+    linktypes = sorted({fr.linktype for fr in frames}) or [1]
+    name = "evidence.pcap" if len(linktypes) == 1 else "evidence.pcapng"
+    pcap = out / name
+    frame_map: dict[int, int] = {}
+    snaplen = max([262144] + [len(fr.data) for fr in frames])
+    with open(pcap, "wb") as fh:
+        if len(linktypes) == 1:
+            writer = PcapWriter(fh, linktype=linktypes[0], nanosecond=True, snaplen=snaplen)
+            write = lambda fr, data: writer.write(fr.ts_ns, data, wirelen=max(fr.wirelen, len(data)))
+        else:
+            writer = PcapngWriter(fh)
+            iface = {lt: writer.add_interface(lt, tsresol=9, snaplen=snaplen) for lt in linktypes}
+            write = lambda fr, data: writer.write(iface[fr.linktype], fr.ts_ns, data,
+                                                  wirelen=max(fr.wirelen, len(data)))
+        for new, fr in enumerate(frames, 1):
+            data = fr.data
+            info = cap.frame_ranges.get(fr.number)
+            if redact and info is not None:
+                data = _redacted_frame(fr, info, cap.redact.get(info[:2], []))
+            write(fr, data)
+            frame_map[fr.number] = new
+        writer.close()
+
+    offending = sorted({frame_map[n] for f in chosen for n in finding_frames(f) if n in frame_map})
+    ports = {cap.opened[c].server[1] for c in conns if c in cap.opened} or {11210}
+    command = tshark_command(name, offending or sorted(frame_map.values())[:1], ports | {11209})
+    connections = {c: f"{o.client[0]}:{o.client[1]} → {o.server[0]}:{o.server[1]}"
+                   for c, o in cap.opened.items() if c in conns}
+    notes = [f"Evidence capture `{name}`: {len(frame_map)} of {summary.frames} frames of "
+             f"`{Path(path).name}` (the offending frames, their connection's handshake, DCP "
+             "open, stream request/response and preceding snapshot marker). Frame numbers "
+             "below refer to it; the original numbers are given alongside.",
+             f"Show the offending PDUs:\n\n```\n{command}\n```",
+             "TCP sequence analysis is switched off in that command because the trimmed "
+             "capture has holes in each stream."]
+    if redact:
+        notes.append("**Redaction applied**: document keys and values of data messages are "
+                     "replaced by `x` bytes of the same length in the capture and in the "
+                     "hexdumps below; headers, extras (seqnos, CAS) and lengths are unchanged; "
+                     "TCP/IP checksums were not recomputed.")
+    shown = chosen
+    if redact:
+        shown = [dataclasses.replace(f, pdu=redact_pdu(f.pdu)) for f in chosen]
+    omitted = len(findings) - len(chosen)
+    if omitted:
+        notes.append(f"{omitted} further findings (beyond {MAX_PER_RULE} per rule) are not "
+                     "included; run dcpdissect on the original capture to see them.")
+    report = markdown_report(path, shown, summary, frame_map,
+                             title=f"dcpdissect evidence: {Path(path).name}",
+                             notes=notes, connections=connections)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    digest = hashlib.sha256(pcap.read_bytes()).hexdigest()
+    readme = [
+        f"Evidence bundle for {Path(path).name} (written by dcpdissect analyze --evidence)",
+        "",
+        f"{name}     {len(frame_map)} frames, SHA-256 {digest}",
+        "report.md        findings, decoded fields, hexdumps, Wireshark filters",
+        "",
+        "Show the offending PDUs with Wireshark's dissector:",
+        "",
+        f"  {command}",
+        "",
+        "Frame numbers in report.md refer to the evidence capture.",
+        "Redaction: " + ("applied (document keys and values replaced by 'x' bytes; headers, "
+                         "lengths and seqnos unchanged; TCP/IP checksums not recomputed)."
+                         if redact else "none (frames are byte-for-byte as captured)."),
+        "",
+    ]
+    (out / "README.txt").write_text("\n".join(readme), encoding="utf-8")
+    return out
