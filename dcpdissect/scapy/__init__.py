@@ -6,7 +6,7 @@ with loss, reordering, sequence wrap and mid-stream starts); Scapy's ``TCPSessio
 works for clean in-order captures only.
 """
 
-from .layers import *  # noqa: F401,F403
+from .layers import *
 from .layers import __all__ as _layer_names
 from .reader import pdu_packet, read, split_pdus
 

@@ -18,18 +18,52 @@ import struct
 
 from scapy.config import conf
 from scapy.fields import (
-    BitField, ByteEnumField, ByteField, ConditionalField, EnumField, FlagsField, IntEnumField,
-    IntField, LongField, MultipleTypeField, PacketListField, ShortEnumField, ShortField,
-    StrField, StrFixedLenField, StrLenField, XByteField, XIntField, XLongField, XShortField,
+    BitField,
+    ByteEnumField,
+    ByteField,
+    ConditionalField,
+    EnumField,
+    FlagsField,
+    IntEnumField,
+    IntField,
+    LongField,
+    MultipleTypeField,
+    PacketListField,
+    ShortEnumField,
+    ShortField,
+    StrField,
+    StrFixedLenField,
+    StrLenField,
+    XByteField,
+    XIntField,
+    XLongField,
+    XShortField,
 )
 from scapy.layers.inet import TCP
 from scapy.packet import NoPayload, Packet, bind_bottom_up, bind_top_down
 
 from ..protocol import (
-    DATATYPE, DCP_OPCODES, DCP_PORTS, FLEXIBLE_MAGICS, FRAME_INFO_ESCAPE, FRAME_INFO_STREAM_ID,
-    HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, OPCODE_NAMES, REQUEST_FRAME_INFOS, REQUEST_MAGICS,
-    RESPONSE_FRAME_INFOS, RESPONSE_MAGICS, SERVER_MAGICS, STATUS, Field, Layout, Presence,
-    Shape, opcode_name,
+    DATATYPE,
+    DCP_OPCODES,
+    DCP_PORTS,
+    FLEXIBLE_MAGICS,
+    FRAME_INFO_ESCAPE,
+    FRAME_INFO_STREAM_ID,
+    HEADER_SIZE,
+    MAGICS,
+    MAX_FRAME_SIZE,
+    OPCODE_NAMES,
+    REQUEST_FRAME_INFOS,
+    REQUEST_MAGICS,
+    RESPONSE_FRAME_INFOS,
+    RESPONSE_MAGICS,
+    SERVER_MAGICS,
+    STATUS,
+    Field,
+    Layout,
+    Presence,
+    Shape,
+    opcode_name,
 )
 
 MAX_LIST_ITEMS = 100_000          # failover-log entries / frame infos accepted per PDU
@@ -678,9 +712,12 @@ def info_line(header: MCBP, body: McbpBody | None) -> str:
             if layout.repeated:
                 entries = [e for e in body.getfieldval(layout.repeated)
                            if not isinstance(e, conf.raw_layer)]
-                parts.append(f"{layout.repeated}=[" + ", ".join(
+                shown = [
                     "@".join(_field_text(f, int(e.getfieldval(f.name))) for f in layout.fields)
-                    for e in entries) + "]")
+                    for e in entries[:4]]
+                if len(entries) > 4:
+                    shown.append(f"... {len(entries)} entries")
+                parts.append(f"{layout.repeated}=[{', '.join(shown)}]")
                 continue
             for f in layout.fields:
                 value = int(body.getfieldval(f.name))
