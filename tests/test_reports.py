@@ -1,0 +1,249 @@
+"""Markdown reports, evidence bundles (checked with real tshark) and redaction."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dcpdissect.analysis.findings import Finding
+from dcpdissect.analysis.rules import RULES
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.capture.readers import open_capture
+from dcpdissect.codec import decode
+from dcpdissect.reassembly.pdus import Pdu, Summary, iter_events
+from dcpdissect.reports.evidence import DATA_OPCODES, document_ranges, redact_pdu, write_evidence
+from dcpdissect.reports.markdown import frame_filter, hexdump, markdown_report
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+TSHARK = shutil.which("tshark")
+needs_tshark = pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
+
+
+def analyzed(name):
+    return analyze_file(str(SAMPLES / name))
+
+
+def tshark_fields(pcap: Path, frames, *fields, ports=(11209, 11210)) -> list[list[str]]:
+    cmd = [TSHARK, "-r", str(pcap), "-o", "tcp.reassemble_out_of_order:TRUE",
+           "-o", "tcp.analyze_sequence_numbers:FALSE"]
+    for p in ports:
+        cmd += ["-d", f"tcp.port=={p},couchbase"]
+    cmd += ["-Y", frame_filter(frames), "-T", "fields", "-e", "frame.number"]
+    for f in fields:
+        cmd += ["-e", f]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return [line.split("\t") for line in res.stdout.splitlines()]
+
+
+def frame_bytes(pcap: Path) -> list[bytes]:
+    with open_capture(str(pcap)) as reader:
+        return [fr.data for fr in reader]
+
+
+# --- markdown ------------------------------------------------------------------------------
+
+def test_hexdump_and_filter():
+    dump = hexdump(bytes(range(100)))
+    assert dump.splitlines()[0].startswith("0000  00 01 02 03")
+    assert len(dump.splitlines()) == 5 and "36 more bytes (100 in total)" in dump
+    assert frame_filter([5, 3, 5]) == "frame.number in {3, 5}"
+
+
+def test_markdown_report_sections():
+    findings, summary = analyzed("violations-marker.pcap")
+    md = markdown_report(str(SAMPLES / "violations-marker.pcap"), findings, summary)
+    for heading in ("## Capture", "## Summary by rule", "## marker-key", "## marker-version"):
+        assert heading in md
+    assert re.search(r"\| SHA-256 \| `[0-9a-f]{64}` \|", md)
+    assert f"| frames | {summary.frames} |" in md and f"| PDUs | {summary.pdus} |" in md
+    for f in findings:
+        assert f"frame.number in {{{', '.join(map(str, sorted(set(f.frames) | {f.frame})))}}}" in md
+        assert RULES[f.rule].rationale in md
+        assert hexdump(f.pdu).splitlines()[0] in md
+    assert "| `version` | 1 |" in md                    # decoded fields
+
+
+def test_markdown_report_frame_map_and_no_findings():
+    findings, summary = analyzed("violations-structure.pcap")
+    f = next(x for x in findings if x.rule == "header-invariant")
+    md = markdown_report("x.pcap", [f], summary, frame_map={f.frame: 7})
+    assert f"7 (original frame {f.frame})" in md and "frame.number in {7}" in md
+    _, clean = analyzed("seed-marker-v1.pcap")
+    assert "No findings." in markdown_report(str(SAMPLES / "seed-marker-v1.pcap"), [], clean)
+
+
+# --- evidence ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def marker_bundle(tmp_path_factory):
+    findings, summary = analyzed("violations-marker.pcap")
+    out = write_evidence(str(SAMPLES / "violations-marker.pcap"), findings, summary,
+                         tmp_path_factory.mktemp("ev"))
+    return findings, out
+
+
+def _frame_map(out: Path) -> dict[int, int]:
+    md = (out / "report.md").read_text()
+    return {int(o): int(n) for n, o in re.findall(r"(\d+) \(original frame (\d+)\)", md)}
+
+
+def test_evidence_bundle_files_and_frame_map(marker_bundle):
+    findings, out = marker_bundle
+    assert {p.name for p in out.iterdir()} == {"evidence.pcap", "report.md", "README.txt"}
+    original = frame_bytes(SAMPLES / "violations-marker.pcap")
+    kept = frame_bytes(out / "evidence.pcap")
+    fmap = _frame_map(out)
+    assert fmap
+    for old, new in fmap.items():
+        assert kept[new - 1] == original[old - 1]          # unchanged without redaction
+    assert sorted(fmap.values()) == list(range(1, len(fmap) + 1)) or len(fmap) <= len(kept)
+    # handshake, DcpOpen and the stream requests are kept as context
+    assert original[0] == kept[0] and len(kept) < len(original)
+    readme = (out / "README.txt").read_text()
+    assert "tshark -r evidence.pcap -o tcp.reassemble_out_of_order:TRUE" in readme
+    assert "frame.number in {" in readme and "Redaction: none" in readme
+
+
+def test_evidence_timestamps_and_linktype_kept(marker_bundle):
+    _, out = marker_bundle
+    with open_capture(str(SAMPLES / "violations-marker.pcap")) as r:
+        orig = {fr.data: fr for fr in r}
+    with open_capture(str(out / "evidence.pcap")) as r:
+        for fr in r:
+            assert fr.ts_ns == orig[fr.data].ts_ns and fr.linktype == orig[fr.data].linktype
+            assert fr.wirelen == orig[fr.data].wirelen
+
+
+@needs_tshark
+def test_evidence_decodes_in_tshark(marker_bundle):
+    findings, out = marker_bundle
+    fmap = _frame_map(out)
+    frames = sorted(fmap[f.frame] for f in findings)
+    rows = tshark_fields(out / "evidence.pcap", frames, "couchbase.opcode", "couchbase.vbucket")
+    assert [int(r[0]) for r in rows] == frames
+    for row, f in zip(rows, sorted(findings, key=lambda f: f.frame)):
+        assert "0x56" in row[1].split(",")                 # the offending marker is decoded
+        assert str(f.vbucket) in row[2].split(",")
+    handshake = tshark_fields(out / "evidence.pcap", [1, 2, 3], "tcp.flags.syn")
+    assert [r[1] for r in handshake[:2]] == ["1", "1"]
+
+
+@needs_tshark
+@pytest.mark.parametrize("name,opcode", [("violations-add-stream.pcap", "0x51"),
+                                         ("violations-stream-request.pcap", "0x53"),
+                                         ("violations-structure.pcap", "0x57")])
+def test_other_bundles_decode_in_tshark(tmp_path, name, opcode):
+    findings, summary = analyzed(name)
+    out = write_evidence(str(SAMPLES / name), findings, summary, tmp_path)
+    fmap = _frame_map(out)
+    frames = sorted({fmap[f.frame] for f in findings})
+    rows = tshark_fields(out / "evidence.pcap", frames, "couchbase.opcode")
+    assert any(opcode in r[1].split(",") for r in rows)
+    assert len(rows) == len(frames)
+
+
+def _findings_on_data_pdus(name):
+    """One finding per data message of a clean sample (to bundle every document)."""
+    out = []
+    for ev in iter_events(str(SAMPLES / name)):
+        if type(ev) is Pdu and ev.data[1] in DATA_OPCODES:
+            out.append(Finding("lost-pdu", "test", ev.frame, ev.frames, ev.ts_ns, ev.conn,
+                               pdu=ev.data))
+    return out
+
+
+@pytest.mark.parametrize("name", ["clean-replication.pcap", "tcp-seq-wrap.pcap", "ipv6.pcap",
+                                  "pcapng-multi-interface.pcapng", "vlan-qinq.pcap"])
+def test_redaction_is_byte_exact(tmp_path, name):
+    path = str(SAMPLES / name)
+    findings = _findings_on_data_pdus(name)
+    summary = Summary(frames=sum(1 for _ in open_capture(path)))
+    out = write_evidence(path, findings, summary, tmp_path, redact=True)
+    pcap = next(p for p in out.iterdir() if p.name.startswith("evidence."))
+    blob = pcap.read_bytes()
+    originals = [f.pdu for f in findings]
+    assert any(len(p) > 1448 for p in originals)           # a document split across segments
+    secrets = {p[a:b] for p in originals for a, b in document_ranges(p) if b - a >= 4}
+    assert secrets
+    for s in secrets:
+        assert s not in blob, s[:40]
+    assert b'"seq"' not in blob
+    # headers, lengths, extras and seqnos unchanged: decode the redacted capture
+    want = {redact_pdu(p) for p in originals}
+    got = [ev.data for ev in iter_events(str(pcap)) if type(ev) is Pdu and ev.data[1] in DATA_OPCODES]
+    assert got and set(got) <= want
+    assert len(set(got)) == len(want)
+    for data in got:
+        m = decode(data)
+        assert set(m.key) <= {ord("x")} and m.problems == []
+    by_seq = {decode(p).fields["by_seqno"] for p in originals}
+    assert {decode(d).fields["by_seqno"] for d in got} == by_seq
+    report = (out / "report.md").read_text()
+    assert "Redaction applied" in report and "applied" in (out / "README.txt").read_text()
+    for s in secrets:
+        assert s.hex(" ")[:47] not in report
+
+
+def test_redact_pdu_keeps_header_and_extras():
+    for ev in iter_events(str(SAMPLES / "clean-replication.pcap")):
+        if type(ev) is Pdu and ev.data[1] == 0x57:
+            r = redact_pdu(ev.data)
+            m, o = decode(r), decode(ev.data)
+            assert r[:24 + o.extlen + o.framing_len] == ev.data[:24 + o.extlen + o.framing_len]
+            assert m.fields == o.fields and len(r) == len(ev.data)
+            assert m.key == b"x" * len(o.key) and bytes(m.value) == b"x" * len(o.value)
+        elif type(ev) is Pdu and ev.data[1] not in DATA_OPCODES:
+            assert redact_pdu(ev.data) == ev.data
+
+
+@needs_tshark
+def test_multi_linktype_bundle_is_pcapng(tmp_path):
+    name = "pcapng-multi-interface.pcapng"
+    findings = _findings_on_data_pdus(name)
+    out = write_evidence(str(SAMPLES / name), findings, Summary(), tmp_path)
+    assert (out / "evidence.pcapng").is_file()
+    with open_capture(str(out / "evidence.pcapng")) as r:
+        assert len({fr.linktype for fr in r}) > 1
+    res = subprocess.run([TSHARK, "-r", str(out / "evidence.pcapng"), "-d",
+                          "tcp.port==11209,couchbase", "-T", "fields", "-e", "couchbase.opcode"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "0x57" in res.stdout
+
+
+# --- CLI -----------------------------------------------------------------------------------
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "dcpdissect.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+
+
+def test_cli_markdown_and_jsonl():
+    res = cli("analyze", "samples/violations-marker.pcap", "--format", "markdown")
+    assert res.returncode == 1 and "## Summary by rule" in res.stdout
+    res = cli("analyze", "samples/violations-marker.pcap", "--format", "jsonl", "--fail-on", "never")
+    assert res.returncode == 0
+    records = [json.loads(line) for line in res.stdout.splitlines()]
+    assert "marker-version" in {r["rule"] for r in records}
+    assert all(r["frame"] in r["frames"] for r in records)
+
+
+def test_cli_evidence_redact(tmp_path):
+    out = tmp_path / "bundle"
+    res = cli("analyze", "samples/violations-marker.pcap", "--evidence", str(out), "--redact",
+              "--fail-on", "never")
+    assert res.returncode == 0, res.stderr
+    assert "Redaction applied" in (out / "report.md").read_text()
+    blob = (out / "evidence.pcap").read_bytes()
+    assert b"key-0" not in blob and b'"seq"' not in blob
+    if TSHARK:
+        findings, _ = analyzed("violations-marker.pcap")
+        fmap = _frame_map(out)
+        rows = tshark_fields(out / "evidence.pcap", [fmap[f.frame] for f in findings],
+                             "couchbase.opcode")
+        assert all("0x57" in r[1] for r in rows)
