@@ -68,7 +68,6 @@ from ..protocol import (
 
 MAX_LIST_ITEMS = 100_000          # failover-log entries / frame infos accepted per PDU
 _LEGAL_MAGICS = frozenset(MAGICS.values)
-_HDR = struct.Struct(">BBHBBHIIQ")
 
 
 # --- fields ---------------------------------------------------------------------------------
@@ -90,6 +89,8 @@ class _OpcodeField(ByteEnumField):
     """Opcode; server magics (0x82/0x83) use their own name table."""
 
     def i2repr(self, pkt, x):
+        if not isinstance(x, int):
+            return super().i2repr(pkt, x)
         magic = pkt._magic() if pkt is not None else 0x80
         return f"{opcode_name(magic, x)} ({x:#04x})"
 
