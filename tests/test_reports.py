@@ -89,25 +89,55 @@ def marker_bundle(tmp_path_factory):
 
 
 def _frame_map(out: Path) -> dict[int, int]:
-    md = (out / "report.md").read_text()
-    return {int(o): int(n) for n, o in re.findall(r"(\d+) \(original frame (\d+)\)", md)}
+    """Original frame -> evidence frame, from the bundle's frames.tsv."""
+    rows = (out / "frames.tsv").read_text().splitlines()
+    assert rows[0] == "evidence_frame\toriginal_frame"
+    return {int(o): int(n) for n, o in (r.split("\t") for r in rows[1:])}
 
 
 def test_evidence_bundle_files_and_frame_map(marker_bundle):
     findings, out = marker_bundle
-    assert {p.name for p in out.iterdir()} == {"evidence.pcap", "report.md", "README.txt"}
+    assert {p.name for p in out.iterdir()} == {"evidence.pcap", "report.md", "README.txt",
+                                               "frames.tsv"}
     original = frame_bytes(SAMPLES / "violations-marker.pcap")
     kept = frame_bytes(out / "evidence.pcap")
     fmap = _frame_map(out)
-    assert fmap
+    assert sorted(fmap.values()) == list(range(1, len(kept) + 1))
+    assert sorted(fmap) == sorted(fmap, key=fmap.get)      # original order kept
     for old, new in fmap.items():
         assert kept[new - 1] == original[old - 1]          # unchanged without redaction
-    assert sorted(fmap.values()) == list(range(1, len(fmap) + 1)) or len(fmap) <= len(kept)
-    # handshake, DcpOpen and the stream requests are kept as context
-    assert original[0] == kept[0] and len(kept) < len(original)
+    assert len(kept) < len(original)
+    md = (out / "report.md").read_text()
+    for f in findings:
+        assert f"{fmap[f.frame]} (original frame {f.frame})" in md
+        assert f"frame.number in {{{fmap[f.frame]}}}" in md
     readme = (out / "README.txt").read_text()
     assert "tshark -r evidence.pcap -o tcp.reassemble_out_of_order:TRUE" in readme
     assert "frame.number in {" in readme and "Redaction: none" in readme
+
+
+def test_evidence_keeps_the_context(marker_bundle):
+    findings, out = marker_bundle
+    fmap = _frame_map(out)
+    assert {1, 2, 3} <= set(fmap)                          # the SYN handshake
+    msgs = [(ev.data[0], ev.data[1], decode(ev.data)) for ev in iter_events(str(out / "evidence.pcap"))
+            if type(ev) is Pdu]
+    assert {(m, op) for m, op, _ in msgs} >= {(0x80, 0x50), (0x81, 0x50)}
+    for f in findings:
+        assert any(op == 0x53 and m == 0x80 and d.vbucket == f.vbucket for m, op, d in msgs)
+        assert any(op == 0x53 and m == 0x81 and d.opaque == f.opaque for m, op, d in msgs)
+
+
+def test_garbage_bundle_keeps_the_skipped_bytes(tmp_path):
+    from dcpdissect.samples.scenarios_violations import GARBAGE, HUGE
+    findings, summary = analyzed("violations-garbage.pcap")
+    out = write_evidence(str(SAMPLES / "violations-garbage.pcap"), findings, summary, tmp_path)
+    blob = (out / "evidence.pcap").read_bytes()
+    assert GARBAGE in blob and HUGE in blob
+    fmap = _frame_map(out)
+    for f in findings:
+        if f.rule in ("unknown-magic", "frame-too-large", "resync-after-garbage"):
+            assert f.frame in fmap
 
 
 def test_evidence_timestamps_and_linktype_kept(marker_bundle):

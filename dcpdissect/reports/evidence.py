@@ -219,6 +219,9 @@ class _Capture:
             for off, end, n in self.runs.get((conn, ev.direction), ()):
                 if off < ev.offset and end > lo:
                     keep.add(n)
+            prior = [m for m in self.msgs.get((conn, ev.direction), ()) if m.end <= lo]
+            if prior:                       # the message the skipped bytes followed
+                keep |= set(prior[-1].frames)
         return keep
 
     @staticmethod
@@ -311,7 +314,8 @@ def select_findings(findings: list[Finding], per_rule: int = MAX_PER_RULE) -> li
 
 def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool = False) -> Path:
     """Write ``evidence.pcap`` (``evidence.pcapng`` when the kept frames use several link
-    types), ``report.md`` and ``README.txt`` into ``out_dir``; return ``out_dir``."""
+    types), ``report.md``, ``frames.tsv`` and ``README.txt`` into ``out_dir``; return
+    ``out_dir``."""
     path = str(path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -382,12 +386,16 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
                              title=f"dcpdissect evidence: {Path(path).name}",
                              notes=notes, connections=connections)
     (out / "report.md").write_text(report, encoding="utf-8")
+    (out / "frames.tsv").write_text(
+        "evidence_frame\toriginal_frame\n"
+        + "".join(f"{new}\t{old}\n" for old, new in sorted(frame_map.items())), encoding="utf-8")
     digest = hashlib.sha256(pcap.read_bytes()).hexdigest()
     readme = [
         f"Evidence bundle for {Path(path).name} (written by dcpdissect analyze --evidence)",
         "",
         f"{name}     {len(frame_map)} frames, SHA-256 {digest}",
         "report.md        findings, decoded fields, hexdumps, Wireshark filters",
+        "frames.tsv       evidence frame number -> frame number in the original capture",
         "",
         "Show the offending PDUs with Wireshark's dissector:",
         "",
