@@ -1,0 +1,40 @@
+"""Start-seqno convention of every snapshot marker, for display next to the marker."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .engine import Analyzer
+
+LABELS = {
+    "first-of-stream": "first marker of the stream: start = requested start or snap_start",
+    "checkpoint": "memory marker with CHK: start = checkpoint start, <= the first item",
+    "first-item": "memory marker without CHK: start = the first item's seqno",
+    "backfill": "disk marker: start = backfill (or checkpoint) start, <= the first item",
+    "no-items": "memory marker without CHK and without items: convention not decidable",
+    "inconsistent": "start fits none of the conventions (snapshot-start-inconsistent)",
+    "dropped": "marker behind the last seqno, dropped by a consumer",
+    "inside-oso": "marker inside an OSO snapshot",
+    "invalid": "start > end",
+    "unknown": "stream state unknown (request not captured, or after a gap/resync)",
+}
+
+
+def classify_markers(events: Iterable) -> dict[tuple[int, int, int], str]:
+    """Map (connection, frame, stream offset) of each server-sent snapshot marker in
+    ``events`` (as yielded by :func:`dcpdissect.reassembly.pdus.iter_events`) to its
+    start-seqno convention, one of :data:`LABELS`. A marker's label is final once the
+    first item after it (or the next marker, STREAM_END, or the connection end) is seen,
+    so the whole event sequence is consumed first."""
+    analyzer = Analyzer()
+    for ev in events:
+        analyzer.feed(ev)
+    analyzer.finish()
+    return {k: ("unknown" if v == "pending" else v)
+            for k, v in analyzer.streams.conventions.items()}
+
+
+def classify_file(path: str) -> dict[tuple[int, int, int], str]:
+    """:func:`classify_markers` over one capture file."""
+    from ..reassembly.pdus import iter_events
+    return classify_markers(iter_events(path))

@@ -1,0 +1,240 @@
+"""Stream-semantics rules: markers versus data, OSO, consumer responses, Add Stream
+correlation, resume fidelity, start-seqno conventions and suppression."""
+
+import ast
+import io
+import struct
+from pathlib import Path
+
+import pytest
+
+import dcpdissect.analysis.streams as streams_mod
+from dcpdissect.analysis.conventions import LABELS, classify_file
+from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.analysis.streams import classify
+from dcpdissect.samples.pcapwrite import PcapWriter
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+MINE = {node.args[0].value
+        for node in ast.walk(ast.parse(Path(streams_mod.__file__).read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "rule"}
+
+CLEAN = ("clean-replication.pcap", "add-stream.pcap", "seed-marker-v1.pcap",
+         "seed-marker-v2_0.pcap", "seed-add-stream.pcap", "tcp-reorder.pcap",
+         "tcp-retransmit.pcap", "tcp-seq-wrap.pcap", "sll2.pcap", "vlan-qinq.pcap", "ipv6.pcap",
+         "loopback-ns-be.pcap", "pcapng-multi-interface.pcapng", "clean-replication.pcap.gz",
+         "resume-correct.pcap")
+
+
+def mine(path) -> list[tuple[str, int]]:
+    return [(f.rule, f.frame) for f in analyze_file(str(path))[0] if f.rule in MINE]
+
+
+def test_rules_are_registered_with_severity_and_sample():
+    assert len(MINE) >= 20
+    for rid in MINE:
+        r = RULES[rid]
+        assert r.severity in (ERROR, WARNING, INFO) and r.rationale and r.sample
+        assert not r.id.startswith("marker-")      # that prefix is the single-PDU marker family
+
+
+EXPECTED = {
+    "stream-markers.pcap": [
+        ("data-before-marker", 12),
+        ("snapshot-end-not-increasing", 20), ("snapshot-incomplete", 20),
+        ("snapshot-start-overlap", 28),
+        ("snapshot-behind-last-seqno", 36),
+        ("snapshot-start-below-requested", 42),
+        ("data-outside-snapshot", 48),
+        ("data-seqno-not-increasing", 54),
+        ("snapshot-incomplete", 60),
+        ("data-after-seqno-advanced", 66),
+        ("data-duplicate-key", 72),
+        ("snapshot-start-inconsistent", 82),
+    ],
+    "stream-oso.pcap": [("oso-contains-marker", 28), ("oso-unpaired", 34)],
+    "stream-consumer.pcap": [
+        ("stream-request-value-without-collections", 12), ("data-before-marker", 16),
+        ("consumer-error-response", 18), ("snapshot-ack-unexpected", 36),
+        ("snapshot-from-client", 38),
+    ],
+    "resume-collapsed.pcap": [("resume-collapsed-snapshot", 28)],
+    "resume-beyond.pcap": [("resume-beyond-received", 28)],
+    "resume-correct.pcap": [],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_sample_findings_exact(name):
+    assert sorted(mine(SAMPLES / name), key=lambda x: (x[1], x[0])) == \
+        sorted(EXPECTED[name], key=lambda x: (x[1], x[0]))
+
+
+def test_add_stream_correlation():
+    got = {(f.rule, f.frame): f for f in analyze_file(str(SAMPLES / "stream-add-stream.pcap"))[0]
+           if f.rule in MINE}
+    rules = sorted(r for r, _ in got)
+    assert rules == ["add-stream-new-opaque-mismatch", "add-stream-rollback",
+                     "add-stream-status-mismatch", "stream-opaque-mismatch"]
+    by_rule = {r: f for (r, _), f in got.items()}
+    assert "0x2000" in by_rule["add-stream-new-opaque-mismatch"].message
+    assert by_rule["stream-opaque-mismatch"].vbucket == 7
+    assert "NotMyVbucket" in by_rule["add-stream-status-mismatch"].message
+    # the responses come in order vb 5, 6, 8 on the ns_server connection
+    frames = [by_rule[r].frame for r in ("add-stream-new-opaque-mismatch", "add-stream-rollback",
+                                         "add-stream-status-mismatch")]
+    assert frames == sorted(frames) and len(set(frames)) == 3
+    assert by_rule["add-stream-new-opaque-mismatch"].connection == 1
+
+
+def test_consumer_error_says_what_the_producer_did():
+    f = next(f for f in analyze_file(str(SAMPLES / "stream-consumer.pcap"))[0]
+             if f.rule == "consumer-error-response")
+    assert "Erange" in f.message and "closed (fin at frame" in f.message
+
+
+def test_clean_samples_have_no_stream_warnings_or_errors():
+    for name in CLEAN:
+        bad = [(f.rule, f.frame, f.message) for f in analyze_file(str(SAMPLES / name))[0]
+               if f.rule in MINE and f.severity != INFO]
+        assert bad == [], name
+
+
+def test_resume_pair_from_the_design_discussion():
+    collapsed = [f for f in analyze_file(str(SAMPLES / "resume-collapsed.pcap"))[0]
+                 if f.rule in MINE]
+    assert [f.rule for f in collapsed] == ["resume-collapsed-snapshot"]
+    f = collapsed[0]
+    assert f.fields["previous_snapshot"] == "[1,4]" and f.fields["last_received"] == 3
+    assert (f.fields["snap_start_seqno"], f.fields["snap_end_seqno"]) == (3, 3)
+    assert f.connection == 2 and f.context == (12,)       # the [1,4] marker on connection 1
+    assert mine(SAMPLES / "resume-correct.pcap") == []
+
+
+def test_suppression_after_gap_and_for_unseen_streams():
+    loss = analyze_file(str(SAMPLES / "tcp-loss.pcap"))[0]
+    sup = [f for f in loss if f.rule == "semantics-suppressed"]
+    assert len(sup) == 1 and "missing" in sup[0].message
+    assert not [f for f in loss if f.rule in MINE and f.frame > sup[0].frame
+                and f.rule != "semantics-suppressed"]
+    mid = [f for f in analyze_file(str(SAMPLES / "tcp-mid-stream.pcap"))[0] if f.rule in MINE]
+    assert mid and {f.rule for f in mid} == {"semantics-suppressed"}
+    assert len({f.vbucket for f in mid}) == len(mid)     # one per stream
+
+
+def test_marker_conventions():
+    got = classify_file(str(SAMPLES / "stream-markers.pcap"))
+    assert set(got.values()) <= set(LABELS)
+    by_frame = {frame: label for (_, frame, _), label in got.items()}
+    assert by_frame[18] == "first-of-stream"
+    assert by_frame[28] == "checkpoint"
+    assert by_frame[36] == "dropped"
+    assert by_frame[82] == "inconsistent"
+    assert set(classify_file(str(SAMPLES / "seed-marker-v1.pcap")).values()) == {"unknown"}
+    clean = classify_file(str(SAMPLES / "clean-replication.pcap"))
+    assert "inconsistent" not in clean.values() and "first-item" in clean.values()
+
+
+def test_classify_conventions():
+    req = {"start_seqno": 10, "snap_start_seqno": 8, "snap_end_seqno": 12, "flags": 0}
+    mem, chk, disk = 0x01, 0x05, 0x06
+    assert classify(8, mem, True, req, 11) == ("first-of-stream", None)
+    assert classify(10, disk, True, req, 13) == ("first-of-stream", None)
+    # snapshot-marker.md: request start X, de-duplication, marker start X+n, mutation X+n
+    assert classify(13, mem, True, req, 13) == ("first-item", None)
+    assert classify(20, chk, False, req, 23) == ("checkpoint", None)
+    assert classify(20, disk, False, req, 20) == ("backfill", None)
+    label, why = classify(20, mem, False, req, 23)
+    assert label == "inconsistent" and "first-item" in why
+    label, why = classify(25, chk, False, req, 23)
+    assert label == "inconsistent" and "checkpoint" in why
+    assert classify(20, mem, False, req, None) == ("no-items", None)
+
+
+# --- a capture crafted by hand -------------------------------------------------------------
+
+CLI, SRV = ("10.9.0.2", 40000), ("10.9.0.1", 11210)
+
+
+def _csum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f">{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def _ip(a: str) -> bytes:
+    return bytes(int(x) for x in a.split("."))
+
+
+def _frame(src, dst, seq, ack, flags, payload=b"") -> bytes:
+    tcp = struct.pack(">HHIIBBHHH", src[1], dst[1], seq, ack, 5 << 4, flags, 65535, 0, 0)
+    pseudo = _ip(src[0]) + _ip(dst[0]) + struct.pack(">BBH", 0, 6, len(tcp) + len(payload))
+    tcp = tcp[:16] + struct.pack(">H", _csum(pseudo + tcp + payload)) + tcp[18:]
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp) + len(payload), 1, 0x4000, 64, 6,
+                     0, _ip(src[0]), _ip(dst[0]))
+    ip = ip[:10] + struct.pack(">H", _csum(ip)) + ip[12:]
+    eth = b"\x02\0\0\0\0\x02" + b"\x02\0\0\0\0\x01" + b"\x08\x00"
+    return eth + ip + tcp + payload
+
+
+def _mcbp(magic, opcode, extras=b"", key=b"", value=b"", vb_or_status=0, opaque=0) -> bytes:
+    body = extras + key + value
+    return struct.pack(">BBHBBHIIQ", magic, opcode, len(key), len(extras), 0, vb_or_status,
+                       len(body), opaque, 0) + body
+
+
+def _marker(start, end, flags, vb=3, opaque=0x77) -> bytes:
+    return _mcbp(0x80, 0x56, struct.pack(">QQI", start, end, flags), vb_or_status=vb, opaque=opaque)
+
+
+def _mutation(seqno, key, vb=3, opaque=0x77) -> bytes:
+    extras = struct.pack(">QQIIIHB", seqno, 1, 0, 0, 0, 0, 0)
+    return _mcbp(0x80, 0x57, extras, key, b"v", vb_or_status=vb, opaque=opaque)
+
+
+def test_hand_crafted_capture_points_at_the_right_frames(tmp_path):
+    open_req = _mcbp(0x80, 0x50, struct.pack(">II", 0, 1), b"hand")
+    open_rsp = _mcbp(0x81, 0x50)
+    sreq = _mcbp(0x80, 0x53, struct.pack(">IIQQQQQ", 0, 0, 0, 2**64 - 1, 0, 0, 0),
+                 vb_or_status=3, opaque=0x77)
+    srsp = _mcbp(0x81, 0x53, value=struct.pack(">QQ", 0xAB, 0), opaque=0x77)
+    split = _mutation(6, b"k6")
+    s2c = [open_rsp, srsp, _marker(0, 2, 0x05) + _mutation(1, b"k1"), _mutation(5, b"k5"),
+           _marker(1, 1, 0x05), split[:30], split[30:]]
+    c2s = [open_req, sreq]
+    frames = []
+    cseq, sseq = 1000, 5000
+    frames.append(_frame(CLI, SRV, cseq, 0, 0x02))                      # 1 SYN
+    frames.append(_frame(SRV, CLI, sseq, cseq + 1, 0x12))               # 2 SYN-ACK
+    cseq, sseq = cseq + 1, sseq + 1
+    frames.append(_frame(CLI, SRV, cseq, sseq, 0x10))                   # 3 ACK
+
+    def c(p):
+        nonlocal cseq
+        frames.append(_frame(CLI, SRV, cseq, sseq, 0x18, p))
+        cseq += len(p)
+
+    def s(p):
+        nonlocal sseq
+        frames.append(_frame(SRV, CLI, sseq, cseq, 0x18, p))
+        sseq += len(p)
+
+    c(c2s[0]); s(s2c[0]); c(c2s[1])                                    # 4 5 6
+    for p in s2c[1:]:                                                   # 7 .. 12
+        s(p)
+    buf = io.BytesIO()
+    w = PcapWriter(buf)
+    for i, f in enumerate(frames):
+        w.write(1_700_000_000_000_000_000 + i * 1000, f)
+    path = tmp_path / "hand.pcap"
+    path.write_bytes(buf.getvalue())
+    # 7 failover, 8 marker [0,2] + item 1, 9 item 5, 10 marker [1,1], 11-12 item 6 split
+    assert mine(path) == [("data-outside-snapshot", 9), ("snapshot-behind-last-seqno", 10),
+                          ("data-outside-snapshot", 12)]
+    split_finding = [f for f in analyze_file(str(path))[0] if f.frame == 12][0]
+    assert split_finding.frames == (11, 12) and split_finding.fields["seqno"] == 6
+    assert classify_file(str(path)) == {(1, 8, 64): "first-of-stream", (1, 10, 224): "dropped"}
