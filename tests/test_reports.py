@@ -277,3 +277,16 @@ def test_cli_evidence_redact(tmp_path):
         rows = tshark_fields(out / "evidence.pcap", [fmap[f.frame] for f in findings],
                              "couchbase.opcode")
         assert all("0x57" in r[1] for r in rows)
+
+
+def test_redaction_scrubs_keys_from_finding_text(tmp_path):
+    findings, summary = analyzed("stream-markers.pcap")
+    dup = [f for f in findings if f.rule == "data-duplicate-key"]
+    if not dup:
+        pytest.skip("no data-duplicate-key finding in stream-markers.pcap")
+    key = decode(dup[0].pdu).key.decode()
+    out = write_evidence(str(SAMPLES / "stream-markers.pcap"), findings, summary, tmp_path,
+                         redact=True)
+    report = (out / "report.md").read_text()
+    assert f"'{key}'" not in report and "x" * len(key) in report
+    assert key.encode() not in (out / "evidence.pcap").read_bytes()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import re
 import shlex
 import struct
 from collections import defaultdict
@@ -50,10 +51,10 @@ class _Msg:
     opaque: int
 
 
-def document_ranges(data: bytes) -> list[tuple[int, int]]:
-    """Byte ranges (within one PDU) of the document key and value of a data message."""
+def _doc_bounds(data: bytes) -> tuple[int, int, int] | None:
+    """(key start, key end = value start, value end) within a data message, else None."""
     if len(data) < 24 or data[0] not in _REQUEST_MAGICS or data[1] not in DATA_OPCODES:
-        return []
+        return None
     keylen = struct.unpack_from(">H", data, 2)[0]
     framing = 0
     if data[0] == 0x08:
@@ -61,7 +62,15 @@ def document_ranges(data: bytes) -> list[tuple[int, int]]:
     bodylen = struct.unpack_from(">I", data, 8)[0]
     end = min(len(data), 24 + bodylen)
     k0 = min(end, 24 + framing + data[4])
-    k1 = min(end, k0 + keylen)
+    return k0, min(end, k0 + keylen), end
+
+
+def document_ranges(data: bytes) -> list[tuple[int, int]]:
+    """Byte ranges (within one PDU) of the document key and value of a data message."""
+    bounds = _doc_bounds(data)
+    if bounds is None:
+        return []
+    k0, k1, end = bounds
     return [(a, b) for a, b in ((k0, k1), (k1, end)) if b > a]
 
 
@@ -73,6 +82,26 @@ def redact_pdu(data: bytes | None) -> bytes | None:
     for a, b in document_ranges(data):
         out[a:b] = b"x" * (b - a)
     return bytes(out)
+
+
+def _scrub(text: str, secrets) -> str:
+    for s in secrets:
+        text = re.sub(r"(?<!\w)" + re.escape(s) + r"(?!\w)", "x" * len(s), text)
+    return text
+
+
+def redact_finding(f: Finding) -> Finding:
+    """The finding with its PDU redacted and its document key scrubbed from the message
+    and the decoded fields."""
+    bounds = _doc_bounds(f.pdu) if f.pdu else None
+    if bounds is None:
+        return f
+    key = f.pdu[bounds[0]:bounds[1]]
+    secrets = {key.decode("utf-8", "replace"), key.decode("utf-8", "backslashreplace"),
+               key.decode("latin-1")} - {""}
+    fields = {k: _scrub(v, secrets) if isinstance(v, str) else v for k, v in f.fields.items()}
+    return dataclasses.replace(f, pdu=redact_pdu(f.pdu), message=_scrub(f.message, secrets),
+                               fields=fields)
 
 
 class _Capture:
@@ -377,7 +406,7 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
                      "TCP/IP checksums were not recomputed.")
     shown = chosen
     if redact:
-        shown = [dataclasses.replace(f, pdu=redact_pdu(f.pdu)) for f in chosen]
+        shown = [redact_finding(f) for f in chosen]
     omitted = len(findings) - len(chosen)
     if omitted:
         notes.append(f"{omitted} further findings (beyond {MAX_PER_RULE} per rule) are not "
