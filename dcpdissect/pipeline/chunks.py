@@ -1,0 +1,382 @@
+"""Record-aligned pieces of capture files: a cheap index pass and a reader that starts
+at any piece.
+
+``index_file(path, chunk_size)`` reads record headers only (pcap: one 16-byte header per
+record, bodies are skipped; pcapng: block headers and trailers, the packet-block fields
+and whole section/interface blocks) and cuts the file into chunks of about
+``chunk_size`` bytes. Each :class:`Piece` carries what is needed to parse from its
+offset: the pcap byte order, timestamp resolution, snap length and link type, or the
+pcapng byte order and interface table in force there. Chunks are split further into
+blocks of at most ``block_frames`` frames with their largest timestamp; those let a
+reader find "the first packet after frame N with a timestamp of at least T" by
+re-reading one block instead of the file.
+
+The index pass finds the same faults as :func:`dcpdissect.capture.readers.open_capture`,
+with the same frame numbers and reasons, so the pieces cover exactly the frames the local
+reader yields. gzip-compressed files cannot be indexed without decompressing them: they
+become one unsplittable piece read with ``open_capture``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, NamedTuple, Optional
+
+from ..capture.readers import (
+    _BOM_BE, _BOM_LE, _NG_EPB, _NG_HDR, _NG_PB, _NG_SHB, _NG_U32, _PCAP_REC, _PCAPNG_MAGIC,
+    MAX_BLOCK, MAX_CAPLEN, MIN_SNAP_LIMIT, CaptureError, CaptureReader, Frame, _cut,
+    open_capture,
+)
+
+__all__ = ["Piece", "FileIndex", "index_file", "read_piece", "DEFAULT_CHUNK_SIZE",
+           "BLOCK_FRAMES", "parse_size"]
+
+DEFAULT_CHUNK_SIZE = 256 << 20
+BLOCK_FRAMES = 4096
+WINDOW = 1 << 20
+_SHB = 0x0A0D0D0A
+_new_tuple = tuple.__new__
+
+
+class Piece(NamedTuple):
+    """A run of consecutive records of one capture file."""
+
+    path: str
+    offset: int          # byte offset of the first record (0 when unsplittable)
+    first_frame: int     # its 1-based frame number
+    frames: int          # number of frames; -1: read the whole file with open_capture
+    nbytes: int          # bytes covered
+    ctx: tuple           # ('pcap', order, nano, snaplen, linktype) | ('pcapng', order, ifaces) | ('stream',)
+    max_ts: Optional[int]  # largest record timestamp (None: unknown)
+
+
+class FileIndex(NamedTuple):
+    path: str
+    format: str                  # 'pcap', 'pcapng' or '' when unreadable
+    splittable: bool
+    frames: int                  # frames before the end or the fault (-1: unknown, unsplittable)
+    chunks: list                 # [Piece]
+    blocks: list                 # [Piece], finer than chunks (splittable files only)
+    error: Optional[CaptureError]
+
+
+def parse_size(text) -> int:
+    """'256MB', '64k', '1.5GB' or a byte count."""
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    if mul != 1:
+        t = t[:-1]
+    value = int(float(t) * mul)
+    if value <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return value
+
+
+class _Window:
+    """Random access to a file through a sliding read buffer."""
+
+    def __init__(self, f):
+        self.f = f
+        self.base = 0
+        self.buf = b""
+
+    def view(self, pos: int, n: int) -> tuple[bytes, int, int]:
+        """(buffer, offset of pos in it, bytes available from pos, at most n)."""
+        off = pos - self.base
+        buf = self.buf
+        if off < 0 or off + n > len(buf):
+            self.f.seek(pos)
+            buf = self.buf = self.f.read(max(WINDOW, n))
+            self.base = pos
+            off = 0
+        return buf, off, min(n, len(buf) - off)
+
+
+class _Cutter:
+    """Accumulates records into blocks and chunks."""
+
+    def __init__(self, path: str, chunk_size: int, block_frames: int):
+        self.path = path
+        self.chunk_size = chunk_size
+        self.block_frames = block_frames
+        self.chunks: list[Piece] = []
+        self.blocks: list[Piece] = []
+        self.chunk = None        # [offset, first, frames, ctx, max_ts]
+        self.block = None
+
+    def add(self, pos: int, end: int, number: int, ts: int, ctx: tuple) -> None:
+        if self.chunk is None:
+            self.chunk = [pos, number, 0, ctx, ts]
+        if self.block is None:
+            self.block = [pos, number, 0, ctx, ts]
+        for p in (self.chunk, self.block):
+            p[2] += 1
+            if ts > p[4]:
+                p[4] = ts
+        if end - self.chunk[0] >= self.chunk_size:
+            self._close_block(end)
+            self._close_chunk(end)
+        elif self.block[2] >= self.block_frames:
+            self._close_block(end)
+
+    def _close_block(self, end: int) -> None:
+        if self.block is not None:
+            off, first, n, ctx, ts = self.block
+            self.blocks.append(Piece(self.path, off, first, n, end - off, ctx, ts))
+            self.block = None
+
+    def _close_chunk(self, end: int) -> None:
+        if self.chunk is not None:
+            off, first, n, ctx, ts = self.chunk
+            self.chunks.append(Piece(self.path, off, first, n, end - off, ctx, ts))
+            self.chunk = None
+
+    def finish(self, end: int) -> None:
+        self._close_block(end)
+        self._close_chunk(end)
+
+
+def index_file(path: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
+               block_frames: int = BLOCK_FRAMES) -> FileIndex:
+    """Index one capture (see the module docstring). Never raises CaptureError: a fault
+    is returned in ``error`` together with the pieces before it."""
+    try:
+        reader = open_capture(path)
+    except CaptureError as exc:
+        return FileIndex(path, "", False, 0, [], [], exc)
+    with reader:
+        fmt, compressed, hdr = reader.format, reader.compressed, reader._pcap_hdr
+        size = reader.size
+    if compressed or size is None:
+        whole = Piece(path, 0, 1, -1, size or 0, ("stream",), None)
+        return FileIndex(path, fmt, False, -1, [whole], [], None)
+    cutter = _Cutter(path, max(1, chunk_size), max(1, block_frames))
+    try:
+        f = open(path, "rb", buffering=0)
+    except OSError as exc:
+        return FileIndex(path, fmt, False, 0, [], [],
+                         CaptureError(path, None, f"cannot open ({exc.strerror or exc})"))
+    with f:
+        win = _Window(f)
+        if fmt == "pcap":
+            frames, end, error = _index_pcap(path, win, size, hdr, cutter)
+        else:
+            frames, end, error = _index_pcapng(path, win, size, cutter)
+    cutter.finish(end)
+    return FileIndex(path, fmt, True, frames, cutter.chunks, cutter.blocks, error)
+
+
+def _index_pcap(path, win, size, hdr, cutter):
+    order, nano, snaplen, linktype = hdr
+    ctx = ("pcap", order, nano, snaplen, linktype)
+    limit = min(max(snaplen, MIN_SNAP_LIMIT), MAX_CAPLEN)
+    rec = _PCAP_REC[order].unpack_from
+    frac_mul = 1 if nano else 1000
+    add = cutter.add
+    pos = 24
+    number = 0
+    while True:
+        buf, off, avail = win.view(pos, 16)
+        if avail < 16:
+            if avail == 0:
+                return number, pos, None
+            return number, pos, CaptureError(path, number + 1, _cut(number + 1, "record header", avail, 16))
+        sec, frac, caplen, _wirelen = rec(buf, off)
+        if caplen > limit:
+            return number, pos, CaptureError(path, number + 1, f"record captured length {caplen} is absurd")
+        end = pos + 16 + caplen
+        if end > size:
+            return number, pos, CaptureError(path, number + 1,
+                                              _cut(number + 1, "record data", size - pos - 16, caplen))
+        number += 1
+        add(pos, end, number, sec * 1_000_000_000 + frac * frac_mul, ctx)
+        pos = end
+
+
+def _index_pcapng(path, win, size, cutter):
+    add = cutter.add
+    pos = 0
+    number = 0
+    order = ""
+    ifaces: tuple = ()
+    ctx = None
+    hdr = u32 = epb = None
+
+    def fail(reason):
+        return number, pos, CaptureError(path, number + 1, reason)
+
+    while True:
+        buf, off, avail = win.view(pos, 32)
+        if avail < 12:
+            if avail == 0:
+                return number, pos, None
+            return fail(_cut(number + 1, "record header", avail, 12))
+        if buf[off:off + 4] == _PCAPNG_MAGIC:
+            bom = buf[off + 8:off + 12]
+            if bom == _BOM_LE:
+                order = "<"
+            elif bom == _BOM_BE:
+                order = ">"
+            else:
+                return fail(f"section header has bad byte-order magic {bom.hex()}")
+            hdr, u32, epb = _NG_HDR[order], _NG_U32[order], _NG_EPB[order]
+            btype = _SHB
+            blen = hdr.unpack_from(buf, off)[1]
+        elif hdr is None:
+            return fail("first block is not a section header")
+        else:
+            btype, blen = hdr.unpack_from(buf, off)
+        if blen < 12 or blen & 3:
+            return fail(f"block total length {blen} is invalid (block type 0x{btype:x})")
+        if blen > MAX_BLOCK:
+            return fail(f"block total length {blen} is absurd (block type 0x{btype:x})")
+        end = pos + blen
+        if end > size:
+            return fail(_cut(number + 1, "record data", size - pos, blen))
+        tb, to, _ = win.view(end - 4, 4)
+        trail = u32.unpack_from(tb, to)[0]
+        if trail != blen:
+            return fail(f"block trailing length {trail} does not match leading length {blen} "
+                        f"(block type 0x{btype:x})")
+        if btype == 6 or btype == 2:
+            if blen < 32:
+                what = "enhanced packet block" if btype == 6 else "packet block"
+                return fail(f"{what} too short ({blen} bytes)")
+            fb, fo, _ = win.view(pos, 28)
+            if btype == 6:
+                ifid, tshi, tslo, caplen, _w = epb.unpack_from(fb, fo + 8)
+            else:
+                ifid, _d, tshi, tslo, caplen, _w = _NG_PB[order].unpack_from(fb, fo + 8)
+            if caplen > blen - 32:
+                return fail(f"record captured length {caplen} exceeds its block ({blen - 32} bytes of room)")
+            if ifid >= len(ifaces):
+                return fail(f"packet names undefined interface {ifid} (section defines {len(ifaces)})")
+            _lt, _snap, mul, div, tsoff = ifaces[ifid]
+            number += 1
+            add(pos, end, number, ((tshi << 32) | tslo) * mul // div + tsoff, ctx)
+        elif btype == 3:
+            if blen < 16:
+                return fail(f"simple packet block too short ({blen} bytes)")
+            if not ifaces:
+                return fail("simple packet block before any interface description")
+            number += 1
+            add(pos, end, number, 0, ctx)
+        elif btype == _SHB:
+            if blen < 28:
+                return fail(f"section header block too short ({blen} bytes)")
+            b2, o2, _ = win.view(pos, 16)
+            major, minor = _NG_SHB[order].unpack_from(b2, o2 + 12)
+            if major != 1:
+                return fail(f"unsupported pcapng version {major}.{minor}")
+            ifaces = ()
+            ctx = ("pcapng", order, ifaces)
+        elif btype == 1:
+            if blen < 20:
+                return fail(f"interface description block too short ({blen} bytes)")
+            b2, o2, _ = win.view(pos, blen)
+            block = bytes(b2[o2:o2 + blen])
+            ifaces = ifaces + (CaptureReader._parse_idb(block, 0, blen, order),)
+            ctx = ("pcapng", order, ifaces)
+        pos = end
+
+
+def read_piece(piece: Piece) -> Iterator[Frame]:
+    """The frames of one piece, numbered as in the whole file. A fault raises
+    :class:`CaptureError` after every earlier frame was yielded."""
+    if piece.frames < 0:
+        with open_capture(piece.path) as reader:
+            yield from reader
+        return
+    if piece.frames == 0:
+        return
+    try:
+        f = open(piece.path, "rb", buffering=0)
+    except OSError as exc:
+        raise CaptureError(piece.path, piece.first_frame,
+                           f"cannot open ({exc.strerror or exc})") from None
+    with f:
+        win = _Window(f)
+        if piece.ctx[0] == "pcap":
+            yield from _read_pcap(piece, win)
+        else:
+            yield from _read_pcapng(piece, win)
+
+
+def _changed(piece: Piece, number: int, reason: str) -> CaptureError:
+    return CaptureError(piece.path, number, f"{reason} (file changed after it was indexed?)")
+
+
+def _read_pcap(piece: Piece, win: _Window) -> Iterator[Frame]:
+    _, order, nano, _snap, linktype = piece.ctx
+    rec = _PCAP_REC[order].unpack_from
+    frac_mul = 1 if nano else 1000
+    new = _new_tuple
+    pos = piece.offset
+    number = piece.first_frame - 1
+    last = number + piece.frames
+    while number < last:
+        buf, off, avail = win.view(pos, 16)
+        if avail < 16:
+            raise _changed(piece, number + 1, _cut(number + 1, "record header", avail, 16))
+        sec, frac, caplen, wirelen = rec(buf, off)
+        buf, off, avail = win.view(pos, 16 + caplen)
+        if avail < 16 + caplen:
+            raise _changed(piece, number + 1, _cut(number + 1, "record data", avail - 16, caplen))
+        number += 1
+        pos += 16 + caplen
+        yield new(Frame, (number, sec * 1_000_000_000 + frac * frac_mul, linktype,
+                          buf[off + 16:off + 16 + caplen], wirelen, 0))
+
+
+def _read_pcapng(piece: Piece, win: _Window) -> Iterator[Frame]:
+    _, order, ifaces = piece.ctx
+    new = _new_tuple
+    pos = piece.offset
+    number = piece.first_frame - 1
+    last = number + piece.frames
+    hdr, epb, pb = _NG_HDR[order], _NG_EPB[order], _NG_PB[order]
+    while number < last:
+        buf, off, avail = win.view(pos, 12)
+        if avail < 12:
+            raise _changed(piece, number + 1, _cut(number + 1, "record header", avail, 12))
+        if buf[off:off + 4] == _PCAPNG_MAGIC:
+            bom = buf[off + 8:off + 12]
+            order = "<" if bom == _BOM_LE else ">"
+            hdr, epb, pb = _NG_HDR[order], _NG_EPB[order], _NG_PB[order]
+            btype, blen = _SHB, hdr.unpack_from(buf, off)[1]
+        else:
+            btype, blen = hdr.unpack_from(buf, off)
+        if blen < 12 or blen > MAX_BLOCK:
+            raise _changed(piece, number + 1, f"block total length {blen} is invalid")
+        buf, off, avail = win.view(pos, blen)
+        if avail < blen:
+            raise _changed(piece, number + 1, _cut(number + 1, "record data", avail, blen))
+        if btype == 6 or btype == 2:
+            if btype == 6:
+                ifid, tshi, tslo, caplen, wirelen = epb.unpack_from(buf, off + 8)
+            else:
+                ifid, _d, tshi, tslo, caplen, wirelen = pb.unpack_from(buf, off + 8)
+            if ifid >= len(ifaces) or caplen > blen - 32:
+                raise _changed(piece, number + 1, "packet block does not match the index")
+            linktype, _snap, mul, div, tsoff = ifaces[ifid]
+            number += 1
+            start = off + 28
+            yield new(Frame, (number, ((tshi << 32) | tslo) * mul // div + tsoff, linktype,
+                              buf[start:start + caplen], wirelen, ifid))
+        elif btype == 3:
+            if not ifaces:
+                raise _changed(piece, number + 1, "simple packet block before any interface description")
+            linktype, snaplen, _m, _d, _o = ifaces[0]
+            wirelen = _NG_U32[order].unpack_from(buf, off + 8)[0]
+            caplen = min(wirelen, blen - 16)
+            if snaplen:
+                caplen = min(caplen, snaplen)
+            number += 1
+            yield new(Frame, (number, 0, linktype, buf[off + 12:off + 12 + caplen], wirelen, 0))
+        elif btype == _SHB:
+            ifaces = ()
+        elif btype == 1:
+            ifaces = ifaces + (CaptureReader._parse_idb(bytes(buf[off:off + blen]), 0, blen, order),)
+        pos += blen
