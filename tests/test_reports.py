@@ -290,3 +290,20 @@ def test_redaction_scrubs_keys_from_finding_text(tmp_path):
     report = (out / "report.md").read_text()
     assert f"'{key}'" not in report and "x" * len(key) in report
     assert key.encode() not in (out / "evidence.pcap").read_bytes()
+
+
+@pytest.mark.parametrize("name", ["tcp-mid-stream.pcap", "tcp-loss-header.pcap", "tcp-loss.pcap"])
+def test_redaction_covers_bytes_outside_decoded_messages(tmp_path, name):
+    from dcpdissect.capture.packets import decode_packet
+    from dcpdissect.reassembly.pdus import Resync
+    findings, summary = analyzed(name)
+    out = write_evidence(str(SAMPLES / name), findings, summary, tmp_path, redact=True)
+    assert b'"seq"' not in (out / "evidence.pcap").read_bytes()
+    fmap = _frame_map(out)
+    kept = frame_bytes(out / "evidence.pcap")
+    with open_capture(str(SAMPLES / name)) as r:
+        linktype = next(iter(r)).linktype
+    for ev in iter_events(str(SAMPLES / name)):
+        if type(ev) is Resync and ev.reason == "mid_stream" and ev.frame in fmap:
+            payload = decode_packet(linktype, kept[fmap[ev.frame] - 1]).payload
+            assert payload[:min(ev.skipped, len(payload))] == b"x" * min(ev.skipped, len(payload))

@@ -4,7 +4,9 @@ Markdown report whose frame numbers refer to it, and a README with the tshark co
 Kept frames are written unchanged (link type, timestamps at nanosecond resolution,
 original lengths), except with ``redact=True``: the document keys and values of data
 messages (mutation, deletion, expiration, prepare, commit, abort) are overwritten by
-``x`` bytes of the same length. MCBP headers, extras (seqnos, CAS), lengths and TCP/IP
+``x`` bytes of the same length, and so are the bodies of messages cut by a capture gap and
+bytes skipped while resynchronising (except the first 24 bytes after garbage: the header
+that broke framing). MCBP headers, extras (seqnos, CAS), lengths and TCP/IP
 headers stay as captured; TCP/IP checksums are not recomputed (Wireshark does not
 verify them by default).
 """
@@ -142,6 +144,11 @@ class _Capture:
                         self.redact[(ev.conn, ev.direction)].append((ev.offset + 24, end))
                 elif kind is Resync:
                     self.resyncs[(ev.conn, ev.frame)].append(ev)
+                    # skipped bytes may be the rest of a cut message; after garbage the
+                    # offending header (24 bytes) is kept as evidence
+                    lo = ev.offset - ev.skipped + (24 if ev.reason == "garbage" else 0)
+                    if ev.offset > lo:
+                        self.redact[(ev.conn, ev.direction)].append((lo, ev.offset))
         except CaptureError:
             pass
         for ranges in self.redact.values():
