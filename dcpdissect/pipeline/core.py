@@ -1,0 +1,523 @@
+"""Engine-agnostic stages of the pipeline: the local ``analyze`` run split so that an
+engine can run the stages in parallel and still produce the same result.
+
+Stage A (per chunk, parallel)
+    :func:`scan_chunk`: frames of one :class:`~.chunks.Piece` → TCP segments of the
+    connections a ``ConnectionTable`` with the same options would look at, each with a
+    flow key (the unordered endpoint pair), plus a per-chunk count of frames, TCP segments
+    and read faults.
+Stage B (per flow, parallel; input grouped by flow, in frame order)
+    :func:`flow_events`: a fresh :class:`~dcpdissect.reassembly.pdus.PduStream` per flow
+    fed with that flow's segments → events, each with a sort key that places it where the
+    local run emits it: ``(frame, phase, sub, sub2, seq)``. Phase 1 holds the events of the
+    segment of ``frame``; phase 0 holds the lingering-FIN expiries that the local connection
+    table triggers *before* it (on any TCP segment of the file, so a flow asks a
+    :class:`TcpClock` for the first such segment); phase 2 with ``frame = END`` holds the
+    end-of-capture flush, ordered by connection like ``ConnectionTable.close()``.
+Stage C (per capture file, serial: the one step that needs every connection of a file)
+    :class:`FileAnalysis`: events in sort-key order, connection ids renumbered in order of
+    their ``ConnectionOpened`` (as the local table assigns them), fed to the
+    :class:`~dcpdissect.analysis.engine.Analyzer` → findings and per-connection rows.
+
+Departures from one shared connection table (documented in docs/pipeline.md): the
+``max_connections`` cap and the bounded memory of closed and TLS 4-tuples apply per flow.
+
+:func:`run_local` chains the stages in one process (the reference for engine drivers and
+for tests).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pickle
+from array import array
+from bisect import bisect_right
+from collections import OrderedDict, defaultdict
+from typing import Iterable, Iterator, NamedTuple, Optional
+
+from ..analysis.engine import Analyzer
+from ..analysis.findings import Finding
+from ..capture.packets import Segment, decode_packet
+from ..capture.readers import CaptureError
+from ..codec import decode
+from ..protocol import TLS_PORTS
+from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
+from ..reassembly.framing import LostPdu, Pdu, Resync
+from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
+from ..reports.messages import DIRECTIONS, message_record
+from .chunks import FileIndex, Piece, index_file, read_piece
+
+END = 1 << 62                    # sort-key frame of end-of-capture events
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
+_TICK = Segment("", "", 0, 0, 0, 0, 0, b"", False)   # an untracked segment: only advances the clock
+
+
+# -- inputs ------------------------------------------------------------------------------
+
+def expand_inputs(inputs: Iterable[str]) -> list[str]:
+    """Files, directories (searched recursively for capture suffixes) and globs → paths,
+    in a stable order, each once. Names that match nothing are kept (they become errors)."""
+    out: list[str] = []
+    seen = set()
+
+    def add(p: str) -> None:
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+
+    for item in inputs:
+        if os.path.isdir(item):
+            for root, dirs, files in os.walk(item):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.lower().endswith(CAPTURE_SUFFIXES):
+                        add(os.path.join(root, name))
+        elif not os.path.exists(item) and glob.has_magic(item):
+            for p in sorted(glob.glob(item, recursive=True)):
+                if os.path.isdir(p):
+                    continue
+                add(p)
+        else:
+            add(item)
+    return out
+
+
+def index_inputs(paths: list[str], chunk_size: int) -> list[FileIndex]:
+    return [index_file(p, chunk_size) for p in paths]
+
+
+# -- stage A -------------------------------------------------------------------------------
+
+class SegmentRow(NamedTuple):
+    flow: str
+    frame: int
+    ts_ns: int
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    payload: bytes
+    truncated: bool
+
+
+class ChunkStats(NamedTuple):
+    path: str
+    offset: int
+    first_frame: int
+    frames: int                 # frames read
+    tcp_segments: int           # of which decode to TCP
+    filtered: int               # TCP segments no connection table would track
+    error: Optional[CaptureError]
+
+
+def flow_key(seg) -> str:
+    a = (seg.src, seg.sport)
+    b = (seg.dst, seg.dport)
+    if b < a:
+        a, b = b, a
+    return f"{a[0]} {a[1]} {b[0]} {b[1]}"
+
+
+class _Filter:
+    """Which segments a ConnectionTable built from ``options`` would look at."""
+
+    def __init__(self, options: Options):
+        self.any_port = options.any_port
+        server = options.server_ports
+        self.ports = server | (frozenset(TLS_PORTS) - server)
+        self.tls = frozenset(TLS_PORTS) - server
+
+    def keep(self, seg) -> bool:
+        return self.any_port or seg.sport in self.ports or seg.dport in self.ports
+
+
+def scan_chunk(piece: Piece, options: Options, out: list) -> ChunkStats:
+    """Stage A: append the :class:`SegmentRow` of one chunk to ``out``; return its counts.
+    Payloads of TLS-port segments are cut to one byte (only their presence is counted)."""
+    filt = _Filter(options)
+    keep, tls, server = filt.keep, filt.tls, options.server_ports
+    frames = tcp = filtered = 0
+    error = None
+    new = tuple.__new__
+    try:
+        for frame in read_piece(piece):
+            frames += 1
+            seg = decode_packet(frame.linktype, frame.data)
+            if seg is None:
+                continue
+            tcp += 1
+            if not keep(seg):
+                filtered += 1
+                continue
+            payload = seg.payload
+            if payload and (seg.sport in tls or seg.dport in tls) and not (
+                    seg.sport in server or seg.dport in server):
+                payload = payload[:1]
+            out.append(new(SegmentRow, (flow_key(seg), frame.number, frame.ts_ns, seg.src, seg.dst,
+                                        seg.sport, seg.dport, seg.seq, seg.ack, seg.flags,
+                                        payload, seg.truncated)))
+    except CaptureError as exc:
+        error = exc
+    except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
+        error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
+    return ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered, error)
+
+
+# -- stage B -------------------------------------------------------------------------------
+
+class TcpClock:
+    """Answers "first TCP segment of the file after frame a and before frame b with a
+    timestamp of at least t" by re-reading the index blocks that may hold it."""
+
+    def __init__(self, blocks: list[Piece], cache: int = 8):
+        self.blocks = sorted(blocks, key=lambda p: p.first_frame)
+        self.starts = [p.first_frame for p in self.blocks]
+        self._cache: OrderedDict = OrderedDict()
+        self._size = cache
+
+    def _segments(self, i: int):
+        got = self._cache.get(i)
+        if got is None:
+            frames, stamps = array("q"), array("q")
+            try:
+                for f in read_piece(self.blocks[i]):
+                    if decode_packet(f.linktype, f.data) is not None:
+                        frames.append(f.number)
+                        stamps.append(f.ts_ns)
+            except CaptureError:
+                pass
+            got = self._cache[i] = (frames, stamps)
+            if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(i)
+        return got
+
+    def first(self, after: int, before: int, min_ts: int) -> Optional[tuple[int, int]]:
+        i = max(0, bisect_right(self.starts, after + 1) - 1)
+        for j in range(i, len(self.blocks)):
+            p = self.blocks[j]
+            if p.first_frame >= before:
+                return None
+            if p.frames >= 0 and p.first_frame + p.frames <= after + 1:
+                continue
+            if p.max_ts is not None and p.max_ts < min_ts:
+                continue
+            frames, stamps = self._segments(j)
+            for k in range(bisect_right(frames, after), len(frames)):
+                f = frames[k]
+                if f >= before:
+                    return None
+                if stamps[k] >= min_ts:
+                    return f, stamps[k]
+        return None
+
+
+def clock_for(index: FileIndex) -> TcpClock:
+    return TcpClock(index.blocks if index.splittable else index.chunks)
+
+
+class _FlowStream(PduStream):
+    """A PduStream fed segment by segment."""
+
+    def feed_segment(self, frame: int, ts_ns: int, seg) -> Iterator:
+        self.now = (frame, ts_ns)
+        events = self.table.feed(frame, ts_ns, seg)
+        return self._route(events) if events else iter(())
+
+
+class FlowResult:
+    """Counters of one flow, merged per file into its :class:`Summary`."""
+
+    def __init__(self, stream: PduStream, ticks: int):
+        s = stream.summary
+        self.counts = {k: getattr(s, k) for k in ("connections", "pdus", "gaps", "gap_bytes",
+                                                   "resyncs", "lost_pdus")}
+        self.tcp = dict(stream.table.stats)
+        self.tcp["segments"] -= ticks
+        self.tcp["ignored_segments"] -= ticks
+
+
+def flow_events(segments: Iterable, options: Options, clock: Optional[TcpClock],
+                result: list) -> Iterator[tuple]:
+    """Stage B for one flow: ``segments`` are (frame, ts_ns, Segment) in frame order; yields
+    ``(frame, phase, sub, sub2, seq, event)``; appends a :class:`FlowResult` to ``result``
+    when exhausted."""
+    stream = _FlowStream(options)
+    table = stream.table
+    closing = table._closing            # conn id -> lingering connection (the table's own)
+    entered: dict[int, int] = {}        # conn id -> frame it joined ``closing``
+    ticks = 0
+    prev = 0
+
+    def linger(frame: int, ts_ns: int):
+        nonlocal ticks
+        while closing:
+            conn = min(closing.values(), key=lambda c: c.deadline)
+            if frame != END and ts_ns >= conn.deadline:
+                at = (frame, ts_ns)
+            else:
+                at = clock.first(prev, frame, conn.deadline) if clock is not None else None
+                if at is None:
+                    return
+            key = entered.get(conn.id, 0)
+            ticks += 1
+            for seq, ev in enumerate(stream.feed_segment(at[0], at[1], _TICK)):
+                yield at[0], 0, key, 0, seq, ev
+            if conn.id in closing:      # pragma: no cover - expiry always removes it
+                return
+
+    for frame, ts_ns, seg in segments:
+        if closing:
+            yield from linger(frame, ts_ns)
+        before = set(closing) if closing else ()
+        for seq, ev in enumerate(stream.feed_segment(frame, ts_ns, seg)):
+            yield frame, 1, 0, 0, seq, ev
+        for cid in closing:
+            if cid not in before:
+                entered[cid] = frame
+        prev = frame
+    if closing:
+        yield from linger(END, 0)
+    opened = stream.connections
+    for seq, ev in enumerate(stream.finish()):
+        o = opened.get(ev.conn)
+        yield END, 2, o.frame if o else 0, ev.conn, seq, ev
+    result.append(FlowResult(stream, ticks))
+
+
+def segment_of(row) -> Segment:
+    return Segment(row.src, row.dst, row.sport, row.dport, row.seq, row.ack, row.flags,
+                   row.payload, row.truncated)
+
+
+# -- stage C -------------------------------------------------------------------------------
+
+class ConnRow(NamedTuple):
+    connection: int
+    client_ip: str
+    client_port: int
+    server_ip: str
+    server_port: int
+    mid_stream: bool
+    opened_frame: int
+    opened_ts_ns: int
+    closed_frame: Optional[int]
+    closed_ts_ns: Optional[int]
+    close_reason: Optional[str]
+    messages_c2s: int
+    messages_s2c: int
+    gaps: int
+    gap_bytes: int
+    resyncs: int
+    lost_pdus: int
+
+
+class FileAnalysis:
+    """Stage C for one capture file: feed events (with their flow) in sort-key order."""
+
+    def __init__(self, path: str, keep_events: bool = False):
+        self.path = path
+        self.events: Optional[list] = [] if keep_events else None
+        self.analyzer = Analyzer()
+        self.findings: list[Finding] = []
+        self.ids: dict[tuple[str, int], int] = {}
+        self.conns: dict[int, list] = {}
+        self.messages = 0
+
+    def feed(self, flow: str, ev) -> list[Finding]:
+        kind = type(ev)
+        if kind is ConnectionOpened:
+            gid = len(self.ids) + 1
+            self.ids[(flow, ev.conn)] = gid
+            ev = ev._replace(conn=gid)
+            self.conns[gid] = [gid, ev.client[0], ev.client[1], ev.server[0], ev.server[1],
+                               ev.mid_stream, ev.frame, ev.ts_ns, None, None, None, 0, 0, 0, 0, 0, 0]
+        else:
+            gid = self.ids[(flow, ev.conn)]
+            ev = ev._replace(conn=gid)
+            row = self.conns[gid]
+            if kind is Pdu:
+                self.messages += 1
+                row[11 + ev.direction] += 1
+            elif kind is ConnectionClosed:
+                row[8:11] = [ev.frame, ev.ts_ns, ev.reason]
+            elif kind is StreamGap:
+                row[13] += 1
+                row[14] += ev.length
+            elif kind is Resync:
+                row[15] += 1
+            elif kind is LostPdu:
+                row[16] += 1
+        if self.events is not None:
+            self.events.append(ev)
+        found = self.analyzer.feed(ev)
+        self.findings += found
+        return found
+
+    def finish(self) -> list[Finding]:
+        rest = self.analyzer.finish()
+        self.findings += rest
+        self.findings.sort(key=Finding.sort_key)
+        return rest
+
+    def connection_rows(self) -> list[ConnRow]:
+        return [ConnRow(*r) for r in self.conns.values()]
+
+
+# -- summaries -------------------------------------------------------------------------------
+
+class FileTotals:
+    """Merges chunk counts and flow counters of one file into its :class:`Summary`."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.frames = self.tcp_segments = self.filtered = 0
+        self.counts: dict = defaultdict(int)
+        self.tcp: dict = dict.fromkeys(ConnectionTable().stats, 0)
+        self.errors: list[CaptureError] = []
+
+    def add_chunk(self, c: ChunkStats) -> None:
+        self.frames += c.frames
+        self.tcp_segments += c.tcp_segments
+        self.filtered += c.filtered
+        if c.error is not None:
+            self.errors.append(c.error)
+
+    def add_flow(self, r: FlowResult) -> None:
+        for k, v in r.counts.items():
+            self.counts[k] += v
+        for k, v in r.tcp.items():
+            self.tcp[k] = self.tcp.get(k, 0) + v
+
+    def summary(self) -> Summary:
+        s = Summary(path=self.path, frames=self.frames, tcp_segments=self.tcp_segments)
+        for k, v in self.counts.items():
+            setattr(s, k, v)
+        tcp = dict(self.tcp)
+        tcp["segments"] = self.tcp_segments
+        tcp["ignored_segments"] += self.filtered
+        s.tcp = tcp
+        s.tls_connections = tcp.get("tls_connections", 0)
+        if self.errors:
+            s.error = str(min(self.errors, key=lambda e: e.frame or 0))
+        return s
+
+
+# -- rows for tables ---------------------------------------------------------------------------
+
+def _json(value) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_jsonable)
+
+
+def _jsonable(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    return repr(v)
+
+
+MESSAGE_COLUMNS = ("capture_file", "frame", "frames", "time", "ts_ns", "connection", "direction",
+                   "magic", "magic_name", "opcode", "opcode_name", "request", "vbucket", "status",
+                   "status_name", "opaque", "cas", "datatype", "framing_len", "extlen", "keylen",
+                   "bodylen", "value_len", "stream_id", "frame_infos", "key", "layout", "fields",
+                   "names", "problems")
+
+
+def message_row(path: str, pdu: Pdu) -> tuple:
+    """One ``messages`` row: the ``dissect --format jsonl`` record (nested values as JSON
+    text) plus the capture file."""
+    r = message_record(pdu, decode(pdu.data))
+    r["capture_file"] = path
+    r["frame_infos"] = _json(r["frame_infos"])
+    r["fields"] = _json(r["fields"])
+    r["names"] = _json(r["names"])
+    return tuple(r[c] for c in MESSAGE_COLUMNS)
+
+
+FINDING_COLUMNS = ("capture_file", "rule", "severity", "title", "message", "frame", "frames",
+                   "time", "ts_ns", "connection", "vbucket", "opaque", "fields", "context", "pdu")
+
+
+def finding_row(path: str, f: Finding) -> tuple:
+    from ..reports.findings import finding_record
+    r = finding_record(f)
+    return (path, r["rule"], r["severity"], r["title"], r["message"], r["frame"], r["frames"],
+            r["time"], f.ts_ns, r["connection"], r["vbucket"], r["opaque"], _json(r["fields"]),
+            list(f.context), f.pdu)
+
+
+def finding_from_row(r: dict) -> Finding:
+    return Finding(r["rule"], r["message"], r["frame"], tuple(r["frames"] or ()), r["ts_ns"],
+                   r["connection"], r["vbucket"], r["opaque"], json.loads(r["fields"] or "{}"),
+                   r["pdu"], tuple(r["context"] or ()))
+
+
+def dumps(ev) -> bytes:
+    return pickle.dumps(ev, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+loads = pickle.loads
+
+
+# -- the whole thing in one process ------------------------------------------------------------
+
+class FileResult(NamedTuple):
+    path: str
+    findings: list
+    summary: Summary
+    messages: int
+    connections: list
+    errors: list
+    events: Optional[list] = None
+
+
+def run_local(inputs: Iterable[str], options: Options | None = None,
+              chunk_size: int = 256 << 20, block_frames: int | None = None,
+              keep_events: bool = False) -> dict[str, FileResult]:
+    """Every stage in this process, in the order an engine would run them."""
+    options = options or Options()
+    paths = expand_inputs(inputs)
+    indexes = [index_file(p, chunk_size, block_frames) if block_frames else index_file(p, chunk_size)
+               for p in paths]
+    results = {}
+    for idx in indexes:
+        totals = FileTotals(idx.path)
+        flows: dict[str, list] = defaultdict(list)
+        for piece in idx.chunks:                        # stage A
+            rows: list = []
+            totals.add_chunk(scan_chunk(piece, options, rows))
+            for r in rows:
+                flows[r.flow].append(r)
+        clock = clock_for(idx)
+        keyed = []
+        flow_results: list = []
+        for flow in sorted(flows):                      # stage B
+            rows = sorted(flows[flow], key=lambda r: r.frame)
+            segs = ((r.frame, r.ts_ns, segment_of(r)) for r in rows)
+            for *key, ev in flow_events(segs, options, clock, flow_results):
+                keyed.append((tuple(key), flow, loads(dumps(ev))))
+        for r in flow_results:
+            totals.add_flow(r)
+        keyed.sort(key=lambda k: k[0])
+        fa = FileAnalysis(idx.path, keep_events)        # stage C
+        for _key, flow, ev in keyed:
+            fa.feed(flow, ev)
+        fa.finish()
+        if idx.error is not None:
+            totals.errors.append(idx.error)
+        summary = totals.summary()
+        results[idx.path] = FileResult(idx.path, fa.findings, summary, fa.messages,
+                                       fa.connection_rows(), totals.errors, fa.events)
+    return results
+
+
+__all__ = ["END", "expand_inputs", "index_inputs", "SegmentRow", "ChunkStats", "scan_chunk",
+           "flow_key", "TcpClock", "clock_for", "flow_events", "FlowResult", "segment_of",
+           "FileAnalysis", "ConnRow", "FileTotals", "message_row", "finding_row",
+           "finding_from_row", "MESSAGE_COLUMNS", "FINDING_COLUMNS", "dumps", "loads",
+           "run_local", "FileResult", "DIRECTIONS"]
