@@ -1,0 +1,68 @@
+"""The Wireshark Lua dissector rendered from the protocol tables, and its CLI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .render import render
+
+__all__ = ["render", "register_cli", "install", "plugin_path"]
+
+
+def plugin_path() -> Path:
+    """Where Wireshark/tshark auto-load personal Lua plugins ($HOME respected)."""
+    home = os.environ.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "lib" / "wireshark" / "plugins" / "dcpdissect.lua"
+
+
+def install(path: Path | None = None) -> Path:
+    """Write a fresh render to the personal plugin folder (or ``path``)."""
+    path = Path(path) if path is not None else plugin_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render())
+    return path
+
+
+def cmd_generate(args) -> int:
+    text = render()
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_install(args) -> int:
+    path = install(args.path)
+    print(f"installed the Lua dissector at {path}")
+    print("Wireshark/tshark load it at start-up; it takes over TCP ports 11210 and 11209 "
+          "(preference dcp.tcp_ports).")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``lua generate [-o PATH]`` and ``lua install`` to an argparse subparsers object."""
+    p = subparsers.add_parser("lua", help="the Wireshark Lua dissector (generate / install)")
+    sub = p.add_subparsers(dest="lua_command", required=True)
+    g = sub.add_parser("generate", help="print the Lua dissector (or write it with -o)")
+    g.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    g.set_defaults(func=cmd_generate)
+    i = sub.add_parser("install", help="install into ~/.local/lib/wireshark/plugins/")
+    i.add_argument("--path", type=Path, default=None, help=argparse_suppress())
+    i.set_defaults(func=cmd_install)
+
+
+def argparse_suppress():
+    import argparse
+    return argparse.SUPPRESS
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m dcpdissect.luagen")
+    register_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,403 @@
+"""The generated Wireshark Lua dissector (lua/dcpdissect.lua) against the Python decoder.
+
+tshark runs the plugin over every sample; every PDU it shows must carry the same header,
+stream id, extras/value fields, layout label, key and value length as the decoder's
+Message, and the same single-PDU findings (as expert infos) as the analyzer.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from dcpdissect.analysis.rules import RULES
+from dcpdissect.analysis.structural import check_message
+from dcpdissect.codec import decode
+from dcpdissect.luagen import install, render
+from dcpdissect.luagen.render import SECTIONS, field_abbrevs, implemented_rules
+from dcpdissect.protocol import DATATYPE, OPCODES, SERVER_MAGICS, Opcode
+from dcpdissect.reassembly.pdus import Pdu, iter_events
+from dcpdissect.samples import netsynth as ns
+from dcpdissect.samples.builder import all_specs
+
+ROOT = Path(__file__).resolve().parent.parent
+LUA = ROOT / "lua" / "dcpdissect.lua"
+SAMPLES = ROOT / "samples"
+TSHARK = shutil.which("tshark")
+BASE_OPTS = ["-X", f"lua_script:{LUA}", "-o", "tcp.reassemble_out_of_order:TRUE"]
+# Samples where TCP loses bytes or starts mid-stream: tshark does not resynchronise inside
+# a segment, and it waits forever for a lost segment, so it shows a subset of the
+# decoder's PDUs (always the last ones of a frame). violations-garbage's first connection
+# loses a segment before 1000 one-byte segments (the decoder gives up waiting; tshark not).
+PARTIAL = {"tcp-loss", "tcp-loss-header", "tcp-mid-stream", "violations-garbage"}
+SPECS = [s for s in all_specs() if (SAMPLES / s.filename).exists()]
+NOT_RULES = {"dcp.expert.truncated", "dcp.expert.internal"}
+
+
+def lua_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "Lua" in line or "lua" in line]
+
+
+def run_tshark(path: Path, *extra: str) -> tuple[str, str]:
+    assert TSHARK, "tshark is not installed"
+    proc = subprocess.run([TSHARK, "-r", str(path), *BASE_OPTS, *extra], capture_output=True,
+                          text=True, check=True)
+    return proc.stdout, proc.stderr
+
+
+class LuaPdu:
+    """One <proto name="dcp"> element: field name -> [(show, value)], experts."""
+
+    def __init__(self, proto):
+        self.fields: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        self.experts: list[tuple[str, str]] = []
+        for f in proto.iter("field"):
+            name = f.get("name")
+            if name == "_ws.expert":
+                rule = next((c.get("name") for c in f if c.get("name", "").startswith("dcp.")), None)
+                msg = next((c.get("show") for c in f if c.get("name") == "_ws.expert.message"), "")
+                self.experts.append((rule, msg))
+            else:
+                self.fields[name].append((f.get("show"), f.get("value")))
+
+    def num(self, name: str) -> int | None:
+        values = self.fields.get(name)
+        if not values:
+            return None
+        assert len(values) == 1, f"{name} appears {len(values)} times"
+        return int(values[0][0], 0)
+
+    def nums(self, name: str) -> list[int]:
+        return [int(show, 0) for show, _ in self.fields.get(name, [])]
+
+
+@lru_cache(maxsize=None)
+def lua_pdus(path: Path) -> tuple[dict[int, list[LuaPdu]], dict[int, list[LuaPdu]], int, str]:
+    """(frame -> PDUs, frame -> not-MCBP chunks, count of _ws.lua.error, stderr)."""
+    out, stderr = run_tshark(path, "-T", "pdml")
+    root = ET.fromstring(out)
+    pdus, garbage, lua_err = defaultdict(list), defaultdict(list), 0
+    for packet in root.iter("packet"):
+        number = None
+        for proto in packet.findall("proto"):
+            name = proto.get("name")
+            if name == "frame":
+                number = int(next(f.get("show") for f in proto.iter("field")
+                                  if f.get("name") == "frame.number"))
+            elif name == "dcp":
+                p = LuaPdu(proto)
+                (pdus if "dcp.magic" in p.fields else garbage)[number].append(p)
+        lua_err += sum(1 for f in packet.iter("field") if f.get("name") == "_ws.lua.error")
+    return dict(pdus), dict(garbage), lua_err, stderr
+
+
+@lru_cache(maxsize=None)
+def py_pdus(path: Path) -> dict[int, list]:
+    by_frame = defaultdict(list)
+    for ev in iter_events(str(path)):
+        if type(ev) is Pdu:
+            by_frame[ev.frame].append(decode(ev.data))
+    return dict(by_frame)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prefetch():
+    """Run tshark over all samples in parallel once (results are cached)."""
+    if TSHARK:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda s: lua_pdus(SAMPLES / s.filename), SPECS))
+
+
+def expected_fields(m) -> dict[str, object]:
+    """Display-filter name -> expected value(s) for one decoded Message."""
+    exp: dict[str, object] = {"dcp.magic": m.magic, "dcp.extlen": m.extlen,
+                              "dcp.keylen": m.keylen, "dcp.datatype": m.datatype,
+                              "dcp.bodylen": m.bodylen, "dcp.opaque": m.opaque, "dcp.cas": m.cas,
+                              "dcp.stream_id": m.stream_id}
+    exp["dcp.server_opcode" if m.magic in SERVER_MAGICS else "dcp.opcode"] = m.opcode
+    exp["dcp.vbucket" if m.is_request else "dcp.status"] = m.vbucket if m.is_request else m.status
+    exp["dcp.framing_len"] = m.framing_len if m.magic in (0x08, 0x18) else None
+    for mask, name in DATATYPE.bits.items():
+        exp[f"dcp.datatype.{name}"] = int(bool(m.datatype & mask))
+    exp["dcp.value_len"] = m.value_len
+    names = field_abbrevs(m.opcode, m.is_request) if m.spec is not None else {}
+    spec: Opcode | None = m.spec
+    for name, value in m.fields.items():
+        if name == "failover_log":
+            exp["dcp.failover_log.vbucket_uuid"] = [e["vbucket_uuid"] for e in value]
+            exp["dcp.failover_log.seqno"] = [e["seqno"] for e in value]
+            continue
+        abbrev = names[name]
+        exp[abbrev] = value
+        shape = spec.request if m.is_request else spec.response
+        for lay in shape.extras + shape.values:
+            fd = next((f for f in lay.fields if f.name == name), None)
+            if fd is not None and fd.flags is not None:
+                for mask, bit in fd.flags.bits.items():
+                    exp[f"{abbrev}.{bit}"] = int(bool(value & mask))
+                break
+    if spec is not None and m.layout is not None and m.opcode in SECTIONS:
+        exp[f"dcp.{SECTIONS[m.opcode]}.layout"] = m.layout
+    return exp
+
+
+def compare(m, p: LuaPdu) -> list[str]:
+    diffs = []
+    for name, want in expected_fields(m).items():
+        if isinstance(want, list):
+            got = p.nums(name)
+        elif isinstance(want, str):
+            vals = p.fields.get(name)
+            got = vals[0][0] if vals else None
+        else:
+            got = p.num(name)
+        if got != want:
+            diffs.append(f"{name}: python={want!r} lua={got!r}")
+    # no layout field that the decoder did not decode
+    decoded = {a for a, v in expected_fields(m).items() if v is not None}
+    for name in p.fields:
+        if (name.count(".") >= 2 and name.split(".")[1] in set(SECTIONS.values()) | {"failover_log"}
+                and name not in decoded and not name.endswith((".layout", ".count"))):
+            diffs.append(f"{name}: shown by lua, not decoded by python")
+    if "dcp.rollback_seqno" in p.fields and "dcp.rollback_seqno" not in decoded:
+        diffs.append("dcp.rollback_seqno: shown by lua only")
+    key = p.fields.get("dcp.key")
+    if m.keylen and m.fields is not None and m.extlen + m.framing_len + m.keylen <= m.bodylen:
+        if not key or key[0][1] != m.key.hex():
+            diffs.append(f"dcp.key: python={m.key.hex()} lua={key}")
+    elif key:
+        diffs.append("dcp.key shown by lua only")
+    return diffs
+
+
+def findings(m) -> list[tuple[str, str]]:
+    return sorted((f"dcp.expert.{rid.replace('-', '_')}", f"[{rid}] {text}")
+                  for rid, text, _ in check_message(m))
+
+
+def lua_findings(p: LuaPdu) -> list[tuple[str, str]]:
+    return sorted(e for e in p.experts if e[0] and e[0].startswith("dcp.expert."))
+
+
+# --- tests ---------------------------------------------------------------------------------
+
+def test_lua_file_is_fresh_render():
+    assert LUA.read_text() == render(), "regenerate: python -m dcpdissect.luagen lua generate -o lua/dcpdissect.lua"
+
+
+def test_every_single_pdu_rule_has_a_lua_implementation():
+    single = {r.id for r in RULES.values() if r.single_pdu}
+    assert single, "no single-PDU rules registered"
+    missing = single - implemented_rules()
+    assert not missing, f"single-PDU rules without Lua: {sorted(missing)}"
+    text = render()
+    for rid in single:
+        assert f'add("{rid}"' in text, rid
+        assert f'"dcp.expert.{rid.replace("-", "_")}"' in text, rid
+
+
+def test_install_writes_a_fresh_render(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = install()
+    assert path == tmp_path / ".local/lib/wireshark/plugins/dcpdissect.lua"
+    assert path.read_text() == render()
+
+
+@pytest.mark.tshark
+def test_tshark_loads_the_plugin_and_registers_the_fields():
+    proc = subprocess.run([TSHARK, "-G", "fields", "-X", f"lua_script:{LUA}"],
+                          capture_output=True, text=True, check=True)
+    assert not lua_errors(proc.stderr), proc.stderr
+    names = {line.split("\t")[2] for line in proc.stdout.splitlines() if line.startswith(("F\t", "P\t"))}
+    wanted = {"dcp", "dcp.magic", "dcp.opcode", "dcp.keylen", "dcp.framing_len", "dcp.extlen",
+              "dcp.datatype", "dcp.vbucket", "dcp.status", "dcp.bodylen", "dcp.opaque", "dcp.cas",
+              "dcp.frame_info.id", "dcp.frame_info.len", "dcp.stream_id",
+              "dcp.snapshot.start_seqno", "dcp.snapshot.flags", "dcp.snapshot.version",
+              "dcp.snapshot.max_visible_seqno", "dcp.snapshot.high_completed_seqno",
+              "dcp.snapshot.purge_seqno", "dcp.snapshot.high_prepared_seqno",
+              "dcp.snapshot.layout", "dcp.add_stream.flags", "dcp.add_stream.new_opaque",
+              "dcp.stream_req.flags", "dcp.stream_req.start_seqno", "dcp.stream_req.end_seqno",
+              "dcp.stream_req.vbucket_uuid", "dcp.stream_req.snap_start_seqno",
+              "dcp.stream_req.snap_end_seqno", "dcp.failover_log.vbucket_uuid",
+              "dcp.failover_log.seqno", "dcp.rollback_seqno", "dcp.mutation.by_seqno",
+              "dcp.key", "dcp.value_len"}
+    assert wanted <= names, sorted(wanted - names)
+    snapshot_bits = {n for n in names if n.startswith("dcp.snapshot.flags.")}
+    assert len(snapshot_bits) == 6
+    assert len({n for n in names if n.startswith("dcp.add_stream.flags.")}) == 9
+    assert len({n for n in names if n.startswith("dcp.stream_req.flags.")}) == 9
+    for r in RULES.values():
+        if r.single_pdu:
+            assert f"dcp.expert.{r.id.replace('-', '_')}" in names, r.id
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_every_pdu_matches_the_python_decoder(spec):
+    path = SAMPLES / spec.filename
+    lua, _garbage, lua_err, stderr = lua_pdus(path)
+    assert lua_err == 0 and not lua_errors(stderr), stderr
+    ours = py_pdus(path)
+    problems, compared = [], 0
+    for frame, msgs in sorted(ours.items()):
+        got = lua.get(frame, [])
+        if spec.name in PARTIAL:
+            assert len(got) <= len(msgs), f"frame {frame}: lua {len(got)} PDUs, python {len(msgs)}"
+            msgs = msgs[len(msgs) - len(got):]
+        else:
+            assert len(got) == len(msgs), f"frame {frame}: lua {len(got)} PDUs, python {len(msgs)}"
+        for i, (m, p) in enumerate(zip(msgs, got)):
+            problems += [f"frame {frame} pdu {i} {m.name}: {d}" for d in compare(m, p)]
+            if lua_findings(p) != findings(m):
+                problems.append(f"frame {frame} pdu {i} {m.name}: experts lua={lua_findings(p)} "
+                                f"python={findings(m)}")
+            assert not [e for e in p.experts if e[0] in NOT_RULES], p.experts
+            compared += 1
+    extra = set(lua) - set(ours)
+    assert not extra, f"lua decoded PDUs in frames python did not: {sorted(extra)}"
+    assert not problems, "\n".join(problems)
+    assert compared > 0
+    if spec.name not in PARTIAL:
+        assert compared == sum(len(v) for v in ours.values())
+
+
+@pytest.mark.tshark
+def test_partial_samples_still_decode_after_the_damage():
+    for name in sorted(PARTIAL):
+        spec = next(s for s in SPECS if s.name == name)
+        lua = lua_pdus(SAMPLES / spec.filename)[0]
+        assert sum(len(v) for v in lua.values()) > 0, name
+
+
+@pytest.mark.tshark
+def test_v22_marker_decodes_fully():
+    path = SAMPLES / "clean-replication.pcap"
+    lua = lua_pdus(path)[0]
+    found = 0
+    for frame, msgs in py_pdus(path).items():
+        for m, p in zip(msgs, lua.get(frame, [])):
+            if m.opcode == 0x56 and m.layout == "V2.2":
+                found += 1
+                assert p.fields["dcp.snapshot.layout"][0][0] == "V2.2"
+                assert p.num("dcp.snapshot.purge_seqno") == m.fields["purge_seqno"]
+                assert p.num("dcp.snapshot.high_prepared_seqno") == m.fields["high_prepared_seqno"]
+                assert "_ws.malformed" not in p.fields
+    assert found
+
+
+@pytest.mark.tshark
+def test_multi_pdu_segment_info_column_lists_every_pdu():
+    out, _ = run_tshark(SAMPLES / "clean-replication.pcap", "-T", "fields", "-e", "frame.number",
+                        "-e", "_ws.col.Info")
+    info = dict(line.split("\t", 1) for line in out.splitlines())
+    lua = lua_pdus(SAMPLES / "clean-replication.pcap")[0]
+    multi = [f for f, v in lua.items() if len(v) > 1]
+    assert multi
+    for frame in multi:
+        assert info[str(frame)].count("; ") == len(lua[frame]) - 1, info[str(frame)]
+    assert any(t.startswith("DcpSnapshotMarker vb:2 [0..6] V2.2; DcpMutation vb:2 seqno=1")
+               for t in info.values())
+
+
+@pytest.mark.tshark
+def test_port_preference_moves_the_dissector():
+    path = SAMPLES / "seed-marker-v1.pcap"          # server port 11210
+    out, _ = run_tshark(path, "-T", "fields", "-e", "dcp.opcode")
+    assert "0x56" in out
+    out, _ = run_tshark(path, "-o", "dcp.tcp_ports:11209", "-T", "fields", "-e", "dcp.opcode",
+                        "-e", "couchbase.opcode")
+    assert "\t0x56" in out.splitlines(), out      # the built-in dissector has it again
+    out, _ = run_tshark(path, "-o", "dcp.tcp_ports:11209,11210", "-Y", "dcp.opcode == 0x56",
+                        "-T", "fields", "-e", "dcp.snapshot.end_seqno")
+    assert out.strip() == "8"
+
+
+# --- robustness: mutated and truncated captures ------------------------------------------
+
+def _sample_pdus() -> list[bytes]:
+    out = []
+    for name in ("clean-replication.pcap", "violations-marker.pcap", "violations-structure.pcap",
+                 "violations-stream-request.pcap", "add-stream.pcap", "rollback-violations.pcap"):
+        out += [ev.data for ev in iter_events(str(SAMPLES / name)) if type(ev) is Pdu]
+    return out
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.random()
+        if kind < 0.6:         # header byte (magic, lengths, datatype, framing)
+            b[rng.randrange(min(len(b), 24))] = rng.choice((0, 1, 2, 0x0F, 0x10, 0x30, 0xFF,
+                                                           0x08, 0x18, 0x80, 0x81, 0x82,
+                                                           rng.randrange(256)))
+        elif kind < 0.9 and len(b) > 24:
+            b[rng.randrange(24, len(b))] = rng.randrange(256)
+        else:
+            b = b[:rng.randrange(1, len(b) + 1)]
+    if rng.random() < 0.2:     # flexible framing with random framing extras
+        b[0] = rng.choice((0x08, 0x18))
+        if len(b) > 3:
+            b[2] = rng.randrange(0, 8)
+    return bytes(b)
+
+
+def _fuzz_capture(rng: random.Random, pdus: list[bytes], first_port: int, count: int) -> bytes:
+    convs = []
+    for k in range(count):
+        conv = ns.TcpConversation(ns.Endpoint("10.1.0.2", first_port + k),
+                                  ns.Endpoint("10.1.0.1", rng.choice((11210, 11209))),
+                                  start_ns=1_700_000_000_000_000_000 + k * 7)
+        for _ in range(rng.randint(1, 6)):
+            data = rng.choice(pdus)
+            if rng.random() < 0.8:
+                data = _mutate(rng, data)
+            sizes = None
+            if len(data) > 2 and rng.random() < 0.3:
+                sizes = (rng.randrange(1, len(data)),)
+            conv.send(rng.choice(("c2s", "s2c")), data, segment_sizes=sizes,
+                      coalesce_with_next=rng.random() < 0.5)
+        conv.close()
+        pkts = conv.packets()
+        if rng.random() < 0.2:
+            data_at = ns.data_indices(pkts)
+            if data_at:
+                i = rng.choice(data_at)
+                pkts = ns.truncate_capture(pkts, i, rng.randrange(54, len(pkts[i].frame_bytes())))
+        convs.append(pkts)
+    buf = io.BytesIO()
+    ns.write_pcap(buf, convs)
+    return buf.getvalue()
+
+
+@pytest.mark.tshark
+def test_mutated_captures_raise_no_lua_errors(tmp_path):
+    rng = random.Random(20240611)
+    pdus = _sample_pdus()
+    paths = []
+    for n in range(6):               # 6 files x 50 mutated connections
+        path = tmp_path / f"fuzz-{n}.pcap"
+        path.write_bytes(_fuzz_capture(rng, pdus, 20000 + n * 100, 50))
+        paths.append(path)
+
+    def run(path):
+        return run_tshark(path, "-Y", "_ws.lua.error || dcp.expert.internal",
+                          "-T", "fields", "-e", "frame.number", "-e", "_ws.lua.error",
+                          "-e", "dcp.expert.internal")
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(run, paths))
+    for path, (out, stderr) in zip(paths, results):
+        assert not lua_errors(stderr), stderr
+        assert out.strip() == "", f"{path.name}: {out[:2000]}"
+    # the fuzz really exercised the dissector
+    out, _ = run_tshark(paths[0], "-Y", "dcp", "-T", "fields", "-e", "frame.number")
+    assert len(out.splitlines()) > 50
