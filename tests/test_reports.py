@@ -307,3 +307,16 @@ def test_redaction_covers_bytes_outside_decoded_messages(tmp_path, name):
         if type(ev) is Resync and ev.reason == "mid_stream" and ev.frame in fmap:
             payload = decode_packet(linktype, kept[fmap[ev.frame] - 1]).payload
             assert payload[:min(ev.skipped, len(payload))] == b"x" * min(ev.skipped, len(payload))
+
+
+@needs_tshark
+def test_readme_command_runs_verbatim(marker_bundle):
+    import shlex
+    findings, out = marker_bundle
+    line = next(l for l in (out / "README.txt").read_text().splitlines()
+                if l.strip().startswith("tshark -r"))
+    assert line.strip() in (out / "report.md").read_text()
+    res = subprocess.run(shlex.split(line), cwd=out, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("DCP Snapshot Marker Request") >= len(findings)
+    assert "Opcode: DCP Snapshot Marker (0x56)" in res.stdout
