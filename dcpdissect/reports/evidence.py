@@ -117,6 +117,7 @@ class _Capture:
         self.handshake: dict[int, list[int]] = defaultdict(list)
         self.frame_ranges: dict[int, tuple[int, int, int, int]] = {}   # frame -> conn, dir, off, len
         self.runs: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+        self._by_conn: dict[int, tuple[list[_Msg], list[int]]] = {}
         self._events(path, conns)
         self._frames(path, conns)
 
@@ -212,41 +213,49 @@ class _Capture:
         self.runs[(conn, direction)].append((off, off + len(seg.payload), number))
 
     # -- context -------------------------------------------------------------------------
-    def all_msgs(self, conn: int):
-        return self.msgs.get((conn, 0), []) + self.msgs.get((conn, 1), [])
+    def _conn_msgs(self, conn: int) -> tuple[list[_Msg], list[int]]:
+        """The connection's messages in completion order, and their completion frames."""
+        cached = self._by_conn.get(conn)
+        if cached is None:
+            msgs = sorted(self.msgs.get((conn, 0), []) + self.msgs.get((conn, 1), []),
+                          key=lambda m: (m.frame, m.direction, m.offset))
+            cached = self._by_conn[conn] = (msgs, [m.frame for m in msgs])
+        return cached
 
     def context_of(self, f: Finding) -> set[int]:
+        """Frames that make a finding readable: its own, the connection's handshake and
+        DCP open, and for a vbucket the add-stream / stream request with its response and
+        the snapshot marker before it; for a response the request it answers; for skipped
+        bytes the frames carrying them and the message before them."""
         keep = set(finding_frames(f)) | set(f.context)
         conn = f.connection
         if conn is None:
             return keep
         keep |= set(self.handshake.get(conn, ()))
-        msgs = sorted(self.all_msgs(conn), key=lambda m: m.frame)
+        msgs, frames = self._conn_msgs(conn)
         at = f.frame if f.frame is not None else 0
-        before = [m for m in msgs if m.frame <= at]
-        opens = [m for m in msgs if m.opcode == 0x50]
-        if opens:
-            first = opens[0]
-            keep |= set(first.frames)
-            reply = next((m for m in opens if m.direction != first.direction
-                          and m.opaque == first.opaque), None)
-            if reply is not None:
-                keep |= set(reply.frames)
+        first_after = bisect.bisect_left(frames, at)        # messages [0, first_after) precede
+        opened = next((m for m in msgs if m.opcode == 0x50 and m.magic in _REQUEST_MAGICS), None)
+        if opened is not None:
+            keep |= set(opened.frames) | self._reply_frames(msgs, frames, opened)
         if f.vbucket is not None:
-            for opcode in (0x51, 0x53, 0x56):
-                req = next((m for m in reversed(before) if m.opcode == opcode
-                            and m.magic in _REQUEST_MAGICS and m.vbucket == f.vbucket
-                            and m.frame < at), None)
-                if req is not None:
-                    keep |= set(req.frames)
-                    if opcode != 0x56:
-                        keep |= self._reply_frames(msgs, req)
-            own = next((m for m in before if m.frame == at and m.vbucket == f.vbucket
-                        and m.opaque == f.opaque), None)
-            if own is not None and own.magic in _REQUEST_MAGICS:
-                keep |= self._reply_frames(msgs, own)
+            wanted = {0x51, 0x53, 0x56}
+            for m in reversed(msgs[:first_after]):
+                if not wanted:
+                    break
+                if m.opcode in wanted and m.magic in _REQUEST_MAGICS and m.vbucket == f.vbucket:
+                    wanted.discard(m.opcode)
+                    keep |= set(m.frames)
+                    if m.opcode != 0x56:
+                        keep |= self._reply_frames(msgs, frames, m)
+            i = first_after
+            while i < len(msgs) and msgs[i].frame == at:      # the offending request itself
+                m = msgs[i]
+                if m.magic in _REQUEST_MAGICS and m.vbucket == f.vbucket and m.opaque == f.opaque:
+                    keep |= self._reply_frames(msgs, frames, m)
+                i += 1
         elif f.opaque is not None:
-            req = next((m for m in reversed(before) if m.opaque == f.opaque and m.frame < at
+            req = next((m for m in reversed(msgs[:first_after]) if m.opaque == f.opaque
                         and m.magic in _REQUEST_MAGICS), None)
             if req is not None:
                 keep |= set(req.frames)
@@ -255,17 +264,19 @@ class _Capture:
             for off, end, n in self.runs.get((conn, ev.direction), ()):
                 if off < ev.offset and end > lo:
                     keep.add(n)
-            prior = [m for m in self.msgs.get((conn, ev.direction), ()) if m.end <= lo]
-            if prior:                       # the message the skipped bytes followed
-                keep |= set(prior[-1].frames)
+            stream = self.msgs.get((conn, ev.direction), [])
+            i = bisect.bisect_right([m.end for m in stream], lo) - 1
+            if i >= 0:                      # the message the skipped bytes followed
+                keep |= set(stream[i].frames)
         return keep
 
     @staticmethod
-    def _reply_frames(msgs, req: _Msg) -> set[int]:
-        reply = next((m for m in msgs if m.frame >= req.frame and m.direction != req.direction
-                      and m.opaque == req.opaque and m.opcode == req.opcode
-                      and m.magic not in _REQUEST_MAGICS), None)
-        return set(reply.frames) if reply is not None else set()
+    def _reply_frames(msgs: list[_Msg], frames: list[int], req: _Msg) -> set[int]:
+        for m in msgs[bisect.bisect_left(frames, req.frame):]:
+            if (m.direction != req.direction and m.opaque == req.opaque
+                    and m.opcode == req.opcode and m.magic not in _REQUEST_MAGICS):
+                return set(m.frames)
+        return set()
 
     def close_runs(self, keep: set[int]) -> set[int]:
         """Add the frames of PDUs cut by the edges of kept frames, so that each kept
