@@ -27,6 +27,7 @@ def classify_markers(events: Iterable) -> dict[tuple[int, int, int], str]:
     first item after it (or the next marker, STREAM_END, or the connection end) is seen,
     so the whole event sequence is consumed first."""
     analyzer = Analyzer()
+    analyzer.streams.conventions = {}
     for ev in events:
         analyzer.feed(ev)
     analyzer.finish()

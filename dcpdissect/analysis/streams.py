@@ -180,15 +180,16 @@ class AddStream:
 class StreamTracker:
     """Tracks DCP connections and streams; each hook returns the findings it completes.
 
-    ``conventions`` maps (connection, frame, stream offset) of every server-sent snapshot
-    marker to its start-seqno convention (see :func:`.conventions.classify_markers`).
+    When ``conventions`` is a dict (None by default: analyze does not need it), it maps
+    (connection, frame, stream offset) of every server-sent snapshot marker to its
+    start-seqno convention (see :func:`.conventions.classify_markers`).
     """
 
     def __init__(self):
         self.conns: dict[int, Conn] = {}
         self.adds: list[AddStream] = []
         self.resume: dict[tuple, dict] = {}
-        self.conventions: dict[tuple[int, int, int], str] = {}
+        self.conventions: dict[tuple[int, int, int], str] | None = None
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -398,7 +399,7 @@ class StreamTracker:
         st = c.streams.get(key)
         if st is None or st.suppressed:
             if msg.opcode == 0x56:
-                self.conventions[(pdu.conn, pdu.frame, pdu.offset)] = "unknown"
+                self._label((pdu.conn, pdu.frame, pdu.offset), "unknown")
             if st is None and key not in c.unknown and not c.tainted:
                 c.unknown.add(key)
                 why = ("the capture started inside the connection" if c.mid_stream
@@ -437,14 +438,14 @@ class StreamTracker:
         f = msg.fields
         ckey = (pdu.conn, pdu.frame, pdu.offset)
         if "flags" not in f or f["start_seqno"] > f["end_seqno"]:
-            self.conventions[ckey] = "invalid"  # malformed: the structural rules say why
+            self._label(ckey, "invalid")  # malformed: the structural rules say why
             if not st.in_oso:
                 self._settle(st, out, None)
                 st.snap, st.unsure = None, True
             return
         start, end, flags = f["start_seqno"], f["end_seqno"], f["flags"]
         if st.in_oso:
-            self.conventions[ckey] = "inside-oso"
+            self._label(ckey, "inside-oso")
             self._emit(st, out, "oso-contains-marker", f"snapshot marker [{start},{end}] inside the "
                        f"OSO snapshot of {st.describe()}", pdu, msg, _marker_fields(msg))
             return
@@ -454,7 +455,7 @@ class StreamTracker:
         last = st.last_seqno
         if start < last and end <= last:
             shown["last_seqno"] = last
-            self.conventions[ckey] = "dropped"
+            self._label(ckey, "dropped")
             self._emit(st, out, "snapshot-behind-last-seqno", f"marker [{start},{end}] is "
                        f"behind the last seqno {last}: the consumer drops it", pdu, msg, shown,
                        _ctx(prev and prev.pdu))
@@ -494,7 +495,7 @@ class StreamTracker:
             snap.keys = None
         if flags & SNAPSHOT_ACK:
             c.acks[st.opaque] = c.acks.get(st.opaque, 0) + 1
-        self.conventions[ckey] = "pending"
+        self._label(ckey, "pending")
 
     def _item(self, st: Stream, pdu, msg, out) -> None:
         field = msg.spec.seqno_field if msg.spec else None
@@ -615,7 +616,7 @@ class StreamTracker:
             return
         snap.pending = False
         label, expected = classify(snap.start, snap.flags, snap.first, st.req, first_seqno)
-        self.conventions[(snap.pdu.conn, snap.pdu.frame, snap.pdu.offset)] = label
+        self._label((snap.pdu.conn, snap.pdu.frame, snap.pdu.offset), label)
         if expected is None or snap.erred:
             return
         if first_seqno is not None and not snap.start <= first_seqno <= snap.end:
@@ -697,6 +698,10 @@ class StreamTracker:
         c.tainted = why
         return [Finding("semantics-suppressed", f"stream rules stop for the streams open on this "
                         f"connection: {why}", ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
+
+    def _label(self, key, label: str) -> None:
+        if self.conventions is not None:
+            self.conventions[key] = label
 
     def _emit(self, st: Stream, out, rid, text, pdu, msg, fields=None, context=()) -> None:
         n = st.counts.get(rid, 0) + 1

@@ -57,6 +57,8 @@ def stream_markers() -> list[Script]:
     """One consumer, one vbucket per marker/data rule."""
     s = Script(Endpoint("10.0.2.2", 50400), PRODUCER)
     _open(s, "stream-rules")
+    s.c2s(encode(0x5E, key=b"change_streams", value=b"true", opaque=2))
+    s.s2c(ok(0x5E, 2))
     mk = marker
     # vb 0: a mutation before any marker
     o = _stream(s, 0)
@@ -99,6 +101,12 @@ def stream_markers() -> list[Script]:
     o = _stream(s, 10)
     s.s2c(mk(10, o, 0, 2, "memory+checkpoint"), *_items(10, o, 1, 2))
     s.s2c(mk(10, o, 3, 5, "memory"), *_items(10, o, 4, 5))
+    # vb 11 (no finding): a non-history disk marker then a History one with the same end
+    o = _stream(s, 11)
+    s.s2c(mk(11, o, 0, 6, "disk+checkpoint"), *_items(11, o, 1, 2))
+    s.s2c(mk(11, o, 3, 6, "disk+checkpoint+history+may_contain_duplicates"),
+          mutation(11, o, 3, "k1", doc(3)), mutation(11, o, 4, "k1", doc(4)),
+          *_items(11, o, 5, 6))
     s.conv.close()
     return [s]
 
