@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..reassembly.pdus import CaptureError, iter_events
 from .engine import Analyzer
 
 LABELS = {
@@ -25,11 +26,15 @@ def classify_markers(events: Iterable) -> dict[tuple[int, int, int], str]:
     ``events`` (as yielded by :func:`dcpdissect.reassembly.pdus.iter_events`) to its
     start-seqno convention, one of :data:`LABELS`. A marker's label is final once the
     first item after it (or the next marker, STREAM_END, or the connection end) is seen,
-    so the whole event sequence is consumed first."""
+    so the whole event sequence is consumed first. A capture fault ends the labelling
+    where it occurs."""
     analyzer = Analyzer()
     analyzer.streams.conventions = {}
-    for ev in events:
-        analyzer.feed(ev)
+    try:
+        for ev in events:
+            analyzer.feed(ev)
+    except CaptureError:
+        pass                    # a damaged capture: label what was read before the fault
     analyzer.finish()
     return {k: ("unknown" if v == "pending" else v)
             for k, v in analyzer.streams.conventions.items()}
@@ -37,5 +42,4 @@ def classify_markers(events: Iterable) -> dict[tuple[int, int, int], str]:
 
 def classify_file(path: str) -> dict[tuple[int, int, int], str]:
     """:func:`classify_markers` over one capture file."""
-    from ..reassembly.pdus import iter_events
     return classify_markers(iter_events(path))

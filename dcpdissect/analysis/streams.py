@@ -279,7 +279,7 @@ class StreamTracker:
         if msg.value_len:
             try:
                 sid = json.loads(bytes(msg.value)).get("sid")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 sid = None
             if c.hello is not None and HELLO_COLLECTIONS not in c.hello and not c.tainted:
                 out.append(_finding("stream-request-value-without-collections",
