@@ -91,8 +91,13 @@ def marker_bundle(tmp_path_factory):
 def _frame_map(out: Path) -> dict[int, int]:
     """Original frame -> evidence frame, from the bundle's frames.tsv."""
     rows = (out / "frames.tsv").read_text().splitlines()
-    assert rows[0] == "evidence_frame\toriginal_frame"
-    return {int(o): int(n) for n, o in (r.split("\t") for r in rows[1:])}
+    assert rows[0] == "evidence_frame\toriginal_frame\tcut_bytes"
+    return {int(o): int(n) for n, o, _ in (r.split("\t") for r in rows[1:])}
+
+
+def _cuts(out: Path) -> dict[int, int]:
+    rows = (out / "frames.tsv").read_text().splitlines()[1:]
+    return {int(o): int(c) for _, o, c in (r.split("\t") for r in rows) if c != "0"}
 
 
 def test_evidence_bundle_files_and_frame_map(marker_bundle):
@@ -113,7 +118,7 @@ def test_evidence_bundle_files_and_frame_map(marker_bundle):
         assert f"frame.number in {{{fmap[f.frame]}}}" in md
     readme = (out / "README.txt").read_text()
     assert "tshark -r evidence.pcap -o tcp.reassemble_out_of_order:TRUE" in readme
-    assert "frame.number in {" in readme and "Redaction: none" in readme
+    assert "frame.number in {" in readme and "Redaction: none" in readme and "kept whole" in readme
 
 
 def test_evidence_keeps_the_context(marker_bundle):
@@ -320,3 +325,29 @@ def test_readme_command_runs_verbatim(marker_bundle):
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("DCP Snapshot Marker Request") >= len(findings)
     assert "Opcode: DCP Snapshot Marker (0x56)" in res.stdout
+
+
+@needs_tshark
+def test_kept_stretch_starting_mid_message_is_aligned(tmp_path):
+    from dcpdissect.capture.packets import decode_packet
+    name = "clean-replication.pcap"
+    pdus = [ev for ev in iter_events(str(SAMPLES / name)) if type(ev) is Pdu]
+    target = next(p for p in pdus if p.data[1] == 0x57 and any(
+        q.offset < p.offset and q.conn == p.conn and q.direction == p.direction
+        and p.frames[0] in q.frames and q.frames[0] != p.frames[0] for q in pdus))
+    f = Finding("lost-pdu", "test", target.frame, target.frames, target.ts_ns, target.conn,
+                pdu=target.data)
+    out = write_evidence(str(SAMPLES / name), [f], Summary(), tmp_path)
+    fmap, cuts = _frame_map(out), _cuts(out)
+    first = target.frames[0]
+    assert first in cuts and 0 < cuts[first]
+    original = frame_bytes(SAMPLES / name)[first - 1]
+    kept = frame_bytes(out / "evidence.pcap")[fmap[first] - 1]
+    a, b = decode_packet(1, original), decode_packet(1, kept)
+    assert b.payload == a.payload[cuts[first]:] and b.seq == a.seq + cuts[first]
+    assert "leading payload bytes" in (out / "README.txt").read_text()
+    got = [ev.data for ev in iter_events(str(out / "evidence.pcap")) if type(ev) is Pdu]
+    assert target.data in got
+    key = decode(target.data).key.decode()
+    rows = tshark_fields(out / "evidence.pcap", [fmap[target.frame]], "couchbase.key")
+    assert key in rows[0][1].split(",")

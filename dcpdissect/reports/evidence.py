@@ -2,7 +2,10 @@
 Markdown report whose frame numbers refer to it, and a README with the tshark command.
 
 Kept frames are written unchanged (link type, timestamps at nanosecond resolution,
-original lengths), except with ``redact=True``: the document keys and values of data
+original lengths) with two exceptions. A frame that starts a kept stretch of a stream in
+the middle of a message (its start was not kept) loses those leading payload bytes, with
+its TCP sequence number and IP length adjusted, so that Wireshark starts on a message
+boundary. With ``redact=True`` the document keys and values of data
 messages (mutation, deletion, expiration, prepare, commit, abort) are overwritten by
 ``x`` bytes of the same length, and so are the bodies of messages cut by a capture gap and
 bytes skipped while resynchronising (except the first 24 bytes after garbage: the header
@@ -36,7 +39,6 @@ _REQUEST_MAGICS = (0x80, 0x08, 0x82)
 _SYN, _ACK, _FIN, _RST = 0x02, 0x10, 0x01, 0x04
 _MASK = 0xFFFFFFFF
 MAX_PER_RULE = 25          # findings of one rule carried into a bundle
-CLOSURE_ROUNDS = 16        # frames added to start and end kept runs on PDU boundaries
 
 
 @dataclasses.dataclass
@@ -278,28 +280,27 @@ class _Capture:
                 return set(m.frames)
         return set()
 
-    def close_runs(self, keep: set[int]) -> set[int]:
-        """Add the frames of PDUs cut by the edges of kept frames, so that each kept
-        stretch of a stream starts and ends on a PDU boundary (bounded)."""
-        starts = {key: [m.offset for m in ms] for key, ms in self.msgs.items()}
-        for _ in range(CLOSURE_ROUNDS):
-            added = set()
-            for n in keep:
-                info = self.frame_ranges.get(n)
-                if info is None:
-                    continue
-                conn, direction, off, length = info
-                ms = self.msgs.get((conn, direction))
-                if not ms:
-                    continue
-                for pos in (off, off + length - 1):
-                    i = bisect.bisect_right(starts[(conn, direction)], pos) - 1
-                    if i >= 0 and ms[i].offset <= pos < ms[i].end:
-                        added |= set(ms[i].frames) - keep
-            if not added:
-                break
-            keep |= added
-        return keep
+    def alignment_cuts(self, keep: set[int]) -> dict[int, int]:
+        """Frames that start a kept stretch of a stream in the middle of a message, with the
+        number of leading payload bytes (that message's tail) to drop so that a dissector
+        reading the trimmed capture starts on a message boundary."""
+        cuts: dict[int, int] = {}
+        per_stream: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+        for n in keep:
+            info = self.frame_ranges.get(n)
+            if info is not None:
+                per_stream[info[:2]].append((info[2], info[2] + info[3], n))
+        for key, ranges in per_stream.items():
+            msgs = self.msgs.get(key, [])
+            starts = [m.offset for m in msgs]
+            covered = None
+            for off, end, n in sorted(ranges):
+                if covered is None or covered < off:
+                    i = bisect.bisect_right(starts, off) - 1
+                    if i >= 0 and msgs[i].offset < off < msgs[i].end < end:
+                        cuts[n] = msgs[i].end - off
+                covered = end if covered is None else max(covered, end)
+        return cuts
 
 
 def _payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
@@ -317,6 +318,50 @@ def _payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
             return pos
         if pos == 0:
             return None
+
+
+def _cut_payload(linktype: int, data: bytes, cut: int) -> bytes | None:
+    """The frame without the first ``cut`` bytes of its TCP payload: the TCP sequence
+    number advances by ``cut`` and the IP length shrinks (IPv4 header checksum
+    recomputed). None when the headers cannot be located with certainty."""
+    seg = decode_packet(linktype, data)
+    if seg is None or cut >= len(seg.payload):
+        return None
+    pos = _payload_pos(linktype, data, seg.payload)
+    if pos is None:
+        return None
+    tcp = data.rfind(struct.pack(">HHI", seg.sport, seg.dport, seg.seq), 0, pos)
+    if tcp < 0 or (data[tcp + 12] >> 4) * 4 != pos - tcp:
+        return None
+    out = bytearray(data[:pos] + data[pos + cut:])
+    struct.pack_into(">I", out, tcp + 4, (seg.seq + cut) & _MASK)
+    for ihl in range(20, 64, 4):
+        ip = tcp - ihl
+        if ip >= 0 and out[ip] == 0x40 | ihl // 4 and out[ip + 9] == 6:
+            total = struct.unpack_from(">H", out, ip + 2)[0]
+            if total:
+                struct.pack_into(">H", out, ip + 2, total - cut)
+            struct.pack_into(">H", out, ip + 10, 0)
+            struct.pack_into(">H", out, ip + 10, _ip_checksum(bytes(out[ip:ip + ihl])))
+            break
+    else:
+        ip = tcp - 40
+        if not (ip >= 0 and out[ip] >> 4 == 6 and out[ip + 6] == 6):
+            return None
+        plen = struct.unpack_from(">H", out, ip + 4)[0]
+        if plen:
+            struct.pack_into(">H", out, ip + 4, plen - cut)
+    check = decode_packet(linktype, bytes(out))
+    if check is None or check.payload != seg.payload[cut:] or check.seq != (seg.seq + cut) & _MASK:
+        return None
+    return bytes(out)
+
+
+def _ip_checksum(header: bytes) -> int:
+    s = sum(struct.unpack(f">{len(header) // 2}H", header))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
 
 
 def _redacted_frame(fr, info, ranges) -> bytes:
@@ -372,7 +417,7 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
     keep: set[int] = set()
     for f in chosen:
         keep |= cap.context_of(f)
-    keep = cap.close_runs(keep)
+    cuts = cap.alignment_cuts(keep)
 
     frames = []
     try:
@@ -390,18 +435,26 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
     with open(pcap, "wb") as fh:
         if len(linktypes) == 1:
             writer = PcapWriter(fh, linktype=linktypes[0], nanosecond=True, snaplen=snaplen)
-            write = lambda fr, data: writer.write(fr.ts_ns, data, wirelen=max(fr.wirelen, len(data)))
+            write = lambda fr, data, wl: writer.write(fr.ts_ns, data, wirelen=max(wl, len(data)))
         else:
             writer = PcapngWriter(fh)
             iface = {lt: writer.add_interface(lt, tsresol=9, snaplen=snaplen) for lt in linktypes}
-            write = lambda fr, data: writer.write(iface[fr.linktype], fr.ts_ns, data,
-                                                  wirelen=max(fr.wirelen, len(data)))
+            write = lambda fr, data, wl: writer.write(iface[fr.linktype], fr.ts_ns, data,
+                                                      wirelen=max(wl, len(data)))
         for new, fr in enumerate(frames, 1):
             data = fr.data
             info = cap.frame_ranges.get(fr.number)
             if redact and info is not None:
                 data = _redacted_frame(fr, info, cap.redact.get(info[:2], []))
-            write(fr, data)
+            wirelen = fr.wirelen
+            if fr.number in cuts:
+                shorter = _cut_payload(fr.linktype, data, cuts[fr.number])
+                if shorter is None:
+                    del cuts[fr.number]
+                else:
+                    wirelen -= len(data) - len(shorter)
+                    data = shorter
+            write(fr, data, wirelen)
             frame_map[fr.number] = new
         writer.close()
 
@@ -417,6 +470,13 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
              f"Show the offending PDUs:\n\n```\n{command}\n```",
              "TCP sequence analysis is switched off in that command because the trimmed "
              "capture has holes in each stream."]
+    if cuts:
+        shown_cuts = ", ".join(f"{frame_map[n]} ({c} bytes)" for n, c in sorted(cuts.items())
+                               if n in frame_map)
+        notes.append("Frames that start in the middle of a message (whose start is not in "
+                     "this capture) lost those leading payload bytes, so that Wireshark "
+                     "starts on a message boundary; their TCP sequence number and IP length "
+                     f"were adjusted: {shown_cuts}. All other frames are as captured.")
     if redact:
         notes.append("**Redaction applied**: document keys and values of data messages are "
                      "replaced by `x` bytes of the same length in the capture and in the "
@@ -434,8 +494,9 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
                              notes=notes, connections=connections)
     (out / "report.md").write_text(report, encoding="utf-8")
     (out / "frames.tsv").write_text(
-        "evidence_frame\toriginal_frame\n"
-        + "".join(f"{new}\t{old}\n" for old, new in sorted(frame_map.items())), encoding="utf-8")
+        "evidence_frame\toriginal_frame\tcut_bytes\n"
+        + "".join(f"{new}\t{old}\t{cuts.get(old, 0)}\n" for old, new in sorted(frame_map.items())),
+        encoding="utf-8")
     digest = hashlib.sha256(pcap.read_bytes()).hexdigest()
     readme = [
         f"Evidence bundle for {Path(path).name} (written by dcpdissect analyze --evidence)",
@@ -449,9 +510,12 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
         f"  {command}",
         "",
         "Frame numbers in report.md refer to the evidence capture.",
+        (f"{len(cuts)} frames start in the middle of a message whose start is not kept: those "
+         "leading payload bytes were removed (TCP seq and IP length adjusted; see cut_bytes "
+         "in frames.tsv)." if cuts else "Every frame is kept whole."),
         "Redaction: " + ("applied (document keys and values replaced by 'x' bytes; headers, "
                          "lengths and seqnos unchanged; TCP/IP checksums not recomputed)."
-                         if redact else "none (frames are byte-for-byte as captured)."),
+                         if redact else "none."),
         "",
     ]
     (out / "README.txt").write_text("\n".join(readme), encoding="utf-8")
