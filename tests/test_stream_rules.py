@@ -247,3 +247,75 @@ def test_hand_crafted_capture_points_at_the_right_frames(tmp_path):
     split_finding = [f for f in analyze_file(str(path))[0] if f.frame == 12][0]
     assert split_finding.frames == (11, 12) and split_finding.fields["seqno"] == 6
     assert classify_file(str(path)) == {(1, 8, 64): "first-of-stream", (1, 10, 224): "dropped"}
+
+
+# --- events fed directly ---------------------------------------------------------------------
+
+def _run(*messages):
+    """Feed (direction, bytes) messages on one connection; (rule, index) of stream findings."""
+    from dcpdissect.analysis.engine import Analyzer
+    from dcpdissect.reassembly.connections import ConnectionOpened
+    from dcpdissect.reassembly.framing import Pdu
+    a = Analyzer()
+    out = a.feed(ConnectionOpened(1, ("10.0.0.2", 5000), ("10.0.0.1", 11210), 1, 0, False))
+    off = [0, 0]
+    for i, (d, data) in enumerate(messages, start=2):
+        out += a.feed(Pdu(1, d, off[d], data, (i,), i, i))
+        off[d] += len(data)
+    out += a.finish()
+    return [(f.rule, f.frame - 2) for f in out if f.rule in MINE]
+
+
+def _setup(vb=0, opaque=0x10, value=b"", **kw):
+    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+    return [(0, dcp_open("t", 1, 1)), (1, ok(0x50, 1)),
+            (0, stream_req(vb, opaque, value=value, **kw)), (1, failover(opaque, (7, 0)))]
+
+
+def test_error_response_to_a_marker_is_not_an_unexpected_ack():
+    from dcpdissect.samples.builder import marker, mutation, ok
+    base = _setup() + [(1, marker(0, 0x10, 0, 1, "memory+checkpoint")),
+                       (1, mutation(0, 0x10, 1, "a", b"1"))]
+    assert _run(*base, (0, ok(0x56, 0x10, status=0x22))) == []
+    assert _run(*base, (0, ok(0x56, 0x10))) == [("snapshot-ack-unexpected", 6)]
+
+
+def test_stream_request_value_with_hello_collections_is_fine():
+    from dcpdissect.codec import encode
+    from dcpdissect.samples.builder import ok
+    hello = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=9)),
+             (1, ok(0x1F, 9, value=b"\x00\x12"))]
+    assert _run(*hello, *_setup(value=b'{"collections":["8"]}')) == []
+    hello_no = [(0, encode(0x1F, key=b"c", value=b"\x00\x06", opaque=9)),
+                (1, ok(0x1F, 9, value=b"\x00\x06"))]
+    assert _run(*hello_no, *_setup(value=b'{"collections":["8"]}')) == \
+        [("stream-request-value-without-collections", 4)]
+    assert _run(*_setup(value=b'{"collections":["8"]}')) == []     # no HELLO seen: not judged
+
+
+def test_oso_snapshot_then_memory_marker():
+    from dcpdissect.codec import encode
+    from dcpdissect.samples.builder import marker, mutation
+    oso = lambda f: (1, encode(0x65, {"flags": f}, vbucket=0, opaque=0x10))
+    msgs = _setup() + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
+                       (1, mutation(0, 0x10, 2, "b", b"")),
+                       (1, encode(0x64, {"by_seqno": 5}, vbucket=0, opaque=0x10)), oso(2),
+                       (1, marker(0, 0x10, 6, 7, "memory+checkpoint")),
+                       (1, mutation(0, 0x10, 6, "a", b"")), (1, mutation(0, 0x10, 7, "b", b""))]
+    assert _run(*msgs) == []
+    # a key twice inside one OSO snapshot; an item at the OSO baseline after the end
+    dup = _setup() + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
+                      (1, mutation(0, 0x10, 2, "a", b"")), oso(2),
+                      (1, marker(0, 0x10, 5, 6, "memory+checkpoint")),
+                      (1, mutation(0, 0x10, 4, "c", b"")), (1, mutation(0, 0x10, 6, "b", b""))]
+    assert _run(*dup) == [("data-duplicate-key", 6), ("data-seqno-not-increasing", 9),
+                          ("data-outside-snapshot", 9)]
+
+
+def test_findings_per_stream_and_rule_are_capped():
+    from dcpdissect.samples.builder import marker, mutation
+    msgs = _setup() + [(1, marker(0, 0x10, 0, 2, "memory+checkpoint"))] + \
+        [(1, mutation(0, 0x10, 100 + i, f"k{i}", b"")) for i in range(30)]
+    got = _run(*msgs)
+    assert got.count(("data-outside-snapshot", 5)) == 1
+    assert len([r for r, _ in got if r == "data-outside-snapshot"]) == 10

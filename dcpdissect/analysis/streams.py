@@ -65,7 +65,7 @@ rule("consumer-error-response", ERROR, "the consumer rejected a data message",
      "R28; DcpProducer::handleResponse disconnects on any error other than NOT_MY_VBUCKET, "
      "STREAM_NOT_FOUND, OPAQUE_NO_MATCH (pre-v7 KEY_EEXISTS/KEY_ENOENT)", "stream-consumer.pcap")
 rule("snapshot-ack-unexpected", WARNING,
-     "a response to a snapshot marker that did not carry the Ack flag",
+     "a success response to a snapshot marker that did not carry the Ack flag",
      "R28; the consumer acknowledges only markers with Ack (0x08), after the end item",
      "stream-consumer.pcap")
 rule("snapshot-from-client", ERROR, "a snapshot marker sent by the client side of the connection",
@@ -106,6 +106,7 @@ HELLO, HELLO_COLLECTIONS = 0x1F, 0x12
 FROM_LATEST = 0x40
 MAX_KEYS = 4096          # keys remembered per snapshot
 MAX_PER_RULE = 10        # findings per stream and rule
+MAX_PENDING = 4096       # unanswered requests remembered per connection
 
 
 class Snap:
@@ -255,6 +256,8 @@ class StreamTracker:
 
     def _client_request(self, c: Conn, pdu, msg, out) -> None:
         op, f = msg.opcode, msg.fields
+        if len(c.pending) >= MAX_PENDING:           # requests never answered: forget the oldest
+            del c.pending[next(iter(c.pending))]
         if op == 0x50:
             c.pending[(op, msg.opaque)] = (bytes(msg.key).decode("utf-8", "replace"), f.get("flags"))
         elif op == 0x5E:
@@ -368,7 +371,7 @@ class StreamTracker:
             n = c.acks.get(msg.opaque, 0)
             if n:
                 c.acks[msg.opaque] = n - 1
-            else:
+            elif msg.status == STATUS_SUCCESS:     # error answers (EINVAL, ERANGE) are not acks
                 out.append(_finding("snapshot-ack-unexpected",
                                     f"response to a snapshot marker (opaque {msg.opaque:#x}) "
                                     "although no marker awaiting an ack had the Ack flag", pdu,
