@@ -15,7 +15,12 @@ from dcpdissect.analysis.run import analyze_file
 from dcpdissect.capture.readers import open_capture
 from dcpdissect.codec import decode
 from dcpdissect.reassembly.pdus import Pdu, Summary, iter_events
-from dcpdissect.reports.evidence import DATA_OPCODES, document_ranges, redact_pdu, write_evidence
+from dcpdissect.reports.evidence import (
+    DATA_OPCODES,
+    document_ranges,
+    redact_pdu,
+    write_evidence,
+)
 from dcpdissect.reports.markdown import frame_filter, hexdump, markdown_report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ Rewrite the golden file after an intended change of findings with
 import ast
 import json
 import os
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,7 @@ def _registered_in(module) -> set[str]:
 GOLDEN_RULES = _registered_in(structural_mod) | _registered_in(engine_mod)
 
 
-@lru_cache(maxsize=None)
+@cache
 def findings_of(filename: str):
     return analyze_file(str(SAMPLES / filename))[0]
 

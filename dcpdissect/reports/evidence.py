@@ -365,7 +365,7 @@ def _ip_checksum(header: bytes) -> int:
 
 
 def _redacted_frame(fr, info, ranges) -> bytes:
-    conn, direction, off, length = info
+    _conn, _direction, off, length = info
     end = off + length
     i = max(0, bisect.bisect_right(ranges, (off, off)) - 1)
     cuts = []

@@ -11,7 +11,16 @@ import struct
 from ..codec import encode
 from . import netsynth as ns
 from .builder import (
-    T0, Script, Spec, dcp_open, failover, marker, mutation, ok, stream_req, doc,
+    T0,
+    Script,
+    Spec,
+    dcp_open,
+    doc,
+    failover,
+    marker,
+    mutation,
+    ok,
+    stream_req,
 )
 from .netsynth import Endpoint
 
