@@ -1,5 +1,6 @@
 """Markdown reports, evidence bundles (checked with real tshark) and redaction."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -356,3 +357,20 @@ def test_kept_stretch_starting_mid_message_is_aligned(tmp_path):
     key = decode(target.data).key.decode()
     rows = tshark_fields(out / "evidence.pcap", [fmap[target.frame]], "couchbase.key")
     assert key in rows[0][1].split(",")
+
+
+@pytest.mark.parametrize("name", ["tcp-retransmit.pcap", "tcp-reorder.pcap", "tcp-loss.pcap",
+                                  "tcp-mid-stream.pcap", "loopback-ns-be.pcap", "sll2.pcap",
+                                  "clean-replication.pcap.gz"])
+def test_redaction_of_every_frame_leaks_no_document(tmp_path, name):
+    """Every frame kept (retransmissions, reordered and cut segments included)."""
+    path = str(SAMPLES / name)
+    with open_capture(path) as r:
+        every = tuple(fr.number for fr in r)
+    findings = [dataclasses.replace(f, context=every) for f in _findings_on_data_pdus(name)]
+    out = write_evidence(path, findings, Summary(), tmp_path, redact=True)
+    blob = next(p for p in out.iterdir() if p.name.startswith("evidence.")).read_bytes()
+    assert len(_frame_map(out)) == len(every)
+    secrets = {f.pdu[a:b] for f in findings for a, b in document_ranges(f.pdu) if b - a >= 4}
+    assert secrets and not [s for s in secrets if s in blob]
+    assert b'"seq"' not in blob
