@@ -159,6 +159,7 @@ def test_classify_conventions():
     label, why = classify(25, chk, False, req, 23)
     assert label == "inconsistent" and "checkpoint" in why
     assert classify(20, mem, False, req, None) == ("no-items", None)
+    assert classify(20, mem, False, {**req, "filtered": True}, 23) == ("first-item", None)
 
 
 # --- a capture crafted by hand -------------------------------------------------------------
@@ -319,3 +320,46 @@ def test_findings_per_stream_and_rule_are_capped():
     got = _run(*msgs)
     assert got.count(("data-outside-snapshot", 5)) == 1
     assert len([r for r, _ in got if r == "data-outside-snapshot"]) == 10
+
+
+def _resume(request_kw, first_items=(2, 3)):
+    """Connection 1 gets marker [1,4] and ``first_items``, closes; connection 2 (same
+    DcpOpen name and server) sends a stream request with ``request_kw``."""
+    from dcpdissect.analysis.engine import Analyzer
+    from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
+    from dcpdissect.reassembly.framing import Pdu
+    from dcpdissect.samples.builder import dcp_open, failover, marker, mutation, ok, stream_req
+    a = Analyzer()
+    out, frame = [], [0]
+
+    def conn(cid, port, msgs, close=True):
+        frame[0] += 1
+        out.extend(a.feed(ConnectionOpened(cid, ("10.0.0.2", port), ("10.0.0.1", 11210),
+                                           frame[0], 0, False)))
+        off = [0, 0]
+        for d, data in msgs:
+            frame[0] += 1
+            out.extend(a.feed(Pdu(cid, d, off[d], data, (frame[0],), frame[0], frame[0])))
+            off[d] += len(data)
+        if close:
+            frame[0] += 1
+            out.extend(a.feed(ConnectionClosed(cid, frame[0], 0, "fin")))
+
+    opening = [(0, dcp_open("r", 1, 1)), (1, ok(0x50, 1))]
+    conn(1, 5000, opening + [(0, stream_req(0, 0x10)), (1, failover(0x10, (0x1111, 0))),
+                             (1, marker(0, 0x10, 1, 4, "memory+checkpoint"))]
+         + [(1, mutation(0, 0x10, i, f"k{i}", b"")) for i in first_items])
+    conn(2, 5001, opening + [(0, stream_req(0, 0x20, uuid=0x1111, **request_kw))], close=False)
+    out += a.finish()
+    return [f.rule for f in out if f.rule in MINE]
+
+
+def test_resume_fidelity_variants():
+    assert _resume(dict(start=3, snap_start=1, snap_end=4)) == []
+    assert _resume(dict(start=3, snap_start=3, snap_end=3)) == ["resume-collapsed-snapshot"]
+    assert _resume(dict(start=3, snap_start=3, snap_end=4)) == ["resume-collapsed-snapshot"]
+    assert _resume(dict(start=3, snap_start=2, snap_end=4)) == []
+    assert _resume(dict(start=4, snap_start=1, snap_end=4)) == ["resume-beyond-received"]
+    assert _resume(dict(start=2, snap_start=1, snap_end=4)) == []          # asks again for 3
+    # the snapshot was complete: [4,4] start 4 is right
+    assert _resume(dict(start=4, snap_start=4, snap_end=4), first_items=(2, 3, 4)) == []

@@ -278,6 +278,7 @@ class StreamTracker:
 
     def _stream_request(self, c: Conn, pdu, msg, out) -> None:
         f = dict(msg.fields)
+        f["filtered"] = bool(msg.value_len)      # a JSON value: collection filter, sid, ...
         sid = None
         if msg.value_len:
             try:
@@ -678,13 +679,19 @@ class StreamTracker:
             return
         s, e = rec["snap"]
         shown["previous_snapshot"] = f"[{s},{e}]"
-        if s <= x < e and start == x and s1 < e:
+        if not (s <= x < e and start == x):
+            return
+        how = None
+        if s1 < e:
+            how = f"sends snapshot [{s0},{s1}] start {start}"
+        elif s0 == start and s < x:          # needsRollback then takes the range as [start,start]
+            how = f"sends snapshot [{s0},{s1}] with snap_start == start {start}, read as [{x},{x}]"
+        if how is not None:
             out.append(_finding("resume-collapsed-snapshot",
-                                f"resume of vb {st.vb} sends snapshot [{s0},{s1}] start {start}; "
-                                f"the previous stream (connection {rec['conn']}) stopped at {x} "
-                                f"inside snapshot [{s},{e}] (frame {rec['frame']}), so it must "
-                                f"send [{s},{e}]: the server cannot see a rollback is needed",
-                                pdu, msg, shown, (rec["frame"],)))
+                                f"resume of vb {st.vb} {how}; the previous stream (connection "
+                                f"{rec['conn']}) stopped at {x} inside snapshot [{s},{e}] (frame "
+                                f"{rec['frame']}), so it must send [{s},{e}]: the server cannot "
+                                "see that a rollback is needed", pdu, msg, shown, (rec["frame"],)))
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -719,7 +726,8 @@ class StreamTracker:
 def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tuple[str, str | None]:
     """Start-seqno convention of a marker: (label, None) when one fits, else
     ("inconsistent", what was expected). Labels: first-of-stream, checkpoint, first-item,
-    backfill, no-items."""
+    backfill, no-items. ``req`` holds the stream request's fields (``filtered``: it had a
+    JSON value, so items may be held back by a collection filter)."""
     if first and (req.get("flags", 0) & FROM_LATEST
                   or start in (req.get("start_seqno"), req.get("snap_start_seqno"))):
         return "first-of-stream", None
@@ -733,8 +741,8 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
     else:
         if first_seqno is None:
             return "no-items", None
-        if start == first_seqno:
-            return "first-item", None
+        if start == first_seqno or req.get("filtered") and start < first_seqno:
+            return "first-item", None           # a filter may hold back the first item
         expected = (f"start == the first item's seqno {first_seqno} (first-item convention: "
                     "memory marker without CHK)")
     if first:
