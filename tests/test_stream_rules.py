@@ -363,3 +363,12 @@ def test_resume_fidelity_variants():
     assert _resume(dict(start=2, snap_start=1, snap_end=4)) == []          # asks again for 3
     # the snapshot was complete: [4,4] start 4 is right
     assert _resume(dict(start=4, snap_start=4, snap_end=4), first_items=(2, 3, 4)) == []
+
+
+def test_consumer_statuses_meaning_the_stream_is_gone_are_not_rejections():
+    from dcpdissect.samples.builder import marker, mutation, ok
+    base = _setup() + [(1, marker(0, 0x10, 0, 1, "memory+checkpoint")),
+                       (1, mutation(0, 0x10, 1, "a", b"1"))]
+    for status in (0x01, 0x02, 0x07, 0x0A, 0x0B):
+        assert _run(*base, (0, ok(0x57, 0x10, status=status))) == []
+    assert _run(*base, (0, ok(0x57, 0x10, status=0x04))) == [("consumer-error-response", 6)]

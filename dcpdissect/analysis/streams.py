@@ -61,7 +61,8 @@ rule("oso-unpaired", ERROR, "OSO snapshot start/end markers are not paired",
      "R24; the producer sends 0x65 start, items in key order, then 0x65 end", "stream-oso.pcap")
 rule("oso-contains-marker", ERROR, "snapshot marker 0x56 inside an OSO snapshot",
      "R24; no 0x56 markers are sent between the OSO start and end", "stream-oso.pcap")
-rule("consumer-error-response", ERROR, "the consumer rejected a data message",
+rule("consumer-error-response", ERROR,
+     "the consumer rejected a data message (a status other than those meaning the stream is gone)",
      "R28; DcpProducer::handleResponse disconnects on any error other than NOT_MY_VBUCKET, "
      "STREAM_NOT_FOUND, OPAQUE_NO_MATCH (pre-v7 KEY_EEXISTS/KEY_ENOENT)", "stream-consumer.pcap")
 rule("snapshot-ack-unexpected", WARNING,
@@ -377,12 +378,10 @@ class StreamTracker:
                                     f"response to a snapshot marker (opaque {msg.opaque:#x}) "
                                     "although no marker awaiting an ack had the Ack flag", pdu,
                                     msg, {"status": STATUS.text(msg.status)}))
-        elif op in CONSUMER_ERROR_OPCODES and msg.status != STATUS_SUCCESS:
-            tolerated = msg.status in TOLERATED_STATUSES
+        elif (op in CONSUMER_ERROR_OPCODES and msg.status != STATUS_SUCCESS
+              and msg.status not in TOLERATED_STATUSES):     # stream gone: not a rejection
             text = (f"consumer answered {msg.name} (opaque {msg.opaque:#x}) with "
                     f"{STATUS.text(msg.status)}")
-            if tolerated:
-                text += " (a status the producer tolerates)"
             f = _finding("consumer-error-response", text, pdu, msg,
                          {"status": STATUS.text(msg.status), "opcode": f"{op:#04x}"})
             c.errors.append([f, 0])
