@@ -6,7 +6,7 @@
 -- replacing Wireshark's built-in couchbase dissector there.
 
 local dcp = Proto("dcp", "Couchbase DCP (dcpdissect)")
-local fmt = string.format
+local fmt, sbyte = string.format, string.byte
 local band, bor, rshift = bit32.band, bit32.bor, bit32.rshift
 local U0 = UInt64(0, 0)
 
@@ -243,21 +243,21 @@ do local list = {e_truncated, e_internal}
 local SHAPES = {}
 SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 8, when = {}, rep = nil,
-      fields = {{"seqno", 0, 4, F.open_seqno, nil},
-        {"flags", 4, 4, F.open_flags, {F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill}}}}},
+    extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
+      fields = {{"seqno", 0, 4, F.open_seqno, nil, false},
+        {"flags", 4, 4, F.open_flags, {F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill}, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 4, when = {}, rep = nil,
-      fields = {{"flags", 0, 4, F.add_stream_flags, {F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer}}}}},
+    extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
+      fields = {{"flags", 0, 4, F.add_stream_flags, {F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer}, true}}}},
     values = {}},
   rsp = {
-    extras = {{label = "V1", size = 4, when = {}, rep = nil,
-      fields = {{"new_opaque", 0, 4, F.add_stream_new_opaque, nil}}}},
+    extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
+      fields = {{"new_opaque", 0, 4, F.add_stream_new_opaque, nil, true}}}},
     values = {}}}
 SHAPES[0x52] = {name = "DcpCloseStream", layout_field = nil, seqno = nil,
   req = {
@@ -268,106 +268,106 @@ SHAPES[0x52] = {name = "DcpCloseStream", layout_field = nil, seqno = nil,
     values = {}}}
 SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 48, when = {}, rep = nil,
-      fields = {{"flags", 0, 4, F.stream_req_flags, {F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer}},
-        {"reserved", 4, 4, F.stream_req_reserved, nil},
-        {"start_seqno", 8, 8, F.stream_req_start_seqno, nil},
-        {"end_seqno", 16, 8, F.stream_req_end_seqno, nil},
-        {"vbucket_uuid", 24, 8, F.stream_req_vbucket_uuid, nil},
-        {"snap_start_seqno", 32, 8, F.stream_req_snap_start_seqno, nil},
-        {"snap_end_seqno", 40, 8, F.stream_req_snap_end_seqno, nil}}}},
+    extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
+      fields = {{"flags", 0, 4, F.stream_req_flags, {F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer}, true},
+        {"reserved", 4, 4, F.stream_req_reserved, nil, true},
+        {"start_seqno", 8, 8, F.stream_req_start_seqno, nil, true},
+        {"end_seqno", 16, 8, F.stream_req_end_seqno, nil, true},
+        {"vbucket_uuid", 24, 8, F.stream_req_vbucket_uuid, nil, true},
+        {"snap_start_seqno", 32, 8, F.stream_req_snap_start_seqno, nil, true},
+        {"snap_end_seqno", 40, 8, F.stream_req_snap_end_seqno, nil, true}}}},
     values = {}},
   rsp = {
     extras = {},
-    values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log",
-      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil},
-        {"seqno", 8, 8, F.failover_log_seqno, nil}}},
-    {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil,
-      fields = {{"rollback_seqno", 0, 8, F.rollback_seqno, nil}}}}}}
+    values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
+      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true},
+        {"seqno", 8, 8, F.failover_log_seqno, nil, true}}},
+    {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil, text = "Value (rollback, 8 bytes)",
+      fields = {{"rollback_seqno", 0, 8, F.rollback_seqno, nil, true}}}}}}
 SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil,
   req = {
     extras = {},
     values = {}},
   rsp = {
     extras = {},
-    values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log",
-      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil},
-        {"seqno", 8, 8, F.failover_log_seqno, nil}}}}}}
+    values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
+      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true},
+        {"seqno", 8, 8, F.failover_log_seqno, nil, true}}}}}}
 SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 4, when = {}, rep = nil,
-      fields = {{"reason", 0, 4, F.stream_end_reason, nil}}}},
+    extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
+      fields = {{"reason", 0, 4, F.stream_end_reason, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 20, when = {}, rep = nil,
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil},
-        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}}}},
-    {label = "V2", size = 1, when = {}, rep = nil,
-      fields = {{"version", 0, 1, F.snapshot_version, nil}}}},
-    values = {{label = "V2.0", size = 36, when = {{"version", 0}}, rep = nil,
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil},
-        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}},
-        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil},
-        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil}}},
-    {label = "V2.2", size = 52, when = {{"version", 2}}, rep = nil,
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil},
-        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}},
-        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil},
-        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil},
-        {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil},
-        {"high_prepared_seqno", 44, 8, F.snapshot_high_prepared_seqno, nil}}},
-    {label = "V2.2-doc44", size = 44, when = {{"version", 2}}, rep = nil,
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil},
-        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}},
-        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil},
-        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil},
-        {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil}}}}},
+    extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
+      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true},
+        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true},
+        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}, true}}},
+    {label = "V2", size = 1, when = {}, rep = nil, text = "Extras (V2, 1 bytes)",
+      fields = {{"version", 0, 1, F.snapshot_version, nil, true}}}},
+    values = {{label = "V2.0", size = 36, when = {{"version", 0}}, rep = nil, text = "Value (V2.0, 36 bytes)",
+      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true},
+        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true},
+        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}, true},
+        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true},
+        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true}}},
+    {label = "V2.2", size = 52, when = {{"version", 2}}, rep = nil, text = "Value (V2.2, 52 bytes)",
+      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true},
+        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true},
+        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}, true},
+        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true},
+        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true},
+        {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil, true},
+        {"high_prepared_seqno", 44, 8, F.snapshot_high_prepared_seqno, nil, true}}},
+    {label = "V2.2-doc44", size = 44, when = {{"version", 2}}, rep = nil, text = "Value (V2.2-doc44, 44 bytes)",
+      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true},
+        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true},
+        {"flags", 16, 4, F.snapshot_flags, {F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates}, true},
+        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true},
+        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true},
+        {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil, true}}}}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno",
   req = {
-    extras = {{label = "V1", size = 31, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.mutation_by_seqno, nil},
-        {"rev_seqno", 8, 8, F.mutation_rev_seqno, nil},
-        {"flags", 16, 4, F.mutation_flags, nil},
-        {"expiration", 20, 4, F.mutation_expiration, nil},
-        {"lock_time", 24, 4, F.mutation_lock_time, nil},
-        {"nmeta", 28, 2, F.mutation_nmeta, nil},
-        {"nru", 30, 1, F.mutation_nru, nil}}}},
+    extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
+      fields = {{"by_seqno", 0, 8, F.mutation_by_seqno, nil, true},
+        {"rev_seqno", 8, 8, F.mutation_rev_seqno, nil, false},
+        {"flags", 16, 4, F.mutation_flags, nil, false},
+        {"expiration", 20, 4, F.mutation_expiration, nil, false},
+        {"lock_time", 24, 4, F.mutation_lock_time, nil, false},
+        {"nmeta", 28, 2, F.mutation_nmeta, nil, false},
+        {"nru", 30, 1, F.mutation_nru, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno",
   req = {
-    extras = {{label = "V1", size = 18, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil},
-        {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil},
-        {"nmeta", 16, 2, F.deletion_nmeta, nil}}},
-    {label = "V2", size = 21, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil},
-        {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil},
-        {"delete_time", 16, 4, F.deletion_delete_time, nil},
-        {"unused", 20, 1, F.deletion_unused, nil}}}},
+    extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)",
+      fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil, true},
+        {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil, false},
+        {"nmeta", 16, 2, F.deletion_nmeta, nil, false}}},
+    {label = "V2", size = 21, when = {}, rep = nil, text = "Extras (V2, 21 bytes)",
+      fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil, true},
+        {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil, false},
+        {"delete_time", 16, 4, F.deletion_delete_time, nil, false},
+        {"unused", 20, 1, F.deletion_unused, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno",
   req = {
-    extras = {{label = "V1", size = 20, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.expiration_by_seqno, nil},
-        {"rev_seqno", 8, 8, F.expiration_rev_seqno, nil},
-        {"delete_time", 16, 4, F.expiration_delete_time, nil}}}},
+    extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
+      fields = {{"by_seqno", 0, 8, F.expiration_by_seqno, nil, true},
+        {"rev_seqno", 8, 8, F.expiration_rev_seqno, nil, false},
+        {"delete_time", 16, 4, F.expiration_delete_time, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
@@ -381,8 +381,8 @@ SHAPES[0x5a] = {name = "DcpFlush", layout_field = nil, seqno = nil,
     values = {}}}
 SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 1, when = {}, rep = nil,
-      fields = {{"state", 0, 1, F.set_vbucket_state_state, nil}}}},
+    extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
+      fields = {{"state", 0, 1, F.set_vbucket_state_state, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
@@ -396,8 +396,8 @@ SHAPES[0x5c] = {name = "DcpNoop", layout_field = nil, seqno = nil,
     values = {}}}
 SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 4, when = {}, rep = nil,
-      fields = {{"bytes_to_ack", 0, 4, F.buffer_ack_bytes_to_ack, nil}}}},
+    extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
+      fields = {{"bytes_to_ack", 0, 4, F.buffer_ack_bytes_to_ack, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
@@ -411,67 +411,67 @@ SHAPES[0x5e] = {name = "DcpControl", layout_field = nil, seqno = nil,
     values = {}}}
 SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno",
   req = {
-    extras = {{label = "V1", size = 13, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.system_event_by_seqno, nil},
-        {"event", 8, 4, F.system_event_event, nil},
-        {"version", 12, 1, F.system_event_version, nil}}}},
+    extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
+      fields = {{"by_seqno", 0, 8, F.system_event_by_seqno, nil, true},
+        {"event", 8, 4, F.system_event_event, nil, false},
+        {"version", 12, 1, F.system_event_version, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno",
   req = {
-    extras = {{label = "V1", size = 31, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.prepare_by_seqno, nil},
-        {"rev_seqno", 8, 8, F.prepare_rev_seqno, nil},
-        {"flags", 16, 4, F.prepare_flags, nil},
-        {"expiration", 20, 4, F.prepare_expiration, nil},
-        {"lock_time", 24, 4, F.prepare_lock_time, nil},
-        {"nru", 28, 1, F.prepare_nru, nil},
-        {"deleted", 29, 1, F.prepare_deleted, nil},
-        {"durability_level", 30, 1, F.prepare_durability_level, nil}}}},
+    extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
+      fields = {{"by_seqno", 0, 8, F.prepare_by_seqno, nil, true},
+        {"rev_seqno", 8, 8, F.prepare_rev_seqno, nil, false},
+        {"flags", 16, 4, F.prepare_flags, nil, false},
+        {"expiration", 20, 4, F.prepare_expiration, nil, false},
+        {"lock_time", 24, 4, F.prepare_lock_time, nil, false},
+        {"nru", 28, 1, F.prepare_nru, nil, false},
+        {"deleted", 29, 1, F.prepare_deleted, nil, false},
+        {"durability_level", 30, 1, F.prepare_durability_level, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 8, when = {}, rep = nil,
-      fields = {{"prepared_seqno", 0, 8, F.seqno_ack_prepared_seqno, nil}}}},
+    extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
+      fields = {{"prepared_seqno", 0, 8, F.seqno_ack_prepared_seqno, nil, false}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno",
   req = {
-    extras = {{label = "V1", size = 16, when = {}, rep = nil,
-      fields = {{"prepared_seqno", 0, 8, F.commit_prepared_seqno, nil},
-        {"commit_seqno", 8, 8, F.commit_commit_seqno, nil}}}},
+    extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
+      fields = {{"prepared_seqno", 0, 8, F.commit_prepared_seqno, nil, false},
+        {"commit_seqno", 8, 8, F.commit_commit_seqno, nil, true}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno",
   req = {
-    extras = {{label = "V1", size = 16, when = {}, rep = nil,
-      fields = {{"prepared_seqno", 0, 8, F.abort_prepared_seqno, nil},
-        {"abort_seqno", 8, 8, F.abort_abort_seqno, nil}}}},
+    extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
+      fields = {{"prepared_seqno", 0, 8, F.abort_prepared_seqno, nil, false},
+        {"abort_seqno", 8, 8, F.abort_abort_seqno, nil, true}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno",
   req = {
-    extras = {{label = "V1", size = 8, when = {}, rep = nil,
-      fields = {{"by_seqno", 0, 8, F.seqno_advanced_by_seqno, nil}}}},
+    extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
+      fields = {{"by_seqno", 0, 8, F.seqno_advanced_by_seqno, nil, true}}}},
     values = {}},
   rsp = {
     extras = {},
     values = {}}}
 SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil,
   req = {
-    extras = {{label = "V1", size = 4, when = {}, rep = nil,
-      fields = {{"flags", 0, 4, F.oso_snapshot_flags, {F.oso_snapshot_flags_start, F.oso_snapshot_flags_end}}}}},
+    extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
+      fields = {{"flags", 0, 4, F.oso_snapshot_flags, {F.oso_snapshot_flags_start, F.oso_snapshot_flags_end}, false}}}},
     values = {}},
   rsp = {
     extras = {},
@@ -496,9 +496,9 @@ SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layou
     values = {}},
   rsp = {
     extras = {},
-    values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log",
-      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil},
-        {"seqno", 8, 8, F.failover_log_seqno, nil}}}}}}
+    values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
+      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true},
+        {"seqno", 8, 8, F.failover_log_seqno, nil, true}}}}}}
 
 -- Single-PDU rules (same logic as dcpdissect.analysis.structural)
 local function stream_flag_checks(m, f, add)
@@ -714,7 +714,9 @@ local function add_fields(tvb, tree, base, lay, vals)
   for i = 1, #fields do
     local fd = fields[i]
     local r = tvb(base + fd[2], fd[3])
-    if fd[3] == 8 then vals[fd[1]] = r:uint64() else vals[fd[1]] = r:uint() end
+    if fd[6] then
+      if fd[3] == 8 then vals[fd[1]] = r:uint64() else vals[fd[1]] = r:uint() end
+    end
     local item = tree:add(fd[4], r)
     local bits = fd[5]
     if bits then
@@ -794,7 +796,9 @@ local info_text = nil   -- what this dissector last wrote to the Info column
 
 local function set_info(pinfo, text)
   local col = pinfo.cols.info
-  if info_text ~= nil and tostring(col) == info_text then
+  local cur = tostring(col)
+  if cur == "(info)" then return end    -- no columns in this run (tshark -T fields)
+  if info_text ~= nil and cur == info_text then
     col:append("; " .. text)
   else
     col:set(text)
@@ -811,6 +815,12 @@ local function dissect_garbage(tvb, pinfo, tree, problem, rule)
   set_info(pinfo, "[not MCBP: " .. problem .. "]")
 end
 
+local expert_node = nil   -- the PDU node that check_message's findings go to
+
+local function add_expert(rule, msg)
+  expert_node:add_proto_expert_info(EXPERTS[rule], "[" .. rule .. "] " .. msg)
+end
+
 local function dissect_message(tvb, pinfo, tree)
   local cap = tvb:len()
   if cap < HEADER_SIZE then
@@ -821,8 +831,8 @@ local function dissect_message(tvb, pinfo, tree)
     set_info(pinfo, "[cut by the capture]")
     return
   end
-  local magic = tvb(0, 1):uint()
-  local bodylen = tvb(8, 4):uint()
+  local magic, opcode, b2, b3, extlen, datatype, s1, s2, l1, l2, l3, l4 = sbyte(tvb:raw(0, 12), 1, 12)
+  local bodylen = ((l1 * 256 + l2) * 256 + l3) * 256 + l4
   if not MAGIC_NAMES[magic] then
     dissect_garbage(tvb, pinfo, tree, fmt("illegal magic 0x%02x", magic), "unknown-magic")
     return
@@ -832,39 +842,34 @@ local function dissect_message(tvb, pinfo, tree)
         bodylen, MAX_FRAME_SIZE / 1048576), "frame-too-large")
     return
   end
-  local m = {magic = magic, bodylen = bodylen, f = {}}
-  m.request = REQUEST_MAGIC[magic] == true
-  m.opcode = tvb(1, 1):uint()
+  local request = REQUEST_MAGIC[magic] == true
+  local m = {magic = magic, opcode = opcode, bodylen = bodylen, extlen = extlen,
+             datatype = datatype, request = request, f = {}}
   local node = tree:add(dcp, tvb(0, cap))
   node:add(f_magic, tvb(0, 1))
   if SERVER_MAGIC[magic] then
     node:add(f_server_opcode, tvb(1, 1))
-    m.spec = nil
   else
     node:add(f_opcode, tvb(1, 1))
-    m.spec = SHAPES[m.opcode]
+    m.spec = SHAPES[opcode]
   end
   if FLEX_MAGIC[magic] then
-    m.framing_len = tvb(2, 1):uint()
-    m.keylen = tvb(3, 1):uint()
+    m.framing_len, m.keylen = b2, b3
     node:add(f_framing_len, tvb(2, 1))
     node:add(f_keylen, tvb(3, 1))
   else
-    m.framing_len = 0
-    m.keylen = tvb(2, 2):uint()
+    m.framing_len, m.keylen = 0, b2 * 256 + b3
     node:add(f_keylen, tvb(2, 2))
   end
-  m.extlen = tvb(4, 1):uint()
   node:add(f_extlen, tvb(4, 1))
-  m.datatype = tvb(5, 1):uint()
-  local dt = node:add(f_datatype, tvb(5, 1))
-  for i = 1, #DATATYPE_BITS do dt:add(DATATYPE_BITS[i], tvb(5, 1)) end
-  local specific = tvb(6, 2):uint()
-  if m.request then
-    m.vbucket = specific
+  local dtr = tvb(5, 1)
+  local dt = node:add(f_datatype, dtr)
+  for i = 1, #DATATYPE_BITS do dt:add(DATATYPE_BITS[i], dtr) end
+  if request then
+    m.vbucket = s1 * 256 + s2
     node:add(f_vbucket, tvb(6, 2))
   else
-    m.status = specific
+    m.status = s1 * 256 + s2
     node:add(f_status, tvb(6, 2))
   end
   node:add(f_bodylen, tvb(8, 4))
@@ -901,7 +906,7 @@ local function dissect_message(tvb, pinfo, tree)
       end
       local et = node:add(f_extras, tvb(ext_at, m.extlen))
       if lay then
-        et:set_text(fmt("Extras (%s, %d bytes)", lay.label, m.extlen))
+        et:set_text(lay.text)
         add_fields(tvb, et, ext_at, lay, m.f)
         m.layout = lay.label
       end
@@ -933,7 +938,7 @@ local function dissect_message(tvb, pinfo, tree)
             end
           elseif n == lay.size then
             local vt = node:add(f_value, tvb(val_at, n))
-            vt:set_text(fmt("Value (%s, %d bytes)", lay.label, n))
+            vt:set_text(lay.text)
             add_fields(tvb, vt, val_at, lay, m.f)
             m.layout = lay.label
             decoded = true
@@ -952,9 +957,8 @@ local function dissect_message(tvb, pinfo, tree)
 
   local text = summary(m)
   node:set_text("Couchbase DCP, " .. text)
-  check_message(m, function(rule, msg)
-    node:add_proto_expert_info(EXPERTS[rule], "[" .. rule .. "] " .. msg)
-  end)
+  expert_node = node
+  check_message(m, add_expert)
   set_info(pinfo, text)
 end
 
@@ -968,11 +972,12 @@ end
 
 -- PDU length for dissect_tcp_pdus; an implausible header swallows the rest of the segment.
 local function pdu_len(tvb, pinfo, offset)
-  local remaining = tvb:reported_length_remaining(offset)
-  if tvb:len() - offset < HEADER_SIZE then return remaining end
-  local magic = tvb(offset, 1):uint()
-  local size = HEADER_SIZE + tvb(offset + 8, 4):uint()
-  if not MAGIC_NAMES[magic] or size > MAX_FRAME_SIZE then return remaining end
+  if tvb:len() - offset < HEADER_SIZE then return tvb:reported_length_remaining(offset) end
+  local magic, _, _, _, _, _, _, _, l1, l2, l3, l4 = sbyte(tvb:raw(offset, 12), 1, 12)
+  local size = HEADER_SIZE + ((l1 * 256 + l2) * 256 + l3) * 256 + l4
+  if not MAGIC_NAMES[magic] or size > MAX_FRAME_SIZE then
+    return tvb:reported_length_remaining(offset)
+  end
   return size
 end
 

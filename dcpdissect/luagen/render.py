@@ -357,7 +357,10 @@ def field_abbrevs(opcode: int, request: bool) -> dict[str, str]:
     return out
 
 
-def _layout_lua(lay: Layout, section: str, fs: FieldSet, names_var: dict[str, str]) -> str:
+def _layout_lua(lay: Layout, section: str, fs: FieldSet, names_var: dict[str, str],
+                keep: set[str] | None, what: str) -> str:
+    """One layout as a Lua table; ``keep`` names the fields whose values the checks,
+    the Info summary or a ``when`` condition read (None: all)."""
     sec = layout_section(lay, section)
     parts = []
     for fd in sorted(lay.fields, key=lambda f: f.offset):
@@ -365,16 +368,26 @@ def _layout_lua(lay: Layout, section: str, fs: FieldSet, names_var: dict[str, st
         abbrev = f"{PROTO}.{sec}.{fd.name}" if sec else f"{PROTO}.{fd.name}"
         bits = fs.bits.get(abbrev)
         bits_lua = "{" + ", ".join(bits) + "}" if bits else "nil"
-        parts.append(f"{{{lua_str(fd.name)}, {fd.offset}, {fd.width}, {var}, {bits_lua}}}")
+        kept = "true" if keep is None or fd.name in keep else "false"
+        parts.append(f"{{{lua_str(fd.name)}, {fd.offset}, {fd.width}, {var}, {bits_lua}, {kept}}}")
     when = ", ".join(f"{{{lua_str(k)}, {v}}}" for k, v in lay.when)
     rep = lua_str(lay.repeated) if lay.repeated else "nil"
-    return (f"{{label = {lua_str(lay.label)}, size = {lay.size}, when = {{{when}}}, rep = {rep},\n"
+    text = f"{what} ({lay.label}, {lay.size} bytes)"
+    return (f"{{label = {lua_str(lay.label)}, size = {lay.size}, when = {{{when}}}, rep = {rep}, "
+            f"text = {lua_str(text)},\n"
             f"      fields = {{" + ",\n        ".join(parts) + "}}")
 
 
-def _shape_lua(shape: Shape, section: str, fs: FieldSet, names_var: dict[str, str]) -> str:
-    ext = ",\n    ".join(_layout_lua(lay, section, fs, names_var) for lay in shape.extras)
-    val = ",\n    ".join(_layout_lua(lay, section, fs, names_var) for lay in shape.values)
+def _shape_lua(op, request: bool, section: str, fs: FieldSet, names_var: dict[str, str]) -> str:
+    shape: Shape = op.request if request else op.response
+    keep = None
+    if (op.code, request) not in OPCODE_CHECKS:
+        keep = {"start_seqno", "end_seqno", "rollback_seqno", op.seqno_field}
+        keep |= {k for lay in shape.extras + shape.values for k, _ in lay.when}
+    ext = ",\n    ".join(_layout_lua(lay, section, fs, names_var, keep, "Extras")
+                          for lay in shape.extras)
+    val = ",\n    ".join(_layout_lua(lay, section, fs, names_var, keep, "Value")
+                          for lay in shape.values)
     return f"{{\n    extras = {{{ext}}},\n    values = {{{val}}}}}"
 
 
@@ -457,8 +470,8 @@ def render() -> str:
         if section:
             abbrev = f"{PROTO}.{section}.layout"
             layout_var = fs.add(abbrev, f"ProtoField.string({lua_str(abbrev)}, \"Layout\")")
-        req = _shape_lua(op.request, section, fs, names_var)
-        rsp = _shape_lua(op.response, section, fs, names_var)
+        req = _shape_lua(op, True, section, fs, names_var)
+        rsp = _shape_lua(op, False, section, fs, names_var)
         seq = lua_str(op.seqno_field) if op.seqno_field else "nil"
         shapes.append(f"SHAPES[0x{op.code:02x}] = {{name = {lua_str(op.name)}, layout_field = {layout_var}, "
                       f"seqno = {seq},\n  req = {req},\n  rsp = {rsp}}}")
@@ -537,7 +550,7 @@ HEAD = r'''-- dcpdissect.lua: Couchbase DCP / MCBP dissector for Wireshark 4.0 (
 -- replacing Wireshark's built-in couchbase dissector there.
 
 local dcp = Proto("dcp", @PROTO_TITLE@)
-local fmt = string.format
+local fmt, sbyte = string.format, string.byte
 local band, bor, rshift = bit32.band, bit32.bor, bit32.rshift
 local U0 = UInt64(0, 0)
 
@@ -578,7 +591,9 @@ local function add_fields(tvb, tree, base, lay, vals)
   for i = 1, #fields do
     local fd = fields[i]
     local r = tvb(base + fd[2], fd[3])
-    if fd[3] == 8 then vals[fd[1]] = r:uint64() else vals[fd[1]] = r:uint() end
+    if fd[6] then
+      if fd[3] == 8 then vals[fd[1]] = r:uint64() else vals[fd[1]] = r:uint() end
+    end
     local item = tree:add(fd[4], r)
     local bits = fd[5]
     if bits then
@@ -658,7 +673,9 @@ local info_text = nil   -- what this dissector last wrote to the Info column
 
 local function set_info(pinfo, text)
   local col = pinfo.cols.info
-  if info_text ~= nil and tostring(col) == info_text then
+  local cur = tostring(col)
+  if cur == "(info)" then return end    -- no columns in this run (tshark -T fields)
+  if info_text ~= nil and cur == info_text then
     col:append("; " .. text)
   else
     col:set(text)
@@ -675,6 +692,12 @@ local function dissect_garbage(tvb, pinfo, tree, problem, rule)
   set_info(pinfo, "[not MCBP: " .. problem .. "]")
 end
 
+local expert_node = nil   -- the PDU node that check_message's findings go to
+
+local function add_expert(rule, msg)
+  expert_node:add_proto_expert_info(EXPERTS[rule], "[" .. rule .. "] " .. msg)
+end
+
 local function dissect_message(tvb, pinfo, tree)
   local cap = tvb:len()
   if cap < HEADER_SIZE then
@@ -685,8 +708,8 @@ local function dissect_message(tvb, pinfo, tree)
     set_info(pinfo, "[cut by the capture]")
     return
   end
-  local magic = tvb(0, 1):uint()
-  local bodylen = tvb(8, 4):uint()
+  local magic, opcode, b2, b3, extlen, datatype, s1, s2, l1, l2, l3, l4 = sbyte(tvb:raw(0, 12), 1, 12)
+  local bodylen = ((l1 * 256 + l2) * 256 + l3) * 256 + l4
   if not MAGIC_NAMES[magic] then
     dissect_garbage(tvb, pinfo, tree, fmt("illegal magic 0x%02x", magic), "unknown-magic")
     return
@@ -696,39 +719,34 @@ local function dissect_message(tvb, pinfo, tree)
         bodylen, MAX_FRAME_SIZE / 1048576), "frame-too-large")
     return
   end
-  local m = {magic = magic, bodylen = bodylen, f = {}}
-  m.request = REQUEST_MAGIC[magic] == true
-  m.opcode = tvb(1, 1):uint()
+  local request = REQUEST_MAGIC[magic] == true
+  local m = {magic = magic, opcode = opcode, bodylen = bodylen, extlen = extlen,
+             datatype = datatype, request = request, f = {}}
   local node = tree:add(dcp, tvb(0, cap))
   node:add(f_magic, tvb(0, 1))
   if SERVER_MAGIC[magic] then
     node:add(f_server_opcode, tvb(1, 1))
-    m.spec = nil
   else
     node:add(f_opcode, tvb(1, 1))
-    m.spec = SHAPES[m.opcode]
+    m.spec = SHAPES[opcode]
   end
   if FLEX_MAGIC[magic] then
-    m.framing_len = tvb(2, 1):uint()
-    m.keylen = tvb(3, 1):uint()
+    m.framing_len, m.keylen = b2, b3
     node:add(f_framing_len, tvb(2, 1))
     node:add(f_keylen, tvb(3, 1))
   else
-    m.framing_len = 0
-    m.keylen = tvb(2, 2):uint()
+    m.framing_len, m.keylen = 0, b2 * 256 + b3
     node:add(f_keylen, tvb(2, 2))
   end
-  m.extlen = tvb(4, 1):uint()
   node:add(f_extlen, tvb(4, 1))
-  m.datatype = tvb(5, 1):uint()
-  local dt = node:add(f_datatype, tvb(5, 1))
-  for i = 1, #DATATYPE_BITS do dt:add(DATATYPE_BITS[i], tvb(5, 1)) end
-  local specific = tvb(6, 2):uint()
-  if m.request then
-    m.vbucket = specific
+  local dtr = tvb(5, 1)
+  local dt = node:add(f_datatype, dtr)
+  for i = 1, #DATATYPE_BITS do dt:add(DATATYPE_BITS[i], dtr) end
+  if request then
+    m.vbucket = s1 * 256 + s2
     node:add(f_vbucket, tvb(6, 2))
   else
-    m.status = specific
+    m.status = s1 * 256 + s2
     node:add(f_status, tvb(6, 2))
   end
   node:add(f_bodylen, tvb(8, 4))
@@ -765,7 +783,7 @@ local function dissect_message(tvb, pinfo, tree)
       end
       local et = node:add(f_extras, tvb(ext_at, m.extlen))
       if lay then
-        et:set_text(fmt("Extras (%s, %d bytes)", lay.label, m.extlen))
+        et:set_text(lay.text)
         add_fields(tvb, et, ext_at, lay, m.f)
         m.layout = lay.label
       end
@@ -797,7 +815,7 @@ local function dissect_message(tvb, pinfo, tree)
             end
           elseif n == lay.size then
             local vt = node:add(f_value, tvb(val_at, n))
-            vt:set_text(fmt("Value (%s, %d bytes)", lay.label, n))
+            vt:set_text(lay.text)
             add_fields(tvb, vt, val_at, lay, m.f)
             m.layout = lay.label
             decoded = true
@@ -816,9 +834,8 @@ local function dissect_message(tvb, pinfo, tree)
 
   local text = summary(m)
   node:set_text("Couchbase DCP, " .. text)
-  check_message(m, function(rule, msg)
-    node:add_proto_expert_info(EXPERTS[rule], "[" .. rule .. "] " .. msg)
-  end)
+  expert_node = node
+  check_message(m, add_expert)
   set_info(pinfo, text)
 end
 
@@ -832,11 +849,12 @@ end
 
 -- PDU length for dissect_tcp_pdus; an implausible header swallows the rest of the segment.
 local function pdu_len(tvb, pinfo, offset)
-  local remaining = tvb:reported_length_remaining(offset)
-  if tvb:len() - offset < HEADER_SIZE then return remaining end
-  local magic = tvb(offset, 1):uint()
-  local size = HEADER_SIZE + tvb(offset + 8, 4):uint()
-  if not MAGIC_NAMES[magic] or size > MAX_FRAME_SIZE then return remaining end
+  if tvb:len() - offset < HEADER_SIZE then return tvb:reported_length_remaining(offset) end
+  local magic, _, _, _, _, _, _, _, l1, l2, l3, l4 = sbyte(tvb:raw(offset, 12), 1, 12)
+  local size = HEADER_SIZE + ((l1 * 256 + l2) * 256 + l3) * 256 + l4
+  if not MAGIC_NAMES[magic] or size > MAX_FRAME_SIZE then
+    return tvb:reported_length_remaining(offset)
+  end
   return size
 end
 
