@@ -52,8 +52,8 @@ def _v2(vb: int, version: int, value: bytes) -> bytes:
     return encode(0x56, extras=bytes([version]), value=value, vbucket=vb, opaque=0x100 + vb)
 
 
-# (vbucket, rule broken, marker bytes)
 def _bad_markers() -> list[bytes]:
+    """Snapshot markers for vbuckets 0, 1, 2, ...; each breaks the rule named beside it."""
     mk = lambda vb, *a, **kw: marker(vb, 0x100 + vb, *a, **kw)
     v1 = lambda vb, **kw: encode(0x56, dict(start_seqno=0, end_seqno=4, flags=0x01), layout="V1",
                                  vbucket=vb, opaque=0x100 + vb, **kw)
