@@ -94,12 +94,15 @@ def test_add_stream_correlation():
                                          "add-stream-status-mismatch")]
     assert frames == sorted(frames) and len(set(frames)) == 3
     assert by_rule["add-stream-new-opaque-mismatch"].connection == 1
+    assert [by_rule[r].vbucket for r in ("add-stream-new-opaque-mismatch", "add-stream-rollback",
+                                         "add-stream-status-mismatch")] == [5, 6, 8]
 
 
 def test_consumer_error_says_what_the_producer_did():
     f = next(f for f in analyze_file(str(SAMPLES / "stream-consumer.pcap"))[0]
              if f.rule == "consumer-error-response")
     assert "Erange" in f.message and "closed (fin at frame" in f.message
+    assert f.vbucket == 0
 
 
 def test_clean_samples_have_no_stream_warnings_or_errors():

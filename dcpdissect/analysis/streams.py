@@ -339,12 +339,13 @@ class StreamTracker:
         if c.tainted:
             return
         new = msg.fields.get("new_opaque")
+        vb = add.vb if add is not None else None
         shown = {"status": STATUS.text(msg.status),
                  "new_opaque": None if new is None else f"{new:#x}"}
         if msg.status == STATUS_ROLLBACK:
             out.append(_finding("add-stream-rollback", "add stream response carries ROLLBACK: "
                                 "the consumer must handle the rollback itself", pdu, msg, shown,
-                                _ctx(add and add.pdu)))
+                                _ctx(add and add.pdu), vb))
         if add is None or add.stream is None:
             return
         st = add.stream
@@ -354,12 +355,13 @@ class StreamTracker:
             out.append(_finding("add-stream-new-opaque-mismatch",
                                 f"new opaque {new:#x}, but the consumer's stream request for vb "
                                 f"{st.vb} (frame {st.req_pdu.frame}) used {st.opaque:#x}",
-                                pdu, msg, shown, ctx))
+                                pdu, msg, shown, ctx, vb))
         elif st.status is not None and msg.status != st.status and msg.status != STATUS_ROLLBACK:
             shown["stream_request_status"] = STATUS.text(st.status)
             out.append(_finding("add-stream-status-mismatch",
                                 f"status {STATUS.text(msg.status)}, but the stream request for "
-                                f"vb {st.vb} got {STATUS.text(st.status)}", pdu, msg, shown, ctx))
+                                f"vb {st.vb} got {STATUS.text(st.status)}", pdu, msg, shown, ctx,
+                                vb))
         if new == st.opaque:
             st.add = (msg.opaque, pdu.frame)
 
@@ -377,13 +379,15 @@ class StreamTracker:
                 out.append(_finding("snapshot-ack-unexpected",
                                     f"response to a snapshot marker (opaque {msg.opaque:#x}) "
                                     "although no marker awaiting an ack had the Ack flag", pdu,
-                                    msg, {"status": STATUS.text(msg.status)}))
+                                    msg, {"status": STATUS.text(msg.status)},
+                                    vb=_vb_of(c, msg.opaque)))
         elif (op in CONSUMER_ERROR_OPCODES and msg.status != STATUS_SUCCESS
               and msg.status not in TOLERATED_STATUSES):     # stream gone: not a rejection
             text = (f"consumer answered {msg.name} (opaque {msg.opaque:#x}) with "
                     f"{STATUS.text(msg.status)}")
             f = _finding("consumer-error-response", text, pdu, msg,
-                         {"status": STATUS.text(msg.status), "opcode": f"{op:#04x}"})
+                         {"status": STATUS.text(msg.status), "opcode": f"{op:#04x}"},
+                         vb=_vb_of(c, msg.opaque))
             c.errors.append([f, 0])
 
     def _flush_errors(self, c: Conn, what: str) -> list[Finding]:
@@ -750,9 +754,15 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
     return "inconsistent", expected
 
 
-def _finding(rid, text, pdu, msg, fields=None, context=()) -> Finding:
-    return Finding(rid, text, pdu.frame, pdu.frames, pdu.ts_ns, pdu.conn, msg.vbucket,
-                   msg.opaque, dict(fields or {}), pdu.data, tuple(context))
+def _finding(rid, text, pdu, msg, fields=None, context=(), vb=None) -> Finding:
+    """A finding about one message (``vb`` for responses, which carry no vbucket)."""
+    return Finding(rid, text, pdu.frame, pdu.frames, pdu.ts_ns, pdu.conn,
+                   msg.vbucket if vb is None else vb, msg.opaque, dict(fields or {}), pdu.data,
+                   tuple(context))
+
+
+def _vb_of(c: Conn, opaque: int):
+    return next((st.vb for st in c.streams.values() if st.opaque == opaque), None)
 
 
 def _ctx(*pdus) -> tuple[int, ...]:
