@@ -28,8 +28,9 @@ rule("snapshot-end-not-increasing", ERROR, "snapshot marker end is not above the
      "R17; PassiveStream cur_snapshot_end is strictly monotonic (exception: Disk|History marker "
      "with an equal end, MB-58548)", ST)
 rule("snapshot-start-overlap", ERROR, "snapshot marker start is not above the previous marker's end",
-     "R17; ActiveStream::snapshot / markDiskSnapshot throw when start <= last sent end "
-     "(exception: History marker after a non-history one)", ST)
+     "R17; ActiveStream::snapshot / markDiskSnapshot throw when start <= last sent end on an "
+     "active source (exception: History marker after a non-history one; replica-sourced "
+     "streams may overlap)", ST)
 rule("snapshot-start-below-requested", ERROR,
      "first snapshot marker starts below the requested snapshot start",
      "R17; the first marker uses min(snap_start, computed start) and may not go below the "
