@@ -106,9 +106,11 @@ TOLERATED_STATUSES = frozenset({0x01, 0x02, 0x07, 0x0A, 0x0B})
 KEYED_OPCODES = {0x57: "mutation", 0x58: "deletion", 0x59: "deletion", 0x60: "prepare"}
 HELLO, HELLO_COLLECTIONS = 0x1F, 0x12
 FROM_LATEST = 0x40
-MAX_KEYS = 4096          # keys remembered per snapshot
+MAX_KEYS = 1024          # key hashes remembered per snapshot (until it completes)
 MAX_PER_RULE = 10        # findings per stream and rule
 MAX_PENDING = 4096       # unanswered requests remembered per connection
+MAX_RESUME = 65536       # (consumer, vbucket) resume points remembered
+MAX_ERRORS = 100         # consumer error findings held per connection until it closes
 
 
 class Snap:
@@ -389,7 +391,8 @@ class StreamTracker:
             f = _finding("consumer-error-response", text, pdu, msg,
                          {"status": STATUS.text(msg.status), "opcode": f"{op:#04x}"},
                          vb=_vb_of(c, msg.opaque))
-            c.errors.append([f, 0])
+            if len(c.errors) < MAX_ERRORS:
+                c.errors.append([f, 0])
 
     def _flush_errors(self, c: Conn, what: str) -> list[Finding]:
         out = []
@@ -541,6 +544,7 @@ class StreamTracker:
         self._dup(st, snap.keys, pdu, msg, out, f"snapshot [{snap.start},{snap.end}]")
         if seq == snap.end:
             snap.complete = True
+            snap.keys = None                    # later items are outside it anyway
         st.last_seqno = max(st.last_seqno, seq)
         st.received = seq
 
@@ -548,7 +552,7 @@ class StreamTracker:
         ns = KEYED_OPCODES.get(msg.opcode)
         if keys is None or ns is None:
             return
-        k = (ns, bytes(msg.key))
+        k = hash((ns, bytes(msg.key)))
         if k in keys:
             self._emit(st, out, "data-duplicate-key", f"second {ns} of key "
                        f"{_key_text(msg.key)} in the {where} of {st.describe()}", pdu, msg,
@@ -658,6 +662,8 @@ class StreamTracker:
             return
         snap = st.snap
         x = st.received if st.received is not None else st.req.get("start_seqno", 0)
+        if len(self.resume) >= MAX_RESUME:
+            del self.resume[next(iter(self.resume))]
         self.resume[key] = {"conn": st.conn, "x": x, "snap": snap and (snap.start, snap.end),
                             "frame": snap.pdu.frame if snap else st.req_pdu.frame}
 
