@@ -136,9 +136,10 @@ class _Filter:
         return self.any_port or seg.sport in self.ports or seg.dport in self.ports
 
 
-def scan_chunk(piece: Piece, options: Options, out: list) -> ChunkStats:
-    """Stage A: append the :class:`SegmentRow` of one chunk to ``out``; return its counts.
-    Payloads of TLS-port segments are cut to one byte (only their presence is counted)."""
+def scan_chunk(piece: Piece, options: Options, result: list) -> Iterator[SegmentRow]:
+    """Stage A: the :class:`SegmentRow` of one chunk; its :class:`ChunkStats` is appended
+    to ``result`` when exhausted. Payloads of segments that only a TLS port makes
+    interesting are cut to one byte (the table only counts those connections)."""
     filt = _Filter(options)
     keep, tls, server = filt.keep, filt.tls, options.server_ports
     frames = tcp = filtered = 0
@@ -158,14 +159,15 @@ def scan_chunk(piece: Piece, options: Options, out: list) -> ChunkStats:
             if payload and (seg.sport in tls or seg.dport in tls) and not (
                     seg.sport in server or seg.dport in server):
                 payload = payload[:1]
-            out.append(new(SegmentRow, (flow_key(seg), frame.number, frame.ts_ns, seg.src, seg.dst,
-                                        seg.sport, seg.dport, seg.seq, seg.ack, seg.flags,
-                                        payload, seg.truncated)))
+            yield new(SegmentRow, (flow_key(seg), frame.number, frame.ts_ns, seg.src, seg.dst,
+                                   seg.sport, seg.dport, seg.seq, seg.ack, seg.flags,
+                                   payload, seg.truncated))
     except CaptureError as exc:
         error = exc
     except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
         error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
-    return ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered, error)
+    result.append(ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered,
+                             error))
 
 
 # -- stage B -------------------------------------------------------------------------------
@@ -489,10 +491,10 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
         totals = FileTotals(idx.path)
         flows: dict[str, list] = defaultdict(list)
         for piece in idx.chunks:                        # stage A
-            rows: list = []
-            totals.add_chunk(scan_chunk(piece, options, rows))
-            for r in rows:
+            stats: list = []
+            for r in scan_chunk(piece, options, stats):
                 flows[r.flow].append(r)
+            totals.add_chunk(stats[0])
         clock = clock_for(idx)
         keyed = []
         flow_results: list = []

@@ -1,0 +1,118 @@
+"""``dcpdissect pipeline``: the ``analyze`` run over many or large captures on Spark.
+
+The stages live in :mod:`.core` (engine-agnostic), the Spark driver in :mod:`.spark`,
+record-aligned chunking in :mod:`.chunks`. ``register_cli(subparsers)`` adds the
+subcommand; pyspark is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["register_cli", "add_arguments", "cmd_pipeline"]
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+def _size(text: str) -> int:
+    from .chunks import parse_size
+    try:
+        return parse_size(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 256MB, 64KB, 1000000)") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="capture files, directories (searched recursively) or globs")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (or URI) for the Parquet tables")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default local[*]); a non-local master gets the package shipped")
+    p.add_argument("--chunk-size", type=_size, default="256MB", metavar="SIZE",
+                   help="split uncompressed captures into record-aligned chunks of about SIZE")
+    p.add_argument("--report", metavar="FILE", help="also write the Markdown report to FILE")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                   help="exit 1 when a finding at or above this severity exists (default: error)")
+    p.add_argument("--port", type=int, action="append", default=[], metavar="N",
+                   help="also decode TCP port N as MCBP (11210 and 11209 always are)")
+    p.add_argument("--any-port", action="store_true",
+                   help="heuristic: try every TCP connection, whatever its ports")
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add ``pipeline`` to the ``dcpdissect`` subcommands."""
+    p = subparsers.add_parser("pipeline", help="analyse many or large captures on Spark, "
+                                               "writing Parquet tables",
+                              description="Runs the analyze pipeline on Spark and writes the "
+                                          "messages, findings, connections, streams, errors "
+                                          "and files tables under --out.")
+    add_arguments(p)
+    p.set_defaults(func=cmd_pipeline)
+    return p
+
+
+def _markdown():
+    try:
+        from ..reports.markdown import markdown_report
+    except ImportError:
+        return None
+    return markdown_report
+
+
+def cmd_pipeline(args) -> int:
+    from ..analysis.rules import SEVERITY_RANK
+    from ..reassembly.pdus import Options
+    from ..reports.findings import findings_table
+
+    err = sys.stderr
+    if args.report and _markdown() is None:
+        print("dcpdissect: error: --report needs dcpdissect.reports.markdown, "
+              "which this installation does not have", file=err)
+        return EXIT_BAD_INPUT
+    try:
+        from .spark import run_pipeline, spark_session
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        print(f"dcpdissect: error: the pipeline needs pyspark and pyarrow ({exc}); "
+              "install them with: pip install 'dcpdissect[spark]'", file=err)
+        return EXIT_BAD_INPUT
+    options = Options(ports=tuple(args.port), any_port=args.any_port)
+    spark = spark_session(args.master)
+    try:
+        result = run_pipeline(spark, args.inputs, args.out, options, args.chunk_size)
+    finally:
+        spark.stop()
+    if not result.paths:
+        print("dcpdissect: error: no capture files found", file=err)
+        return EXIT_BAD_INPUT
+    out = sys.stdout
+    many = len(result.paths) > 1
+    for path in result.paths:
+        if many:
+            out.write(f"== {path}\n")
+        out.write(findings_table(result.findings[path]))
+        if many:
+            out.write("\n")
+    out.flush()
+    status = EXIT_OK
+    for path in result.paths:
+        s = result.summaries[path]
+        print(s.line() + f", {len(result.findings[path])} findings", file=err)
+        if s.error:
+            print(f"dcpdissect: error: {s.error}", file=err)
+            status = EXIT_BAD_INPUT
+    if args.report:
+        markdown_report = _markdown()
+        parts = [markdown_report(p, result.findings[p], result.summaries[p]) for p in result.paths]
+        with open(args.report, "w", encoding="utf-8") as fh:
+            fh.write("\n\n".join(parts))
+        print(f"report written to {args.report}", file=err)
+    if status == EXIT_OK and args.fail_on != "never":
+        threshold = SEVERITY_RANK[args.fail_on]
+        if any(SEVERITY_RANK[f.severity] >= threshold
+               for fs in result.findings.values() for f in fs):
+            status = EXIT_FINDINGS
+    return status

@@ -1,0 +1,320 @@
+"""The pipeline (index, chunks, per-flow and per-file stages, Spark driver) against the
+local ``analyze`` run: same findings, messages and summaries, whatever the chunking."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.capture.readers import CaptureError, open_capture
+from dcpdissect.codec import decode
+from dcpdissect.pipeline import core
+from dcpdissect.pipeline.chunks import index_file, parse_size, read_piece
+from dcpdissect.reassembly.pdus import Pdu, iter_events
+from dcpdissect.reports.findings import finding_record
+from dcpdissect.reports.messages import message_record
+from dcpdissect.samples import netsynth as ns
+from dcpdissect.samples.builder import T0, Script, add_stream, replication, stream_id_connector
+from dcpdissect.samples.netsynth import Endpoint, Link
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "samples").iterdir() if p.is_file())
+
+
+# -- corpus helpers ----------------------------------------------------------------------------
+
+def linger_capture(path) -> None:
+    """Two connections lose a server segment before their FIN; unrelated traffic (an
+    untracked port, then a later DCP connection) arrives more than a second later, so the
+    lingering FINs expire on other connections' packets."""
+    a = replication(client=Endpoint("10.0.0.2", 50001), start_ns=T0)
+    b = replication(client=Endpoint("10.0.0.3", 50002), start_ns=T0 + 100_000)
+    pa = a.conv.packets()
+    pa = ns.drop(pa, ns.data_indices(pa, "s2c")[-2])
+    pb = b.conv.packets()
+    pb = ns.drop(pb, ns.data_indices(pb, "s2c")[-1])
+    c = Script(Endpoint("10.0.0.5", 40000), Endpoint("10.0.0.6", 8091), start_ns=T0 + 50_000)
+    c.c2s(b"x" * 100)
+    c.conv.pause(1_500_000_000)
+    c.s2c(b"y" * 100)
+    c.conv.close()
+    d = replication(client=Endpoint("10.0.0.4", 50003), server=Endpoint("10.0.0.1", 11210),
+                    start_ns=T0 + 2_600_000_000)
+    ns.write_pcap(str(path), [pa, pb, c.conv.packets(), d.conv.packets()])
+
+
+def make_corpus(directory: Path) -> list[str]:
+    """A few multi-connection captures (pcap, pcapng, gzip) built from the sample scripts."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    p = directory / "many-connections.pcap"
+    scripts = [replication(client=Endpoint("10.0.1.%d" % i, 51000 + i), start_ns=T0 + i * 7_000)
+               for i in range(1, 5)]
+    scripts.append(stream_id_connector(start_ns=T0 + 3_000))
+    ns.write_pcap(str(p), [s.conv.packets() for s in scripts])
+    paths.append(p)
+    p = directory / "add-stream-twice.pcapng"
+    srcs = [s.conv.packets() for s in add_stream()]
+    srcs.append(replication(client=Endpoint("10.0.2.9", 52000), start_ns=T0 + 150_000,
+                            link=Link("ethernet")).conv.packets())
+    ns.write_pcapng(str(p), srcs)
+    paths.append(p)
+    p = directory / "linger.pcap"
+    linger_capture(p)
+    paths.append(p)
+    gz = directory / "linger.pcap.gz"
+    gz.write_bytes(gzip.compress(p.read_bytes(), mtime=0))
+    paths.append(gz)
+    return [str(x) for x in paths]
+
+
+def make_bad(directory: Path) -> list[str]:
+    """A capture cut mid-record, one cut in its global header, a text file named .pcap
+    and a gzip stream cut short."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = (ROOT / "samples" / "tcp-loss.pcap").read_bytes()
+    cut = directory / "cut.pcap"
+    cut.write_bytes(data[: len(data) * 2 // 3 + 5])
+    head = directory / "head.pcap"
+    head.write_bytes(data[:10])
+    text = directory / "notes.pcap"
+    text.write_text("this is not a capture\n")
+    gzc = directory / "cut.pcap.gz"
+    gzc.write_bytes(gzip.compress((ROOT / "samples" / "clean-replication.pcap").read_bytes())[:-300])
+    return [str(cut), str(head), str(text), str(gzc)]
+
+
+def finding_view(findings) -> list[dict]:
+    return [json.loads(json.dumps(finding_record(f))) for f in findings]
+
+
+def check_equal(results: dict, paths: list[str]) -> None:
+    """results: path -> (findings, summary, message count)."""
+    for path in paths:
+        findings, summary, messages = results[path]
+        ref, ref_summary = analyze_file(path)
+        assert [(f.rule, f.frame, f.frames, f.connection, f.vbucket) for f in findings] == \
+            [(f.rule, f.frame, f.frames, f.connection, f.vbucket) for f in ref], path
+        assert finding_view(findings) == finding_view(ref), path
+        assert summary == ref_summary, path
+        assert messages == ref_summary.pdus, path
+
+
+def local_results(paths, **kw) -> dict:
+    res = core.run_local(paths, **kw)
+    return {p: (r.findings, r.summary, r.messages) for p, r in res.items()}
+
+
+# -- Spark-free: index and stages ----------------------------------------------------------------
+
+def test_parse_size():
+    assert parse_size("256MB") == 256 << 20
+    assert parse_size("64k") == 64 << 10
+    assert parse_size("1.5GiB") == 3 << 29
+    assert parse_size("1000") == 1000
+    with pytest.raises(ValueError):
+        parse_size("0")
+
+
+@pytest.mark.parametrize("name", ["samples/pcapng-multi-interface.pcapng",
+                                  "samples/loopback-ns-be.pcap", "samples/violations-garbage.pcap"])
+def test_pieces_cover_the_file_exactly(name):
+    ref = list(open_capture(str(ROOT / name)))
+    for chunk_size, block in ((1, 1), (500, 3), (1 << 30, 4096)):
+        idx = index_file(str(ROOT / name), chunk_size, block)
+        assert idx.splittable and idx.error is None and idx.frames == len(ref)
+        assert [f for c in idx.chunks for f in read_piece(c)] == ref
+        assert [f for b in idx.blocks for f in read_piece(b)] == ref
+        for b in idx.blocks:
+            assert b.max_ts == max(f.ts_ns for f in read_piece(b))
+
+
+def test_index_faults_match_the_reader(tmp_path):
+    for src in ("samples/pcapng-multi-interface.pcapng", "samples/loopback-ns-be.pcap"):
+        data = (ROOT / src).read_bytes()
+        for cut in list(range(0, 80, 3)) + list(range(80, len(data), 97)):
+            p = tmp_path / "x"
+            p.write_bytes(data[:cut])
+            frames, error = [], None
+            try:
+                with open_capture(str(p)) as r:
+                    frames.extend(r)
+            except CaptureError as exc:
+                error = str(exc)
+            idx = index_file(str(p), 400, 2)
+            assert [f for c in idx.chunks for f in read_piece(c)] == frames, (src, cut)
+            assert (str(idx.error) if idx.error else None) == error, (src, cut)
+
+
+def test_expand_inputs(tmp_path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    for name in ("d/a.pcap", "d/sub/b.pcapng.gz", "d/readme.txt", "c.pcap"):
+        (tmp_path / name).write_bytes(b"")
+    got = core.expand_inputs([str(tmp_path / "d"), str(tmp_path / "*.pcap"),
+                              str(tmp_path / "c.pcap"), str(tmp_path / "missing.pcap")])
+    assert got == [str(tmp_path / "d" / "a.pcap"), str(tmp_path / "d" / "sub" / "b.pcapng.gz"),
+                   str(tmp_path / "c.pcap"), str(tmp_path / "missing.pcap")]
+
+
+@pytest.mark.parametrize("chunk_size,block", [(1 << 30, None), (300, 2), (1, 1)])
+def test_local_stages_equal_analyze(tmp_path, chunk_size, block):
+    paths = [str(ROOT / s) for s in SAMPLES] + make_corpus(tmp_path / "corpus")
+    check_equal(local_results(paths, chunk_size=chunk_size, block_frames=block), paths)
+
+
+def test_lingering_fin_expires_on_other_connections_packets(tmp_path):
+    path = str(tmp_path / "linger.pcap")
+    linger_capture(path)
+    ref = list(iter_events(path))
+    for chunk_size, block in ((1 << 30, None), (200, 2)):
+        got = core.run_local([path], chunk_size=chunk_size, block_frames=block,
+                             keep_events=True)[path]
+        assert got.events == ref
+    # without the file-wide clock the flushed PDUs would complete at the wrong frame
+    flows = [core.flow_events(((r.frame, r.ts_ns, core.segment_of(r)) for r in rows), core.Options(),
+                              None, []) for rows in _flows(path)]
+    no_clock = sorted(((tuple(k), ev) for fl in flows for *k, ev in fl), key=lambda t: t[0])
+    assert len(no_clock) == len(ref)
+    assert [type(e) for _k, e in no_clock] != [type(e) for e in ref] or \
+        [getattr(e, "frame", None) for _k, e in no_clock] != [getattr(e, "frame", None) for e in ref]
+
+
+def _flows(path):
+    idx = index_file(path)
+    flows: dict = {}
+    for piece in idx.chunks:
+        for r in core.scan_chunk(piece, core.Options(), []):
+            flows.setdefault(r.flow, []).append(r)
+    return [sorted(v, key=lambda r: r.frame) for _k, v in sorted(flows.items())]
+
+
+def test_local_stages_on_bad_files(tmp_path):
+    good = [str(ROOT / "samples" / "add-stream.pcap")]
+    bad = make_bad(tmp_path)
+    check_equal(local_results(good + bad, chunk_size=200, block_frames=2), good + bad)
+
+
+# -- Spark -----------------------------------------------------------------------------------------
+
+def _spark_available() -> bool:
+    if shutil.which("java") is None:
+        return False
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from dcpdissect.pipeline.spark import spark_session
+    session = spark_session("local[2]", app_name="dcpdissect tests", conf={
+        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
+    yield session
+    session.stop()
+
+
+def spark_results(spark, paths, out, **kw):
+    from dcpdissect.pipeline.spark import run_pipeline
+    res = run_pipeline(spark, paths, str(out), progress=None, **kw)
+    assert res.paths == paths
+    return res, {p: (res.findings[p], res.summaries[p], res.messages[p]) for p in paths}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+def test_spark_equals_analyze(spark, tmp_path):
+    """Every sample plus a multi-connection corpus, in one job."""
+    import pyarrow.parquet as pq
+    paths = [str(ROOT / s) for s in SAMPLES] + make_corpus(tmp_path / "corpus")
+    res, results = spark_results(spark, paths, tmp_path / "out")
+    check_equal(results, paths)
+    # the messages table holds the dissect --format jsonl records
+    table = pq.read_table(tmp_path / "out" / "messages").to_pylist()
+    path = str(ROOT / "samples" / "clean-replication.pcap")
+    rows = sorted((r for r in table if r["capture_file"] == path), key=lambda r: (r["frame"], r["ts_ns"]))
+    ref = [message_record(ev, decode(ev.data)) for ev in iter_events(path) if type(ev) is Pdu]
+    ref.sort(key=lambda r: (r["frame"], r["ts_ns"]))
+    assert len(rows) == len(ref)
+    for got, want in zip(rows, ref):
+        for k in ("fields", "names", "frame_infos"):
+            got[k] = json.loads(got[k])
+        got["cas"] = int(got["cas"])
+        want = json.loads(json.dumps(want))
+        assert {k: got[k] for k in want} == want
+    conns = pq.read_table(tmp_path / "out" / "connections").to_pylist()
+    assert sum(1 for c in conns if c["capture_file"] == path) == res.summaries[path].connections
+    streams = pq.read_table(tmp_path / "out" / "streams").to_pylist()
+    mine = [s for s in streams if s["capture_file"] == path]
+    assert {(s["connection"], s["vbucket"], s["stream_id"]) for s in mine} == \
+        {(1, 0, None), (1, 1, None), (1, 2, None), (2, 5, 7)}
+    vb2 = next(s for s in mine if s["vbucket"] == 2)
+    assert (vb2["mutations"], vb2["min_seqno"], vb2["max_seqno"]) == (6, 1, 6)
+    assert pq.read_table(tmp_path / "out" / "errors").num_rows == 0
+
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+def test_spark_tiny_chunks_and_bad_files(spark, tmp_path):
+    """Chunks of a few hundred bytes (connections and PDUs span many chunks), with a
+    truncated capture, a cut header, a text file and a cut gzip stream among them."""
+    import pyarrow.parquet as pq
+    good = [str(ROOT / s) for s in ("samples/tcp-reorder.pcap", "samples/tcp-loss-header.pcap",
+                                    "samples/pcapng-multi-interface.pcapng",
+                                    "samples/violations-garbage.pcap",
+                                    "samples/stream-add-stream.pcap")]
+    good += make_corpus(tmp_path / "corpus")[1:]
+    bad = make_bad(tmp_path / "bad")
+    paths = good[:2] + bad[:2] + good[2:] + bad[2:]
+    res, results = spark_results(spark, paths, tmp_path / "out", chunk_size=300)
+    check_equal(results, paths)
+    errors = pq.read_table(tmp_path / "out" / "errors").to_pylist()
+    assert {e["capture_file"] for e in errors} == set(bad)
+    for e in errors:
+        assert e["message"] == res.summaries[e["capture_file"]].error
+    by_file = {e["capture_file"]: e for e in errors}
+    assert "not a pcap or pcapng file" in by_file[bad[2]]["reason"]
+    assert "file cut mid-record" in by_file[bad[0]]["reason"] and by_file[bad[0]]["frame"] > 1
+    assert by_file[bad[3]]["stage"] == "read"
+    files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files").to_pylist()}
+    assert files[bad[0]]["frames"] == res.summaries[bad[0]].frames > 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+def test_cli_runs_the_pipeline(tmp_path):
+    import pyarrow.parquet as pq
+    from dcpdissect.reports.findings import findings_table
+    files = ["samples/tcp-loss.pcap", "samples/violations-marker.pcap"]
+    out = tmp_path / "tables"
+    report = tmp_path / "report.md"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "dcpdissect.pipeline", *files, "--out", str(out),
+                           "--master", "local[1]", "--chunk-size", "2KB", "--report", str(report),
+                           "--fail-on", "never"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for f in files:
+        findings, _summary = analyze_file(f)
+        assert findings_table(findings) in proc.stdout
+    assert "Stage " not in proc.stderr and "Traceback" not in proc.stderr
+    assert "pipeline: done" in proc.stderr
+    for table in ("messages", "findings", "connections", "streams", "errors", "files"):
+        assert (out / table).is_dir()
+    assert pq.read_table(out / "findings").num_rows == sum(len(analyze_file(f)[0]) for f in files)
+    assert report.read_text().count("tcp-loss.pcap") >= 1
