@@ -60,6 +60,10 @@ EXPECTED = {
         ("consumer-error-response", 18), ("snapshot-ack-unexpected", 36),
         ("snapshot-from-client", 38),
     ],
+    "stream-add-stream.pcap": [
+        ("stream-opaque-mismatch", 39), ("add-stream-new-opaque-mismatch", 44),
+        ("add-stream-rollback", 46), ("add-stream-status-mismatch", 50),
+    ],
     "resume-collapsed.pcap": [("resume-collapsed-snapshot", 28)],
     "resume-beyond.pcap": [("resume-beyond-received", 28)],
     "resume-correct.pcap": [],
