@@ -361,6 +361,37 @@ def _resume(request_kw, first_items=(2, 3)):
     return [f.rule for f in out if f.rule in MINE]
 
 
+def test_resume_after_an_unfinished_oso_snapshot():
+    from dcpdissect.analysis.engine import Analyzer
+    from dcpdissect.codec import encode
+    from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
+    from dcpdissect.reassembly.framing import Pdu
+    from dcpdissect.samples.builder import dcp_open, failover, mutation, ok, stream_req
+
+    def run(start):
+        a, out, n = Analyzer(), [], 0
+        for cid, msgs in ((1, [(0, stream_req(0, 0x10)), (1, failover(0x10, (9, 0))),
+                               (1, encode(0x65, {"flags": 1}, opaque=0x10)),
+                               (1, mutation(0, 0x10, 7, "a", b"")),
+                               (1, mutation(0, 0x10, 3, "b", b""))]),
+                          (2, [(0, stream_req(0, 0x20, start=start, uuid=9))])):
+            n += 1
+            out += a.feed(ConnectionOpened(cid, ("10.0.0.2", 5000 + cid), ("10.0.0.1", 11210),
+                                           n, 0, False))
+            off = [0, 0]
+            for d, data in [(0, dcp_open("o", 1, 1)), (1, ok(0x50, 1))] + msgs:
+                n += 1
+                out += a.feed(Pdu(cid, d, off[d], data, (n,), n, n))
+                off[d] += len(data)
+            n += 1
+            out += a.feed(ConnectionClosed(cid, n, 0, "fin"))
+        out += a.finish()
+        return [f.rule for f in out if f.rule in MINE]
+
+    assert run(0) == []
+    assert run(7) == ["resume-beyond-received"]
+
+
 def test_resume_fidelity_variants():
     assert _resume(dict(start=3, snap_start=1, snap_end=4)) == []
     assert _resume(dict(start=3, snap_start=3, snap_end=3)) == ["resume-collapsed-snapshot"]

@@ -94,7 +94,8 @@ rule("resume-collapsed-snapshot", ERROR,
      "R12; the resume must send the last marker's [S,E] with start X; [X,X] hides the need for "
      "a rollback and can lose data (DCP design discussion, humpty_dumpty)", "resume-collapsed.pcap")
 rule("resume-beyond-received", ERROR, "resume start is beyond the last seqno received",
-     "R12; the consumer asks to skip seqnos it never received", "resume-beyond.pcap")
+     "R12; the consumer asks to skip seqnos it never received (after an unfinished OSO "
+     "snapshot: beyond the seqno held before its start, oso_snapshot.md)", "resume-beyond.pcap")
 rule("semantics-suppressed", INFO, "stream rules not applied here",
      "stream state is unknown after a capture gap or resync, or when the stream request was "
      "not captured", "tcp-loss.pcap")
@@ -131,7 +132,7 @@ class Snap:
 class Stream:
     __slots__ = ("conn", "vb", "sid", "opaque", "req", "req_pdu", "status", "active",
                  "suppressed", "snap", "markers", "prev_end", "prev_flags", "last_seqno",
-                 "received", "advanced", "in_oso", "oso_max", "oso_keys", "counts", "add",
+                 "received", "advanced", "in_oso", "oso_max", "oso_base", "oso_keys", "counts", "add",
                  "before_marker", "ended", "unsure")
 
     def __init__(self, conn, vb, sid, opaque, req, pdu):
@@ -146,7 +147,7 @@ class Stream:
         self.last_seqno = 0 if req.get("flags", 0) & FROM_LATEST else req.get("start_seqno", 0)
         self.received = None         # last seqno actually received (item or SeqnoAdvanced)
         self.advanced = None
-        self.oso_max = 0
+        self.oso_max = self.oso_base = 0
         self.oso_keys: set | None = None
         self.counts: dict[str, int] = {}
         self.add = None              # (add-stream opaque, frame) once correlated
@@ -596,6 +597,7 @@ class StreamTracker:
                 self._check_complete(st, pdu, msg, out, "the OSO snapshot")
                 self._settle(st, out, None)
             st.in_oso, st.oso_max, st.oso_keys = True, st.last_seqno, set()
+            st.oso_base = st.last_seqno
             st.snap, st.unsure = None, False
         elif flags & 0x02:
             if not st.in_oso:
@@ -658,14 +660,17 @@ class StreamTracker:
 
     def _remember(self, c: Conn, st: Stream) -> None:
         key = self._consumer(c, st.vb)
-        if key is None or st.req.get("flags", 0) & FROM_LATEST or st.in_oso:
+        if key is None or st.req.get("flags", 0) & FROM_LATEST:
             return
         snap = st.snap
         x = st.received if st.received is not None else st.req.get("start_seqno", 0)
+        if st.in_oso:       # oso_snapshot.md: resume from the seqno held before the OSO start
+            x, snap = st.oso_base, None
         if len(self.resume) >= MAX_RESUME:
             del self.resume[next(iter(self.resume))]
         self.resume[key] = {"conn": st.conn, "x": x, "snap": snap and (snap.start, snap.end),
-                            "frame": snap.pdu.frame if snap else st.req_pdu.frame}
+                            "frame": snap.pdu.frame if snap else st.req_pdu.frame,
+                            "oso": st.in_oso}
 
     def _check_resume(self, c: Conn, st: Stream, pdu, msg, out) -> None:
         key = self._consumer(c, st.vb)
@@ -681,9 +686,11 @@ class StreamTracker:
         shown = {"start_seqno": start, "snap_start_seqno": s0, "snap_end_seqno": s1,
                  "last_received": x, "previous_connection": rec["conn"]}
         if start > x:
+            oso = (" before an OSO snapshot it did not complete (items inside one are no "
+                   "consistent point)") if rec["oso"] else ""
             out.append(_finding("resume-beyond-received", f"resume of vb {st.vb} at start {start}, "
                                 f"but the previous stream (connection {rec['conn']}) received up "
-                                f"to seqno {x}", pdu, msg, shown, (rec["frame"],)))
+                                f"to seqno {x}{oso}", pdu, msg, shown, (rec["frame"],)))
             return
         if rec["snap"] is None:
             return
