@@ -9,9 +9,9 @@ boundary. With ``redact=True`` the document keys and values of data
 messages (mutation, deletion, expiration, prepare, commit, abort) are overwritten by
 ``x`` bytes of the same length, and so are the bodies of messages cut by a capture gap and
 bytes skipped while resynchronising (except the first 24 bytes after garbage: the header
-that broke framing). MCBP headers, extras (seqnos, CAS), lengths and TCP/IP
-headers stay as captured; TCP/IP checksums are not recomputed (Wireshark does not
-verify them by default).
+that broke framing); MCBP headers, extras (seqnos, CAS) and lengths stay as captured.
+TCP checksums are not recomputed after either change (Wireshark does not verify them by
+default); the IPv4 header checksum of a shortened frame is.
 """
 
 from __future__ import annotations
