@@ -49,3 +49,14 @@ def test_reordered_pdu_completes_in_the_later_frame(samples_dir):
     pdus = [e for e in iter_events(str(samples_dir / "tcp-reorder.pcap")) if type(e) is Pdu]
     late = [p for p in pdus if p.frame > max(p.frames)]
     assert late, "the reorder sample must deliver a PDU only when an earlier hole fills"
+
+
+def test_pdu_ending_at_a_chunk_boundary_does_not_claim_the_next_frame():
+    from dcpdissect.codec import encode
+    from dcpdissect.reassembly.framing import PduFramer
+    a, b = encode(0x5C, opaque=1), encode(0x5C, opaque=2)
+    framer = PduFramer(1, 1, in_sync=False)
+    out = framer.data(0, b"\x00" * 5 + a[:10], 1, 0) + framer.data(15, a[10:], 2, 0)
+    out += framer.data(5 + len(a), b, 3, 0) + framer.close()
+    pdus = [e for e in out if type(e) is Pdu]
+    assert [p.frames for p in pdus] == [(1, 2), (3,)]

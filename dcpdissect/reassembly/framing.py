@@ -172,6 +172,8 @@ class PduFramer:
             if c_end > end:
                 break
             used += 1
+            if c_end == end:
+                break
         del chunks[:used]
         del self.buf[:n]
         self.base = end
