@@ -410,3 +410,19 @@ def test_consumer_statuses_meaning_the_stream_is_gone_are_not_rejections():
     for status in (0x01, 0x02, 0x07, 0x0A, 0x0B):
         assert _run(*base, (0, ok(0x57, 0x10, status=status))) == []
     assert _run(*base, (0, ok(0x57, 0x10, status=0x04))) == [("consumer-error-response", 6)]
+
+
+def test_mutation_then_deletion_of_one_key_in_a_snapshot_is_a_duplicate(tmp_path):
+    from dcpdissect.samples import netsynth as ns
+    from dcpdissect.samples.builder import Script, dcp_open, deletion, failover, marker, mutation, ok, stream_req
+    s = Script(ns.Endpoint("10.9.0.2", 40000), ns.Endpoint("10.9.0.1", 11210))
+    s.c2s(dcp_open("dup", 1, 1))
+    s.s2c(ok(0x50, 1))
+    s.c2s(stream_req(1, 9))
+    s.s2c(failover(9, (0x77, 0)))
+    s.s2c(marker(1, 9, 1, 2, "memory"), mutation(1, 9, 1, "k", b"{}"), deletion(1, 9, 2, "k"))
+    s.conv.close()
+    path = tmp_path / "dup.pcap"
+    ns.write_pcap(str(path), [s.conv])
+    findings, _ = analyze_file(str(path))
+    assert [f.rule for f in findings if f.severity != "info"] == ["data-duplicate-key"]

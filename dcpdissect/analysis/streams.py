@@ -104,7 +104,9 @@ DATA_OPCODES = frozenset({0x57, 0x58, 0x59, 0x5F, 0x60, 0x62, 0x63})
 CONSUMER_ERROR_OPCODES = frozenset({0x57, 0x58, 0x59, 0x60, 0x62, 0x63, 0x5F})
 STREAM_OPCODES = DATA_OPCODES | {0x55, 0x56, 0x5B, 0x64, 0x65}
 TOLERATED_STATUSES = frozenset({0x01, 0x02, 0x07, 0x0A, 0x0B})
-KEYED_OPCODES = {0x57: "mutation", 0x58: "deletion", 0x59: "deletion", 0x60: "prepare"}
+# Document keys per namespace: committed items (mutation, deletion, expiration) share one;
+# prepares live in their own (the durability-prepare namespace of the checkpoint).
+KEYED_OPCODES = {0x57: "item", 0x58: "item", 0x59: "item", 0x60: "prepare"}
 HELLO, HELLO_COLLECTIONS = 0x1F, 0x12
 FROM_LATEST = 0x40
 MAX_KEYS = 1024          # key hashes remembered per snapshot (until it completes)
@@ -555,7 +557,8 @@ class StreamTracker:
             return
         k = hash((ns, bytes(msg.key)))
         if k in keys:
-            self._emit(st, out, "data-duplicate-key", f"second {ns} of key "
+            what = "prepare" if ns == "prepare" else "change"
+            self._emit(st, out, "data-duplicate-key", f"second {what} of key "
                        f"{_key_text(msg.key)} in the {where} of {st.describe()}", pdu, msg,
                        {"key": _key_text(msg.key)})
         elif len(keys) < MAX_KEYS:

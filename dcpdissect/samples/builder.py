@@ -150,7 +150,7 @@ def replication(client=CONSUMER, server=PRODUCER_11209, big_value=4000, **kw) ->
     s.s2c(marker(1, 0x11, 0, 4, "disk+checkpoint", layout="V2.0", max_visible_seqno=4,
                  high_completed_seqno=2),
           *[mutation(1, 0x11, i, f"user::{i}", doc(i, 700)) for i in range(1, 4)],
-          deletion(1, 0x11, 4, "user::2"))
+          deletion(1, 0x11, 4, "user::9"))
     s.s2c(marker(2, 0x12, 0, 6, "disk+checkpoint", layout="V2.2", max_visible_seqno=6,
                  high_completed_seqno=0, purge_seqno=0, high_prepared_seqno=0),
           *[mutation(2, 0x12, i, f"order-{i}", doc(i, 60)) for i in range(1, 6)])
@@ -175,7 +175,7 @@ def stream_id_connector(client=CONNECTOR, server=PRODUCER_11210, **kw) -> Script
     s.s2c(marker(5, 0x31, 0, 3, "memory+checkpoint", layout="V2.0", sid=7, max_visible_seqno=3),
           mutation(5, 0x31, 1, "\x00a", doc(1), sid=7),
           mutation(5, 0x31, 2, "\x00b", doc(2), sid=7),
-          deletion(5, 0x31, 3, "\x00a", sid=7),
+          deletion(5, 0x31, 3, "\x00c", sid=7),
           encode(0x55, {"reason": 0}, vbucket=5, opaque=0x31, stream_id=7))
     s.conv.close()
     return s
