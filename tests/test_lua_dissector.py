@@ -401,3 +401,30 @@ def test_mutated_captures_raise_no_lua_errors(tmp_path):
     # the fuzz really exercised the dissector
     out, _ = run_tshark(paths[0], "-Y", "dcp", "-T", "fields", "-e", "frame.number")
     assert len(out.splitlines()) > 50
+
+
+@pytest.mark.tshark
+def test_installed_plugin_is_loaded_from_home(tmp_path):
+    path = install(tmp_path / ".local/lib/wireshark/plugins/dcpdissect.lua")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([TSHARK, "-G", "plugins"], capture_output=True, text=True, env=env)
+    assert str(path) in proc.stdout
+    proc = subprocess.run([TSHARK, "-r", str(SAMPLES / "seed-marker-v1.pcap"), "-T", "fields",
+                           "-e", "dcp.snapshot.end_seqno"], capture_output=True, text=True, env=env)
+    assert "8" in proc.stdout.split() and not lua_errors(proc.stderr)
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("flt, sample, count", [
+    ("dcp.snapshot.start_seqno > 100", "clean-replication.pcap", 0),
+    ("dcp.snapshot.start_seqno > 5", "clean-replication.pcap", 1),
+    ("dcp.expert.marker_mvs_beyond_end", "violations-marker.pcap", 1),
+    ("dcp.stream_id == 7", "clean-replication.pcap", 1),
+    ("dcp.opcode == 0x56 && dcp.snapshot.flags.disk == 1", "clean-replication.pcap", 2),
+    ('dcp.snapshot.layout == "V2.2"', "clean-replication.pcap", 1),
+])
+def test_documented_display_filters(flt, sample, count):
+    proc = subprocess.run([TSHARK, "-r", str(SAMPLES / sample), *BASE_OPTS, "-Y", flt, "-T", "fields",
+                           "-e", "frame.number"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split()) == count

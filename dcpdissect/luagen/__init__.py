@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -51,17 +52,13 @@ def register_cli(subparsers) -> None:
     g.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
     g.set_defaults(func=cmd_generate)
     i = sub.add_parser("install", help="install into ~/.local/lib/wireshark/plugins/")
-    i.add_argument("--path", type=Path, default=None, help=argparse_suppress())
+    i.add_argument("--path", type=Path, default=None,
+                   help="install to this file instead of the personal plugin folder")
     i.set_defaults(func=cmd_install)
 
 
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS
-
-
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    """Entry point of ``python -m dcpdissect.luagen``."""
     parser = argparse.ArgumentParser(prog="python -m dcpdissect.luagen")
     register_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
