@@ -62,6 +62,10 @@ def cmd_dissect(args) -> int:
             rows.clear()
             first_block = False
 
+    conventions = {}
+    if args.file != "-" and not args.no_conventions:
+        from .analysis.conventions import classify_markers
+        conventions = classify_markers(iter_events(args.file, capture_options(args)))
     status = EXIT_OK
     try:
         for ev in iter_events(args.file, capture_options(args), summary):
@@ -73,6 +77,8 @@ def cmd_dissect(args) -> int:
             if vbuckets and msg.vbucket not in vbuckets:
                 continue
             record = message_record(ev, msg)
+            if msg.opcode == 0x56 and msg.is_request:
+                record["convention"] = conventions.get((ev.conn, ev.frame, ev.offset))
             if args.format == "jsonl":
                 out.write(json.dumps(record, separators=(",", ":")) + "\n")
             else:
@@ -177,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opcode", type=parse_opcode, action="append",
                    help="only this opcode (number or name, e.g. 0x56 or DcpSnapshotMarker)")
     p.add_argument("--vbucket", type=int, action="append", help="only this vbucket")
+    p.add_argument("--no-conventions", action="store_true",
+                   help="skip the start-seqno convention of snapshot markers (saves a pass "
+                        "over the file; never computed for stdin)")
     add_capture_options(p)
     p.set_defaults(func=cmd_dissect)
 

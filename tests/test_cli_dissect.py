@@ -138,3 +138,11 @@ def test_usage_errors_exit_2():
     assert code == 2 and "usage" in err
     code, out, err = run("dissect", "x.pcap", "--opcode", "NoSuchThing")
     assert code == 2 and "unknown opcode" in err
+
+
+def test_markers_show_their_start_seqno_convention(samples_dir, capsys):
+    rows, _ = jsonl(samples_dir, "clean-replication.pcap", "--opcode", "0x56", capsys=capsys)
+    assert [r["convention"] for r in rows] == ["first-of-stream"] * 4 + ["first-item"]
+    rows, _ = jsonl(samples_dir, "clean-replication.pcap", "--opcode", "0x56",
+                    "--no-conventions", capsys=capsys)
+    assert all(r["convention"] is None for r in rows)

@@ -107,6 +107,8 @@ def details(record: dict, hex_names: frozenset[str] = frozenset()) -> str:
             parts.append(f"{label}={value:#x}")
         else:
             parts.append(f"{label}={value}")
+    if record.get("convention"):
+        parts.append(f"conv={record['convention']}")
     if record["key"] is not None:
         parts.append(f"key={record['key']!r}")
     if record["problems"]:
