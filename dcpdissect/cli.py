@@ -104,7 +104,13 @@ def cmd_analyze(args) -> int:
     from .analysis.run import analyze_file
     from .reports.findings import finding_record, findings_table
 
-    findings, summary = analyze_file(args.file, capture_options(args))
+    from .reports.progress import Progress
+
+    progress = Progress(f"analyzing {args.file}", enabled=args.progress)
+    try:
+        findings, summary = analyze_file(args.file, capture_options(args), progress=progress)
+    finally:
+        progress.close()
     summary_line = summary.line() + f", {len(findings)} findings"
     if args.format == "jsonl":
         for f in findings:
@@ -198,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a bug-report bundle: trimmed pcap, Markdown report, tshark command")
     p.add_argument("--redact", action="store_true",
                    help="with --evidence: replace document keys and values by placeholders")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress line on stderr (default: when stderr is a terminal and the "
+                        "capture is 20 MB or more)")
     add_capture_options(p)
     p.set_defaults(func=cmd_analyze)
 

@@ -7,16 +7,20 @@ from .engine import Analyzer
 from .findings import Finding
 
 
-def analyze_file(path: str, options: Options | None = None,
-                 summary: Summary | None = None, reader_hook=None) -> tuple[list[Finding], Summary]:
+def analyze_file(path: str, options: Options | None = None, summary: Summary | None = None,
+                 progress=None) -> tuple[list[Finding], Summary]:
     """All findings of one capture, sorted by frame. A capture fault is recorded in
-    ``summary.error`` after everything before it was analysed (it is not raised)."""
+    ``summary.error`` after everything before it was analysed (it is not raised).
+    ``progress`` (optional) gets ``attach(reader)`` once and ``update()`` now and then."""
     summary = summary or Summary()
     analyzer = Analyzer()
     findings: list[Finding] = []
+    hook = progress.attach if progress is not None else None
     try:
-        for ev in iter_events(path, options, summary, reader_hook):
+        for n, ev in enumerate(iter_events(path, options, summary, hook)):
             findings += analyzer.feed(ev)
+            if progress is not None and not n & 1023:
+                progress.update()
     except CaptureError as exc:
         summary.error = str(exc)
     findings += analyzer.finish()
