@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 status=0
-.venv/bin/dcpdissect analyze samples/rollback-missed.pcap || status=$?
+.venv/bin/dcpdissect analyze samples/resume-collapsed.pcap || status=$?
 [ "$status" -le 1 ] || exit "$status"

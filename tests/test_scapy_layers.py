@@ -449,18 +449,19 @@ def test_raw_layer_keeps_the_remainder_of_a_truncated_header():
 
 # --- docs --------------------------------------------------------------------------------------
 
-def test_docs_session_runs_and_prints_what_it_shows(monkeypatch):
+@pytest.mark.parametrize("doc,minimum", [("docs/scapy.md", 3), ("README.md", 1)])
+def test_docs_session_runs_and_prints_what_it_shows(monkeypatch, doc, minimum):
     monkeypatch.chdir(ROOT)
-    text = (ROOT / "docs" / "scapy.md").read_text()
+    text = (ROOT / doc).read_text()
     blocks = re.findall(r"```(\w+)\n(.*?)```", text, re.DOTALL)
-    assert sum(lang == "python" for lang, _ in blocks) >= 3
+    assert sum(lang == "python" for lang, _ in blocks) >= minimum
     namespace: dict = {}
     printed = None
     for lang, body in blocks:
         if lang == "python":
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                exec(compile(body, "docs/scapy.md", "exec"), namespace)
+                exec(compile(body, doc, "exec"), namespace)
             printed = out.getvalue()
         elif lang == "text" and printed is not None:
             assert printed == body
