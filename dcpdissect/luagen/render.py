@@ -98,7 +98,7 @@ if m.extlen == 20 and m.value_len ~= 0 then
 end""",
     "marker-version": """
 if m.extlen == 1 and f.version ~= 0 and f.version ~= 2 then
-  add("marker-version", fmt("version byte %s%s", tostring(f.version),
+  add("marker-version", fmt("version byte %s%s", f.version == nil and "None" or tostring(f.version),
       f.version == 1 and " (the removed V2.1)" or ""))
   return
 end""",
