@@ -7,7 +7,7 @@
 
 local dcp = Proto("dcp", "Couchbase DCP (dcpdissect)")
 local fmt, sbyte = string.format, string.byte
-local band, bor, rshift = bit32.band, bit32.bor, bit32.rshift
+local band, rshift = bit32.band, bit32.rshift
 local U0 = UInt64(0, 0)
 
 local function nonzero(v) return v ~= nil and v ~= U0 end

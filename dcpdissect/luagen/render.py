@@ -81,8 +81,7 @@ if not m.spec and not SERVER_MAGIC[m.magic] then
     add("unknown-opcode", fmt("opcode 0x%02x is not a known opcode", m.opcode))
   end
   return
-end
-if m.k_end > m.bodylen then return end""",
+end""",
     "marker-extras-length": """
 if m.extlen ~= 20 and m.extlen ~= 1 then
   add("marker-extras-length", fmt("extras length %d (V1 is 20, V2 is 1)", m.extlen))
@@ -112,12 +111,7 @@ if m.extlen == 1 and m.layout ~= "V2.2-doc44" and m.layout ~= "V2.0" and m.layou
   add("marker-value-length", fmt("V2 version %d value of %d bytes, expected %d", f.version,
       m.value_len, f.version == 0 and 36 or 52))
   return
-end
-if f.flags == nil then return end
-local flags, start, stop = f.flags, f.start_seqno or U0, f.end_seqno or U0
-local mvs, hcs = f.max_visible_seqno, f.high_completed_seqno
-local hps, purge = f.high_prepared_seqno, f.purge_seqno
-local disk = band(flags, @disk@) ~= 0""",
+end""",
     "marker-unknown-flags": """
 if band(flags, @snap_unknown@) ~= 0 then
   add("marker-unknown-flags", fmt("unknown flag bits 0x%x", band(flags, @snap_unknown@)))
@@ -186,11 +180,7 @@ end""",
     "stream-request-key": """
 if m.keylen ~= 0 then add("stream-request-key", fmt("key of %d bytes", m.keylen)) end""",
     "stream-request-datatype": """
-if m.datatype ~= 0 then add("stream-request-datatype", fmt("datatype 0x%02x, must be RAW", m.datatype)) end
-stream_flag_checks(m, f, add)
-local start, stop = f.start_seqno, f.end_seqno
-local s0, s1, uuid = f.snap_start_seqno, f.snap_end_seqno, f.vbucket_uuid
-if start == nil then return end""",
+if m.datatype ~= 0 then add("stream-request-datatype", fmt("datatype 0x%02x, must be RAW", m.datatype)) end""",
     "stream-request-start-after-end": """
 if start > stop then
   add("stream-request-start-after-end", fmt("start %s > end %s", tostring(start), tostring(stop)))
@@ -220,20 +210,37 @@ elseif m.status == @rollback@ and m.opcode == 0x53 and m.value_len ~= 8 then
 end""",
 }
 
+# Shared Lua between the rule snippets (named "@..." in the check lists below).
+LUA_BLOCKS: dict[str, str] = {
+    "@stop_if_header_invalid": "if m.k_end > m.bodylen then return end",
+    "@stream_flags": "stream_flag_checks(m, f, add)",
+    "@marker_values": """
+if f.flags == nil then return end
+local flags, start, stop = f.flags, f.start_seqno or U0, f.end_seqno or U0
+local mvs, hcs = f.max_visible_seqno, f.high_completed_seqno
+local hps, purge = f.high_prepared_seqno, f.purge_seqno
+local disk = band(flags, @disk@) ~= 0""",
+    "@stream_request_values": """
+local start, stop = f.start_seqno, f.end_seqno
+local s0, s1, uuid = f.snap_start_seqno, f.snap_end_seqno, f.vbucket_uuid
+if start == nil then return end""",
+}
+
 # Which snippets run, in order, for the whole message and per (opcode, is_request).
-GENERIC_CHECKS = ("header-invariant", "framing-extras-encoding", "unknown-opcode")
+GENERIC_CHECKS = ("header-invariant", "framing-extras-encoding", "unknown-opcode",
+                  "@stop_if_header_invalid")
 STREAM_FLAG_CHECKS = ("stream-flags-no-value", "stream-flags-unknown", "stream-flags-cache-transfer")
 OPCODE_CHECKS = {
     (0x56, True): ("marker-extras-length", "marker-key", "marker-datatype", "marker-v1-value",
                    "marker-version", "marker-v22-documented-44", "marker-value-length",
-                   "marker-unknown-flags", "marker-memory-disk", "marker-start-after-end",
+                   "@marker_values", "marker-unknown-flags", "marker-memory-disk", "marker-start-after-end",
                    "marker-hcs-hps-without-disk", "marker-mvs-beyond-end",
                    "marker-hcs-beyond-end", "marker-hps-out-of-range", "marker-purge-beyond-end"),
     (0x51, True): ("add-stream-extras-length", "add-stream-key-or-value", "add-stream-datatype",
                    "@stream_flags"),
     (0x51, False): ("add-stream-response-extras",),
     (0x53, True): ("stream-request-extras-length", "stream-request-key", "stream-request-datatype",
-                   "stream-request-start-after-end", "stream-request-snapshot-range",
+                   "@stream_flags", "@stream_request_values", "stream-request-start-after-end", "stream-request-snapshot-range",
                    "stream-request-uuid-zero"),
     (0x53, False): ("failover-log-length", "rollback-value-length"),
     (0x54, False): ("failover-log-length", "rollback-value-length"),
@@ -252,11 +259,13 @@ def _rule_params() -> dict[str, int]:
     }
 
 
-def _snippet(rule_id: str) -> str:
-    text = RULE_LUA[rule_id].strip("\n")
-    for name, value in _rule_params().items():
-        text = text.replace(f"@{name}@", str(value))
-    return f"  -- {rule_id}\n" + "\n".join("  " + line for line in text.splitlines())
+def _snippet(name: str) -> str:
+    """A rule's Lua (or a shared block), indented for a check function."""
+    text = (LUA_BLOCKS[name] if name.startswith("@") else RULE_LUA[name]).strip("\n")
+    for param, value in _rule_params().items():
+        text = text.replace(f"@{param}@", str(value))
+    head = "" if name.startswith("@") else f"  -- {name}\n"
+    return head + "\n".join("  " + line for line in text.splitlines())
 
 
 def implemented_rules() -> set[str]:
@@ -523,10 +532,7 @@ def render() -> str:
     for (code, is_req), ids in OPCODE_CHECKS.items():
         w(f"OPCODE_CHECKS[{code * 2 + (1 if is_req else 0)}] = function(m, f, add)")
         for rid in ids:
-            if rid == "@stream_flags":
-                w("  stream_flag_checks(m, f, add)")
-            else:
-                w(_snippet(rid))
+            w(_snippet(rid))
         w("end")
     w("")
     w("local function check_message(m, add)")
@@ -551,7 +557,7 @@ HEAD = r'''-- dcpdissect.lua: Couchbase DCP / MCBP dissector for Wireshark 4.0 (
 
 local dcp = Proto("dcp", @PROTO_TITLE@)
 local fmt, sbyte = string.format, string.byte
-local band, bor, rshift = bit32.band, bit32.bor, bit32.rshift
+local band, rshift = bit32.band, bit32.rshift
 local U0 = UInt64(0, 0)
 
 local function nonzero(v) return v ~= nil and v ~= U0 end
