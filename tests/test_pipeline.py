@@ -25,6 +25,8 @@ from dcpdissect.samples import netsynth as ns
 from dcpdissect.samples.builder import T0, Script, add_stream, replication, stream_id_connector
 from dcpdissect.samples.netsynth import Endpoint, Link
 
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "samples").iterdir() if p.is_file())
 
@@ -318,3 +320,32 @@ def test_cli_runs_the_pipeline(tmp_path):
         assert (out / table).is_dir()
     assert pq.read_table(out / "findings").num_rows == sum(len(analyze_file(f)[0]) for f in files)
     assert report.read_text().count("tcp-loss.pcap") >= 1
+
+
+def test_ship_package_zips_the_package():
+    import zipfile
+    from dcpdissect.pipeline.spark import ship_package
+
+    class Context:
+        added: list = []
+
+        def addPyFile(self, path):
+            self.added.append(path)
+
+    class Session:
+        sparkContext = Context()
+
+    path = ship_package(Session())
+    assert Session.sparkContext.added == [path]
+    names = zipfile.ZipFile(path).namelist()
+    assert "dcpdissect/pipeline/core.py" in names and "dcpdissect/analysis/engine.py" in names
+    assert not any("__pycache__" in n for n in names)
+    shutil.rmtree(os.path.dirname(path))
+
+
+def test_cli_usage_errors(capsys):
+    from dcpdissect.pipeline.__main__ import main
+    assert main([]) == 2
+    assert main(["x.pcap", "--out", "o", "--chunk-size", "lots"]) == 2
+    assert main(["x.pcap", "--out", "o", "--conf", "novalue"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err

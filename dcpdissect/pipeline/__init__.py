@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output directory (or URI) for the Parquet tables")
     p.add_argument("--master", default=None,
                    help="Spark master (default local[*]); a non-local master gets the package shipped")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark setting, e.g. spark.driver.memory=4g (repeatable)")
     p.add_argument("--chunk-size", type=_size, default="256MB", metavar="SIZE",
                    help="split uncompressed captures into record-aligned chunks of about SIZE")
     p.add_argument("--report", metavar="FILE", help="also write the Markdown report to FILE")
@@ -79,8 +81,15 @@ def cmd_pipeline(args) -> int:
         print(f"dcpdissect: error: the pipeline needs pyspark and pyarrow ({exc}); "
               "install them with: pip install 'dcpdissect[spark]'", file=err)
         return EXIT_BAD_INPUT
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"dcpdissect: error: --conf wants KEY=VALUE, got {item!r}", file=err)
+            return EXIT_BAD_INPUT
+        conf[key.strip()] = value.strip()
     options = Options(ports=tuple(args.port), any_port=args.any_port)
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, conf=conf)
     try:
         result = run_pipeline(spark, args.inputs, args.out, options, args.chunk_size)
     finally:

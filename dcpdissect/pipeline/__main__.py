@@ -1,9 +1,10 @@
-"""``python -m dcpdissect.pipeline INPUT... --out DIR``: the pipeline subcommand on its own."""
+"""``python -m dcpdissect.pipeline INPUT... --out DIR``: the pipeline subcommand on its own
+(also usable as the application file of ``spark-submit``)."""
 
 import argparse
 import sys
 
-from . import add_arguments, cmd_pipeline
+from dcpdissect.pipeline import add_arguments, cmd_pipeline
 
 
 def main(argv=None) -> int:

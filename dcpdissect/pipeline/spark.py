@@ -54,26 +54,29 @@ def _is_local(master: Optional[str]) -> bool:
 def spark_session(master: Optional[str] = None, app_name: str = "dcpdissect pipeline",
                   conf: Optional[dict] = None):
     """A SparkSession set up for the pipeline: quiet logs, no console progress bars, UI
-    and loopback binding for local masters, workers on this interpreter unless
-    ``PYSPARK_PYTHON`` says otherwise, and the package shipped to non-local executors."""
+    off and loopback binding for local masters, workers on this interpreter unless
+    ``PYSPARK_PYTHON`` says otherwise, and the package shipped to a non-local ``master``.
+    Under ``spark-submit`` (no ``master`` given) the submitted settings are kept."""
     from pyspark.sql import SparkSession
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                             category=FutureWarning)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    local = _is_local(master)
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
+    local = not submitted and _is_local(master)
     settings = {
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "4096",
     }
-    log4j = os.path.join(tempfile.gettempdir(), "dcpdissect-log4j2.properties")
-    try:
-        with open(log4j, "w", encoding="utf-8") as fh:
-            fh.write(_LOG4J)
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
-    except OSError:
-        pass
+    if not submitted:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        log4j = os.path.join(tempfile.gettempdir(), "dcpdissect-log4j2.properties")
+        try:
+            with open(log4j, "w", encoding="utf-8") as fh:
+                fh.write(_LOG4J)
+            settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        except OSError:
+            pass
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update({
@@ -83,12 +86,14 @@ def spark_session(master: Optional[str] = None, app_name: str = "dcpdissect pipe
             "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 1))),
         })
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if not submitted:
+        builder = builder.master(master or "local[*]")
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if not local:
+    if not local and not submitted:
         ship_package(spark)
     return spark
 
@@ -226,6 +231,9 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Optional[Optio
     out = out.rstrip("/") or "/"
 
     paths = core.expand_inputs(inputs)
+    if not paths:
+        say("pipeline: no capture files")
+        return PipelineResult([], {}, {}, {}, [], out, timings)
     say(f"pipeline: indexing {len(paths)} capture file(s)")
     indexes = core.index_inputs(paths, chunk_size)
     pieces = [(i.path, core.dumps(c)) for i in indexes for c in i.chunks]

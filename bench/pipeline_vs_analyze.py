@@ -1,0 +1,76 @@
+"""Wall time of ``dcpdissect pipeline`` (Spark, local[N]) against ``dcpdissect analyze`` run
+file after file in one process, on a generated corpus of equal-sized captures.
+
+    python bench/pipeline_vs_analyze.py [--files 4] [--size 32MB] [--master local[2]]
+                                        [--chunk-size 256MB] [--workdir /tmp/dcp-pipeline-bench]
+
+Prints the corpus, both wall times (the pipeline's with and without starting Spark) and
+their ratio, and checks that both found the same findings per file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gen_capture import generate  # noqa: E402
+
+from dcpdissect.analysis.run import analyze_file  # noqa: E402
+from dcpdissect.pipeline.chunks import parse_size  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--files", type=int, default=4)
+    p.add_argument("--size", type=parse_size, default="32MB")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--chunk-size", type=parse_size, default="256MB")
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/dcp-pipeline-bench"))
+    args = p.parse_args(argv)
+
+    corpus = args.workdir / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(args.files):
+        path = corpus / f"capture-{i}.pcap"
+        if not path.exists() or path.stat().st_size < args.size:
+            generate(str(path), args.size, connections=4, vbuckets=16, seed=i + 1)
+        paths.append(str(path))
+    total = sum(os.path.getsize(x) for x in paths)
+    print(f"corpus: {len(paths)} files, {total / 1e6:.0f} MB; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+
+    t = time.monotonic()
+    local = {x: analyze_file(x) for x in paths}
+    t_local = time.monotonic() - t
+    print(f"analyze, one process, file after file: {t_local:.1f} s")
+
+    from dcpdissect.pipeline.spark import run_pipeline, spark_session
+    out = args.workdir / "tables"
+    shutil.rmtree(out, ignore_errors=True)
+    t = time.monotonic()
+    spark = spark_session(args.master)
+    t_session = time.monotonic() - t
+    res = run_pipeline(spark, paths, str(out), chunk_size=args.chunk_size, progress=None)
+    t_pipe = time.monotonic() - t
+    spark.stop()
+    print(f"pipeline {args.master}: {t_pipe:.1f} s wall ({t_session:.1f} s Spark start, "
+          f"{t_pipe - t_session:.1f} s job: " +
+          ", ".join(f"{k} {v:.1f} s" for k, v in res.timings.items() if k != "total") + ")")
+    print(f"ratio pipeline/analyze: {t_pipe / t_local:.2f} (job only: {(t_pipe - t_session) / t_local:.2f})")
+    same = all([(f.rule, f.frame) for f in res.findings[x]] == [(f.rule, f.frame) for f in local[x][0]]
+               and res.messages[x] == local[x][1].pdus for x in paths)
+    print(f"same findings and message counts: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
