@@ -28,11 +28,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dcpdissect.codec import encode  # noqa: E402
-from dcpdissect.samples import netsynth as ns  # noqa: E402
-from dcpdissect.samples.builder import (  # noqa: E402
-    CONSUMER, PRODUCER_11209, Script, control, dcp_open, deletion, doc, failover, marker,
-    mutation, ok, stream_req,
+from dcpdissect.codec import encode
+from dcpdissect.samples import netsynth as ns
+from dcpdissect.samples.builder import (
+    CONSUMER,
+    PRODUCER_11209,
+    Script,
+    control,
+    dcp_open,
+    deletion,
+    doc,
+    failover,
+    marker,
+    mutation,
+    ok,
+    stream_req,
 )
 
 TSHARK = shutil.which("tshark") or "tshark"
@@ -148,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"PDUs shown: built-in {pdus['built-in']}, lua {pdus['lua']}")
     print(f"ratio lua / built-in: wall {best['lua'] / best['built-in']:.2f}x, "
           f"cpu {cpu['lua'] / cpu['built-in']:.2f}x")
-    print(f"tshark: {subprocess.run([TSHARK, '-v'], capture_output=True, text=True).stdout.splitlines()[0]}; "
+    print(f"tshark: {subprocess.run([TSHARK, '-v'], capture_output=True, text=True, check=False).stdout.splitlines()[0]}; "
           f"cpus: {os.cpu_count()}")
     return 0
 

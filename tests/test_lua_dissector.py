@@ -14,7 +14,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from dcpdissect.analysis.structural import check_message
 from dcpdissect.codec import decode
 from dcpdissect.luagen import install, render
 from dcpdissect.luagen.render import SECTIONS, field_abbrevs, implemented_rules
-from dcpdissect.protocol import DATATYPE, OPCODES, SERVER_MAGICS, Opcode
+from dcpdissect.protocol import DATATYPE, SERVER_MAGICS, Opcode
 from dcpdissect.reassembly.pdus import Pdu, iter_events
 from dcpdissect.samples import netsynth as ns
 from dcpdissect.samples.builder import all_specs
@@ -80,7 +80,7 @@ class LuaPdu:
         return [int(show, 0) for show, _ in self.fields.get(name, [])]
 
 
-@lru_cache(maxsize=None)
+@cache
 def lua_pdus(path: Path) -> tuple[dict[int, list[LuaPdu]], dict[int, list[LuaPdu]], int, str]:
     """(frame -> PDUs, frame -> not-MCBP chunks, count of _ws.lua.error, stderr)."""
     out, stderr = run_tshark(path, "-T", "pdml")
@@ -100,7 +100,7 @@ def lua_pdus(path: Path) -> tuple[dict[int, list[LuaPdu]], dict[int, list[LuaPdu
     return dict(pdus), dict(garbage), lua_err, stderr
 
 
-@lru_cache(maxsize=None)
+@cache
 def py_pdus(path: Path) -> dict[int, list]:
     by_frame = defaultdict(list)
     for ev in iter_events(str(path)):
@@ -407,10 +407,10 @@ def test_mutated_captures_raise_no_lua_errors(tmp_path):
 def test_installed_plugin_is_loaded_from_home(tmp_path):
     path = install(tmp_path / ".local/lib/wireshark/plugins/dcpdissect.lua")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([TSHARK, "-G", "plugins"], capture_output=True, text=True, env=env)
+    proc = subprocess.run([TSHARK, "-G", "plugins"], capture_output=True, text=True, env=env, check=True)
     assert str(path) in proc.stdout
     proc = subprocess.run([TSHARK, "-r", str(SAMPLES / "seed-marker-v1.pcap"), "-T", "fields",
-                           "-e", "dcp.snapshot.end_seqno"], capture_output=True, text=True, env=env)
+                           "-e", "dcp.snapshot.end_seqno"], capture_output=True, text=True, env=env, check=True)
     assert "8" in proc.stdout.split() and not lua_errors(proc.stderr)
 
 
@@ -425,7 +425,7 @@ def test_installed_plugin_is_loaded_from_home(tmp_path):
 ])
 def test_documented_display_filters(flt, sample, count):
     proc = subprocess.run([TSHARK, "-r", str(SAMPLES / sample), *BASE_OPTS, "-Y", flt, "-T", "fields",
-                           "-e", "frame.number"], capture_output=True, text=True)
+                           "-e", "frame.number"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.split()) == count
 

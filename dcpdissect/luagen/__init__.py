@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .render import render
 
-__all__ = ["render", "register_cli", "install", "plugin_path"]
+__all__ = ["install", "plugin_path", "register_cli", "render"]
 
 
 def plugin_path() -> Path:

@@ -12,11 +12,32 @@ from dataclasses import dataclass
 from ..analysis import engine as _engine  # noqa: F401  (registers the framing rules)
 from ..analysis.rules import ERROR, INFO, RULES, WARNING
 from ..protocol import (
-    DATATYPE, DCP_OPCODES, DCP_PORTS, FRAME_INFO_STREAM_ID, HEADER_SIZE, MAGICS,
-    MAX_FRAME_SIZE, OPCODE_NAMES, REQUEST_FRAME_INFOS, REQUEST_MAGICS, RESPONSE_FRAME_INFOS,
-    SERVER_MAGICS, SERVER_OPCODES, SNAPSHOT_FLAGS, STATUS, STREAM_FLAGS, Field, FlagSet, Layout,
-    Shape, ValueNames, CACHE_TRANSFER_COMPANIONS, STREAM_FLAGS_ALLOWED, STREAM_FLAG_NO_VALUE,
-    STREAM_FLAG_CACHE_TRANSFER, FLEXIBLE_MAGICS,
+    CACHE_TRANSFER_COMPANIONS,
+    DATATYPE,
+    DCP_OPCODES,
+    DCP_PORTS,
+    FLEXIBLE_MAGICS,
+    FRAME_INFO_STREAM_ID,
+    HEADER_SIZE,
+    MAGICS,
+    MAX_FRAME_SIZE,
+    OPCODE_NAMES,
+    REQUEST_FRAME_INFOS,
+    REQUEST_MAGICS,
+    RESPONSE_FRAME_INFOS,
+    SERVER_MAGICS,
+    SERVER_OPCODES,
+    SNAPSHOT_FLAGS,
+    STATUS,
+    STREAM_FLAG_CACHE_TRANSFER,
+    STREAM_FLAG_NO_VALUE,
+    STREAM_FLAGS,
+    STREAM_FLAGS_ALLOWED,
+    Field,
+    FlagSet,
+    Layout,
+    Shape,
+    ValueNames,
 )
 
 PROTO = "dcp"
@@ -57,6 +78,10 @@ def lua_str(text: str) -> str:
 
 def lua_names(values: dict[int, str]) -> str:
     return "{" + ", ".join(f"[{k}] = {lua_str(v)}" for k, v in sorted(values.items())) + "}"
+
+
+def lua_set(values) -> str:
+    return "{" + ", ".join(f"[{v}] = true" for v in sorted(values)) + "}"
 
 
 def ident(abbrev: str) -> str:
@@ -421,9 +446,9 @@ def render() -> str:
     for vn in _value_name_tables():
         var = names_var[vn.name] = "VS_" + vn.name.upper()
         w(f"local {var} = {lua_names(vn.values)}")
-    w(f"local REQUEST_MAGIC = {lua_names({m: 'true' for m in REQUEST_MAGICS}).replace(chr(34) + 'true' + chr(34), 'true')}")
-    w(f"local SERVER_MAGIC = {lua_names({m: 'true' for m in SERVER_MAGICS}).replace(chr(34) + 'true' + chr(34), 'true')}")
-    w(f"local FLEX_MAGIC = {lua_names({m: 'true' for m in FLEXIBLE_MAGICS}).replace(chr(34) + 'true' + chr(34), 'true')}")
+    w(f"local REQUEST_MAGIC = {lua_set(REQUEST_MAGICS)}")
+    w(f"local SERVER_MAGIC = {lua_set(SERVER_MAGICS)}")
+    w(f"local FLEX_MAGIC = {lua_set(FLEXIBLE_MAGICS)}")
     w(f"local HEADER_SIZE, MAX_FRAME_SIZE, STREAM_ID_INFO = {HEADER_SIZE}, {MAX_FRAME_SIZE}, "
       f"{FRAME_INFO_STREAM_ID}")
     w("")
@@ -439,8 +464,8 @@ def render() -> str:
     hdr = [
         ("magic", "ProtoField.uint8(\"dcp.magic\", \"Magic\", base.HEX, MAGIC_NAMES)"),
         ("opcode", "ProtoField.uint8(\"dcp.opcode\", \"Opcode\", base.HEX, OPCODE_NAMES)"),
-        ("server_opcode", "ProtoField.uint8(\"dcp.server_opcode\", \"Server opcode\", base.HEX, "
-                          "SERVER_OPCODE_NAMES)"),
+        ("server_opcode",
+         "ProtoField.uint8(\"dcp.server_opcode\", \"Server opcode\", base.HEX, SERVER_OPCODE_NAMES)"),
         ("keylen", "ProtoField.uint16(\"dcp.keylen\", \"Key length\", base.DEC)"),
         ("framing_len", "ProtoField.uint8(\"dcp.framing_len\", \"Framing extras length\", base.DEC)"),
         ("extlen", "ProtoField.uint8(\"dcp.extlen\", \"Extras length\", base.DEC)"),
