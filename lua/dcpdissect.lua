@@ -235,39 +235,41 @@ EXPERTS["unknown-magic"] = ProtoExpert.new("dcp.expert.unknown_magic", "[unknown
 EXPERTS["frame-too-large"] = ProtoExpert.new("dcp.expert.frame_too_large", "[frame-too-large] frame larger than the server's 30 MiB max_packet_size", expert.group.MALFORMED, expert.severity.ERROR)
 local e_truncated = ProtoExpert.new("dcp.expert.truncated", "PDU cut by the capture (snap length)", expert.group.MALFORMED, expert.severity.WARN)
 local e_internal = ProtoExpert.new("dcp.expert.internal", "dissector error", expert.group.UNDECODED, expert.severity.ERROR)
-do local list = {e_truncated, e_internal}
+local e_extras_length = ProtoExpert.new("dcp.expert.extras_length", "extras length matches no layout of the opcode", expert.group.MALFORMED, expert.severity.WARN)
+local e_value_length = ProtoExpert.new("dcp.expert.value_length", "value length matches no layout of the opcode", expert.group.MALFORMED, expert.severity.WARN)
+do local list = {e_truncated, e_internal, e_extras_length, e_value_length}
   for _, id in ipairs({"header-invariant", "framing-extras-encoding", "unknown-opcode", "marker-extras-length", "marker-version", "marker-value-length", "marker-v22-documented-44", "marker-v1-value", "marker-key", "marker-datatype", "marker-unknown-flags", "marker-memory-disk", "marker-hcs-hps-without-disk", "marker-start-after-end", "marker-mvs-beyond-end", "marker-hcs-beyond-end", "marker-hps-out-of-range", "marker-purge-beyond-end", "add-stream-extras-length", "add-stream-key-or-value", "add-stream-datatype", "stream-flags-unknown", "stream-flags-no-value", "stream-flags-cache-transfer", "add-stream-response-extras", "stream-request-extras-length", "stream-request-key", "stream-request-datatype", "stream-request-start-after-end", "stream-request-snapshot-range", "stream-request-uuid-zero", "failover-log-length", "rollback-value-length", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
   dcp.experts = list end
 
 -- Shapes: extras layouts (by size) and value layouts (by `when` and size) per opcode
 local SHAPES = {}
 SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(8,)",
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{"seqno", 0, 4, F.open_seqno, nil, false},
         {"flags", 4, 4, F.open_flags, {F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill}, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(4,)",
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{"flags", 0, 4, F.add_stream_flags, {F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer}, true}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(4,)",
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{"new_opaque", 0, 4, F.add_stream_new_opaque, nil, true}}}},
     values = {}}}
 SHAPES[0x52] = {name = "DcpCloseStream", layout_field = nil, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(48,)",
     extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
       fields = {{"flags", 0, 4, F.stream_req_flags, {F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer}, true},
         {"reserved", 4, 4, F.stream_req_reserved, nil, true},
@@ -277,7 +279,7 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
         {"snap_start_seqno", 32, 8, F.stream_req_snap_start_seqno, nil, true},
         {"snap_end_seqno", 40, 8, F.stream_req_snap_end_seqno, nil, true}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
       fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true},
@@ -285,24 +287,24 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
     {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil, text = "Value (rollback, 8 bytes)",
       fields = {{"rollback_seqno", 0, 8, F.rollback_seqno, nil, true}}}}}}
 SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
       fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true},
         {"seqno", 8, 8, F.failover_log_seqno, nil, true}}}}}}
 SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(4,)",
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{"reason", 0, 4, F.stream_end_reason, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(20, 1)",
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
       fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true},
         {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true},
@@ -330,11 +332,11 @@ SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, se
         {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true},
         {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true},
         {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil, true}}}}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno",
-  req = {
+  req = {extras_sizes = "(31,)",
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{"by_seqno", 0, 8, F.mutation_by_seqno, nil, true},
         {"rev_seqno", 8, 8, F.mutation_rev_seqno, nil, false},
@@ -344,11 +346,11 @@ SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = 
         {"nmeta", 28, 2, F.mutation_nmeta, nil, false},
         {"nru", 30, 1, F.mutation_nru, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno",
-  req = {
+  req = {extras_sizes = "(18, 21)",
     extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)",
       fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil, true},
         {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil, false},
@@ -359,68 +361,68 @@ SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = 
         {"delete_time", 16, 4, F.deletion_delete_time, nil, false},
         {"unused", 20, 1, F.deletion_unused, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno",
-  req = {
+  req = {extras_sizes = "(20,)",
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
       fields = {{"by_seqno", 0, 8, F.expiration_by_seqno, nil, true},
         {"rev_seqno", 8, 8, F.expiration_rev_seqno, nil, false},
         {"delete_time", 16, 4, F.expiration_delete_time, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x5a] = {name = "DcpFlush", layout_field = nil, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(1,)",
     extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
       fields = {{"state", 0, 1, F.set_vbucket_state_state, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x5c] = {name = "DcpNoop", layout_field = nil, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(4,)",
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{"bytes_to_ack", 0, 4, F.buffer_ack_bytes_to_ack, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x5e] = {name = "DcpControl", layout_field = nil, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno",
-  req = {
+  req = {extras_sizes = "(13,)",
     extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
       fields = {{"by_seqno", 0, 8, F.system_event_by_seqno, nil, true},
         {"event", 8, 4, F.system_event_event, nil, false},
         {"version", 12, 1, F.system_event_version, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno",
-  req = {
+  req = {extras_sizes = "(31,)",
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{"by_seqno", 0, 8, F.prepare_by_seqno, nil, true},
         {"rev_seqno", 8, 8, F.prepare_rev_seqno, nil, false},
@@ -431,70 +433,70 @@ SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "b
         {"deleted", 29, 1, F.prepare_deleted, nil, false},
         {"durability_level", 30, 1, F.prepare_durability_level, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(8,)",
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{"prepared_seqno", 0, 8, F.seqno_ack_prepared_seqno, nil, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno",
-  req = {
+  req = {extras_sizes = "(16,)",
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{"prepared_seqno", 0, 8, F.commit_prepared_seqno, nil, false},
         {"commit_seqno", 8, 8, F.commit_commit_seqno, nil, true}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno",
-  req = {
+  req = {extras_sizes = "(16,)",
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{"prepared_seqno", 0, 8, F.abort_prepared_seqno, nil, false},
         {"abort_seqno", 8, 8, F.abort_abort_seqno, nil, true}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno",
-  req = {
+  req = {extras_sizes = "(8,)",
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{"by_seqno", 0, 8, F.seqno_advanced_by_seqno, nil, true}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(4,)",
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{"flags", 0, 4, F.oso_snapshot_flags, {F.oso_snapshot_flags_start, F.oso_snapshot_flags_end}, false}}}},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = nil, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = nil, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {}}}
 SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil,
-  req = {
+  req = {extras_sizes = "(0,)",
     extras = {},
     values = {}},
-  rsp = {
+  rsp = {extras_sizes = "(0,)",
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
       fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true},
@@ -909,16 +911,20 @@ local function dissect_message(tvb, pinfo, tree)
         et:set_text(lay.text)
         add_fields(tvb, et, ext_at, lay, m.f)
         m.layout = lay.label
+      elseif shape then
+        et:add_proto_expert_info(e_extras_length, fmt("extras length %d not in %s", m.extlen,
+            shape.extras_sizes))
       end
     end
     if m.keylen > 0 then node:add(f_key, tvb(body + e_end, m.keylen)) end
     node:add(f_value_len, tvb(8, 4), m.value_len):set_generated()
     local val_at, n = body + m.k_end, m.value_len
-    local decoded = false
+    local decoded, wanted = false, nil
     if shape and #shape.values > 0 then
       for i = 1, #shape.values do
         local lay = shape.values[i]
         if layout_matches(lay, m) then
+          wanted = (wanted and wanted .. "/" or "") .. lay.size .. (lay.rep and "*n" or "")
           if lay.rep then
             if n % lay.size == 0 and (n > 0 or #lay.when > 0) then
               local vt = node:add(f_value, tvb(val_at, n))
@@ -948,6 +954,9 @@ local function dissect_message(tvb, pinfo, tree)
       end
     end
     if not decoded and n > 0 then node:add(f_value, tvb(val_at, n)) end
+    if not decoded and wanted then
+      node:add_proto_expert_info(e_value_length, fmt("value length %d does not match %s", n, wanted))
+    end
     if m.layout and m.spec and m.spec.layout_field then
       node:add(m.spec.layout_field, m.layout):set_generated()
     end

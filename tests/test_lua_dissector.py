@@ -170,6 +170,14 @@ def compare(m, p: LuaPdu) -> list[str]:
             diffs.append(f"{name}: shown by lua, not decoded by python")
     if "dcp.rollback_seqno" in p.fields and "dcp.rollback_seqno" not in decoded:
         diffs.append("dcp.rollback_seqno: shown by lua only")
+    if problems_of(m) != lua_problems(p):
+        diffs.append(f"problems: python={problems_of(m)} lua={lua_problems(p)}")
+    if m.framing_len and not any(t.startswith("bad framing") for t in m.problems):
+        if [fi.id for fi in m.frame_infos] != p.nums("dcp.frame_info.id"):
+            diffs.append(f"frame info ids: python={m.frame_infos} lua={p.nums('dcp.frame_info.id')}")
+        if [fi.data.hex() for fi in m.frame_infos if fi.data] != [
+                v for _, v in p.fields.get("dcp.frame_info.data", [])]:
+            diffs.append(f"frame info data: python={m.frame_infos}")
     key = p.fields.get("dcp.key")
     if m.keylen and m.fields is not None and m.extlen + m.framing_len + m.keylen <= m.bodylen:
         if not key or key[0][1] != m.key.hex():
@@ -184,8 +192,21 @@ def findings(m) -> list[tuple[str, str]]:
                   for rid, text, _ in check_message(m))
 
 
+RULE_EXPERTS = {f"dcp.expert.{rid.replace('-', '_')}" for rid in RULES}
+PROBLEM_EXPERTS = {"dcp.expert.extras_length", "dcp.expert.value_length"}
+
+
 def lua_findings(p: LuaPdu) -> list[tuple[str, str]]:
-    return sorted(e for e in p.experts if e[0] and e[0].startswith("dcp.expert."))
+    return sorted(e for e in p.experts if e[0] in RULE_EXPERTS)
+
+
+def problems_of(m) -> list[str]:
+    """Decoder problems that the plugin shows as dcp.expert.extras_length / value_length."""
+    return sorted(t for t in m.problems if t.startswith(("extras length", "value length")))
+
+
+def lua_problems(p: LuaPdu) -> list[str]:
+    return sorted(text for name, text in p.experts if name in PROBLEM_EXPERTS)
 
 
 # --- tests ---------------------------------------------------------------------------------

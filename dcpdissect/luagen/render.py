@@ -422,7 +422,8 @@ def _shape_lua(op, request: bool, section: str, fs: FieldSet, names_var: dict[st
                           for lay in shape.extras)
     val = ",\n    ".join(_layout_lua(lay, section, fs, names_var, keep, "Value")
                           for lay in shape.values)
-    return f"{{\n    extras = {{{ext}}},\n    values = {{{val}}}}}"
+    sizes = lua_str(repr(shape.extras_sizes))
+    return f"{{extras_sizes = {sizes},\n    extras = {{{ext}}},\n    values = {{{val}}}}}"
 
 
 # --- rendering -----------------------------------------------------------------------------
@@ -534,7 +535,11 @@ def render() -> str:
       "(snap length)\", expert.group.MALFORMED, expert.severity.WARN)")
     w("local e_internal = ProtoExpert.new(\"dcp.expert.internal\", \"dissector error\", "
       "expert.group.UNDECODED, expert.severity.ERROR)")
-    w("do local list = {e_truncated, e_internal}")
+    w("local e_extras_length = ProtoExpert.new(\"dcp.expert.extras_length\", \"extras length "
+      "matches no layout of the opcode\", expert.group.MALFORMED, expert.severity.WARN)")
+    w("local e_value_length = ProtoExpert.new(\"dcp.expert.value_length\", \"value length "
+      "matches no layout of the opcode\", expert.group.MALFORMED, expert.severity.WARN)")
+    w("do local list = {e_truncated, e_internal, e_extras_length, e_value_length}")
     w("  for _, id in ipairs({" + ", ".join(lua_str(i) for i in expert_ids) + "}) do "
       "list[#list + 1] = EXPERTS[id] end")
     w("  dcp.experts = list end")
@@ -817,16 +822,20 @@ local function dissect_message(tvb, pinfo, tree)
         et:set_text(lay.text)
         add_fields(tvb, et, ext_at, lay, m.f)
         m.layout = lay.label
+      elseif shape then
+        et:add_proto_expert_info(e_extras_length, fmt("extras length %d not in %s", m.extlen,
+            shape.extras_sizes))
       end
     end
     if m.keylen > 0 then node:add(f_key, tvb(body + e_end, m.keylen)) end
     node:add(f_value_len, tvb(8, 4), m.value_len):set_generated()
     local val_at, n = body + m.k_end, m.value_len
-    local decoded = false
+    local decoded, wanted = false, nil
     if shape and #shape.values > 0 then
       for i = 1, #shape.values do
         local lay = shape.values[i]
         if layout_matches(lay, m) then
+          wanted = (wanted and wanted .. "/" or "") .. lay.size .. (lay.rep and "*n" or "")
           if lay.rep then
             if n % lay.size == 0 and (n > 0 or #lay.when > 0) then
               local vt = node:add(f_value, tvb(val_at, n))
@@ -856,6 +865,9 @@ local function dissect_message(tvb, pinfo, tree)
       end
     end
     if not decoded and n > 0 then node:add(f_value, tvb(val_at, n)) end
+    if not decoded and wanted then
+      node:add_proto_expert_info(e_value_length, fmt("value length %d does not match %s", n, wanted))
+    end
     if m.layout and m.spec and m.spec.layout_field then
       node:add(m.spec.layout_field, m.layout):set_generated()
     end
