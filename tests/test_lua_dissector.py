@@ -494,3 +494,11 @@ def test_mutated_messages_agree_with_python(tmp_path):
             compared += 1
     assert not problems, "\n".join(problems[:20])
     assert compared > 900
+
+
+@pytest.mark.tshark
+def test_garbage_is_shown_and_marked():
+    _, garbage, _, _ = lua_pdus(SAMPLES / "violations-garbage.pcap")
+    names = {name for chunks in garbage.values() for p in chunks for name, _ in p.experts}
+    assert {"dcp.expert.unknown_magic", "dcp.expert.frame_too_large"} <= names
+    assert all("dcp.garbage" in p.fields for chunks in garbage.values() for p in chunks)

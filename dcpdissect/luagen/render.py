@@ -403,7 +403,9 @@ def _layout_lua(lay: Layout, section: str, fs: FieldSet, names_var: dict[str, st
         bits = fs.bits.get(abbrev)
         bits_lua = "{" + ", ".join(bits) + "}" if bits else "nil"
         kept = "true" if keep is None or fd.name in keep else "false"
-        parts.append(f"{{{lua_str(fd.name)}, {fd.offset}, {fd.width}, {var}, {bits_lua}, {kept}}}")
+        text = f"flagtext_{fd.flags.name}" if fd.flags is not None else "nil"
+        parts.append(f"{{{lua_str(fd.name)}, {fd.offset}, {fd.width}, {var}, {bits_lua}, {kept}, "
+                     f"{text}}}")
     when = ", ".join(f"{{{lua_str(k)}, {v}}}" for k, v in lay.when)
     rep = lua_str(lay.repeated) if lay.repeated else "nil"
     text = f"{what} ({lay.label}, {lay.size} bytes)"
@@ -633,6 +635,7 @@ local function add_fields(tvb, tree, base, lay, vals)
     local item = tree:add(fd[4], r)
     local bits = fd[5]
     if bits then
+      item:append_text(" (" .. fd[7](r:uint()) .. ")")
       for j = 1, #bits do item:add(bits[j], r) end
     end
   end
