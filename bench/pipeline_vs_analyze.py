@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=parse_size, default="32MB")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--chunk-size", type=parse_size, default="256MB")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark setting (repeatable)")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/dcp-pipeline-bench"))
     args = p.parse_args(argv)
 
@@ -46,7 +48,8 @@ def main(argv=None) -> int:
         paths.append(str(path))
     total = sum(os.path.getsize(x) for x in paths)
     print(f"corpus: {len(paths)} files, {total / 1e6:.0f} MB; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
 
     t = time.monotonic()
     local = {x: analyze_file(x) for x in paths}
@@ -57,7 +60,7 @@ def main(argv=None) -> int:
     out = args.workdir / "tables"
     shutil.rmtree(out, ignore_errors=True)
     t = time.monotonic()
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, conf=dict(c.split("=", 1) for c in args.conf))
     t_session = time.monotonic() - t
     res = run_pipeline(spark, paths, str(out), chunk_size=args.chunk_size, progress=None)
     t_pipe = time.monotonic() - t

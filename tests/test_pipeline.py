@@ -349,3 +349,14 @@ def test_cli_usage_errors(capsys):
     assert main(["x.pcap", "--out", "o", "--chunk-size", "lots"]) == 2
     assert main(["x.pcap", "--out", "o", "--conf", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_register_cli_adds_the_subcommand():
+    import argparse
+    from dcpdissect.pipeline import cmd_pipeline, register_cli
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["pipeline", "a.pcap", "dir/", "--out", "o", "--chunk-size", "64MB",
+                              "--port", "12000", "--conf", "spark.driver.memory=2g"])
+    assert args.func is cmd_pipeline and args.inputs == ["a.pcap", "dir/"]
+    assert args.chunk_size == 64 << 20 and args.port == [12000] and args.master is None
