@@ -342,6 +342,20 @@ def test_port_preference_moves_the_dissector():
     assert out.strip() == "8"
 
 
+@pytest.mark.tshark
+def test_other_ports_by_preference_or_decode_as(tmp_path):
+    conv = ns.TcpConversation(ns.Endpoint("10.9.0.2", 40000), ns.Endpoint("10.9.0.1", 11999))
+    conv.send("s2c", b"".join(d for d in _sample_pdus()[:4]))
+    conv.close()
+    path = tmp_path / "port-11999.pcap"
+    ns.write_pcap(str(path), [conv.packets()])
+    for extra in (("-o", "dcp.tcp_ports:11210,11209,11999"), ("-d", "tcp.port==11999,dcp")):
+        out, _ = run_tshark(path, *extra, "-Y", "dcp", "-T", "fields", "-e", "dcp.opcode")
+        assert out.split(), extra
+    out, _ = run_tshark(path, "-Y", "dcp")
+    assert out.strip() == ""
+
+
 # --- robustness: mutated and truncated captures ------------------------------------------
 
 def _sample_pdus() -> list[bytes]:
