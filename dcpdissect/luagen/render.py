@@ -525,7 +525,7 @@ def render() -> str:
 
     # experts
     w("-- Expert infos: one per single-PDU rule of the analyzer, plus framing problems")
-    expert_ids = [r.id for r in RULES.values() if r.single_pdu] + list(FRAMING_RULES)
+    expert_ids = sorted(r.id for r in RULES.values() if r.single_pdu) + list(FRAMING_RULES)
     w("local EXPERTS = {}")
     for rid in expert_ids:
         r = RULES[rid]
