@@ -225,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="IgnorePurgedTombstones flag: skip the purge rule")
     p.add_argument("--format", choices=("text", "jsonl"), default="text")
     p.set_defaults(func=cmd_rollback_check)
+
+    from .luagen import register_cli as register_lua
+    from .pipeline import register_cli as register_pipeline
+    register_lua(sub)
+    register_pipeline(sub)
     return parser
 
 
