@@ -23,7 +23,12 @@ from dcpdissect.analysis.rules import RULES
 from dcpdissect.analysis.structural import check_message
 from dcpdissect.codec import decode
 from dcpdissect.luagen import install, render
-from dcpdissect.luagen.render import SECTIONS, field_abbrevs, implemented_rules
+from dcpdissect.luagen.render import (
+    RULE_LUA,
+    SECTIONS,
+    field_abbrevs,
+    implemented_rules,
+)
 from dcpdissect.protocol import DATATYPE, SERVER_MAGICS, Opcode
 from dcpdissect.reassembly.pdus import Pdu, iter_events
 from dcpdissect.samples import netsynth as ns
@@ -220,6 +225,7 @@ def test_every_single_pdu_rule_has_a_lua_implementation():
     assert single, "no single-PDU rules registered"
     missing = single - implemented_rules()
     assert not missing, f"single-PDU rules without Lua: {sorted(missing)}"
+    assert set(RULE_LUA) <= single, f"Lua for unknown rules: {sorted(set(RULE_LUA) - single)}"
     text = render()
     for rid in single:
         assert f'add("{rid}"' in text, rid
