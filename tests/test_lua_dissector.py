@@ -522,3 +522,20 @@ def test_garbage_is_shown_and_marked():
     names = {name for chunks in garbage.values() for p in chunks for name, _ in p.experts}
     assert {"dcp.expert.unknown_magic", "dcp.expert.frame_too_large"} <= names
     assert all("dcp.garbage" in p.fields for chunks in garbage.values() for p in chunks)
+
+
+def test_cli_generate_and_install(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from dcpdissect.luagen import register_cli
+    parser = argparse.ArgumentParser(prog="dcpdissect")
+    register_cli(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "x.lua"
+    args = parser.parse_args(["lua", "generate", "-o", str(out)])
+    assert args.func(args) == 0 and out.read_text() == render()
+    args = parser.parse_args(["lua", "generate"])
+    assert args.func(args) == 0 and capsys.readouterr().out == render()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = parser.parse_args(["lua", "install"])
+    assert args.func(args) == 0
+    assert str(tmp_path / ".local/lib/wireshark/plugins/dcpdissect.lua") in capsys.readouterr().out
