@@ -61,6 +61,10 @@ def make_corpus(directory: Path) -> list[str]:
     scripts = [replication(client=Endpoint("10.0.1.%d" % i, 51000 + i), start_ns=T0 + i * 7_000)
                for i in range(1, 5)]
     scripts.append(stream_id_connector(start_ns=T0 + 3_000))
+    scripts.append(replication(client=Endpoint("10.0.3.1", 53000),     # TLS port: only counted
+                               server=Endpoint("10.0.0.1", 11207), start_ns=T0 + 5_000))
+    scripts.append(replication(client=Endpoint("10.0.3.2", 53001),     # decoded with --port 12000
+                               server=Endpoint("10.0.0.1", 12000), start_ns=T0 + 9_000))
     ns.write_pcap(str(p), [s.conv.packets() for s in scripts])
     paths.append(p)
     p = directory / "add-stream-twice.pcapng"
@@ -98,11 +102,11 @@ def finding_view(findings) -> list[dict]:
     return [json.loads(json.dumps(finding_record(f))) for f in findings]
 
 
-def check_equal(results: dict, paths: list[str]) -> None:
+def check_equal(results: dict, paths: list[str], options=None) -> None:
     """results: path -> (findings, summary, message count)."""
     for path in paths:
         findings, summary, messages = results[path]
-        ref, ref_summary = analyze_file(path)
+        ref, ref_summary = analyze_file(path, options)
         assert [(f.rule, f.frame, f.frames, f.connection, f.vbucket) for f in findings] == \
             [(f.rule, f.frame, f.frames, f.connection, f.vbucket) for f in ref], path
         assert finding_view(findings) == finding_view(ref), path
@@ -170,6 +174,14 @@ def test_expand_inputs(tmp_path):
 def test_local_stages_equal_analyze(tmp_path, chunk_size, block):
     paths = [str(ROOT / s) for s in SAMPLES] + make_corpus(tmp_path / "corpus")
     check_equal(local_results(paths, chunk_size=chunk_size, block_frames=block), paths)
+
+
+@pytest.mark.parametrize("options", [core.Options(ports=(12000,)), core.Options(any_port=True)],
+                         ids=["port", "any-port"])
+def test_local_stages_equal_analyze_with_options(tmp_path, options):
+    paths = make_corpus(tmp_path / "corpus") + [str(ROOT / "samples" / "clean-replication.pcap")]
+    check_equal(local_results(paths, options=options, chunk_size=500, block_frames=3), paths,
+                options)
 
 
 def test_lingering_fin_expires_on_other_connections_packets(tmp_path):
