@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_capture import generate  # noqa: E402
+from gen_capture import generate
 
-from dcpdissect.analysis.run import analyze_file  # noqa: E402
-from dcpdissect.pipeline.chunks import parse_size  # noqa: E402
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.pipeline.chunks import parse_size
 
 
 def main(argv=None) -> int:

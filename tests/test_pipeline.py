@@ -22,7 +22,13 @@ from dcpdissect.reassembly.pdus import Pdu, iter_events
 from dcpdissect.reports.findings import finding_record
 from dcpdissect.reports.messages import message_record
 from dcpdissect.samples import netsynth as ns
-from dcpdissect.samples.builder import T0, Script, add_stream, replication, stream_id_connector
+from dcpdissect.samples.builder import (
+    T0,
+    Script,
+    add_stream,
+    replication,
+    stream_id_connector,
+)
 from dcpdissect.samples.netsynth import Endpoint, Link
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
@@ -58,7 +64,7 @@ def make_corpus(directory: Path) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     p = directory / "many-connections.pcap"
-    scripts = [replication(client=Endpoint("10.0.1.%d" % i, 51000 + i), start_ns=T0 + i * 7_000)
+    scripts = [replication(client=Endpoint(f"10.0.1.{i}", 51000 + i), start_ns=T0 + i * 7_000)
                for i in range(1, 5)]
     scripts.append(stream_id_connector(start_ns=T0 + 3_000))
     scripts.append(replication(client=Endpoint("10.0.3.1", 53000),     # TLS port: only counted
@@ -313,6 +319,7 @@ def test_spark_tiny_chunks_and_bad_files(spark, tmp_path):
 @pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
 def test_cli_runs_the_pipeline(tmp_path):
     import pyarrow.parquet as pq
+
     from dcpdissect.reports.findings import findings_table
     files = ["samples/tcp-loss.pcap", "samples/violations-marker.pcap"]
     out = tmp_path / "tables"
@@ -321,7 +328,8 @@ def test_cli_runs_the_pipeline(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dcpdissect.pipeline", *files, "--out", str(out),
                            "--master", "local[1]", "--chunk-size", "2KB", "--report", str(report),
                            "--fail-on", "never"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
     for f in files:
         findings, _summary = analyze_file(f)
@@ -336,19 +344,20 @@ def test_cli_runs_the_pipeline(tmp_path):
 
 def test_ship_package_zips_the_package():
     import zipfile
+
     from dcpdissect.pipeline.spark import ship_package
 
-    class Context:
-        added: list = []
+    added = []
 
+    class Context:
         def addPyFile(self, path):
-            self.added.append(path)
+            added.append(path)
 
     class Session:
         sparkContext = Context()
 
     path = ship_package(Session())
-    assert Session.sparkContext.added == [path]
+    assert added == [path]
     names = zipfile.ZipFile(path).namelist()
     assert "dcpdissect/pipeline/core.py" in names and "dcpdissect/analysis/engine.py" in names
     assert not any("__pycache__" in n for n in names)
@@ -365,6 +374,7 @@ def test_cli_usage_errors(capsys):
 
 def test_register_cli_adds_the_subcommand():
     import argparse
+
     from dcpdissect.pipeline import cmd_pipeline, register_cli
     parser = argparse.ArgumentParser()
     register_cli(parser.add_subparsers(dest="command"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["register_cli", "add_arguments", "cmd_pipeline"]
+__all__ = ["add_arguments", "cmd_pipeline", "register_cli"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 FAIL_ON = ("error", "warning", "info", "never")
@@ -75,8 +75,9 @@ def cmd_pipeline(args) -> int:
               "which this installation does not have", file=err)
         return EXIT_BAD_INPUT
     try:
-        from .spark import run_pipeline, spark_session
         import pyspark  # noqa: F401
+
+        from .spark import run_pipeline, spark_session
     except ImportError as exc:
         print(f"dcpdissect: error: the pipeline needs pyspark and pyarrow ({exc}); "
               "install them with: pip install 'dcpdissect[spark]'", file=err)

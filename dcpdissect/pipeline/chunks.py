@@ -19,17 +19,38 @@ become one unsplittable piece read with ``open_capture``.
 
 from __future__ import annotations
 
-import os
-from typing import Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from ..capture.readers import (
-    _BOM_BE, _BOM_LE, _NG_EPB, _NG_HDR, _NG_PB, _NG_SHB, _NG_U32, _PCAP_REC, _PCAPNG_MAGIC,
-    MAX_BLOCK, MAX_CAPLEN, MIN_SNAP_LIMIT, CaptureError, CaptureReader, Frame, _cut,
+    _BOM_BE,
+    _BOM_LE,
+    _NG_EPB,
+    _NG_HDR,
+    _NG_PB,
+    _NG_SHB,
+    _NG_U32,
+    _PCAP_REC,
+    _PCAPNG_MAGIC,
+    MAX_BLOCK,
+    MAX_CAPLEN,
+    MIN_SNAP_LIMIT,
+    CaptureError,
+    CaptureReader,
+    Frame,
+    _cut,
     open_capture,
 )
 
-__all__ = ["Piece", "FileIndex", "index_file", "read_piece", "DEFAULT_CHUNK_SIZE",
-           "BLOCK_FRAMES", "parse_size"]
+__all__ = [
+    "BLOCK_FRAMES",
+    "DEFAULT_CHUNK_SIZE",
+    "FileIndex",
+    "Piece",
+    "index_file",
+    "parse_size",
+    "read_piece",
+]
 
 DEFAULT_CHUNK_SIZE = 256 << 20
 BLOCK_FRAMES = 4096
@@ -47,7 +68,7 @@ class Piece(NamedTuple):
     frames: int          # number of frames; -1: read the whole file with open_capture
     nbytes: int          # bytes covered
     ctx: tuple           # ('pcap', order, nano, snaplen, linktype) | ('pcapng', order, ifaces) | ('stream',)
-    max_ts: Optional[int]  # largest record timestamp (None: unknown)
+    max_ts: int | None  # largest record timestamp (None: unknown)
 
 
 class FileIndex(NamedTuple):
@@ -57,7 +78,7 @@ class FileIndex(NamedTuple):
     frames: int                  # frames before the end or the fault (-1: unknown, unsplittable)
     chunks: list                 # [Piece]
     blocks: list                 # [Piece], finer than chunks (splittable files only)
-    error: Optional[CaptureError]
+    error: CaptureError | None
 
 
 def parse_size(text) -> int:
@@ -113,8 +134,7 @@ class _Cutter:
             self.block = [pos, number, 0, ctx, ts]
         for p in (self.chunk, self.block):
             p[2] += 1
-            if ts > p[4]:
-                p[4] = ts
+            p[4] = max(p[4], ts)
         if end - self.chunk[0] >= self.chunk_size:
             self._close_block(end)
             self._close_chunk(end)

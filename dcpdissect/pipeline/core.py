@@ -35,7 +35,8 @@ import pickle
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict, defaultdict
-from typing import Iterable, Iterator, NamedTuple, Optional
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from ..analysis.engine import Analyzer
 from ..analysis.findings import Finding
@@ -112,7 +113,7 @@ class ChunkStats(NamedTuple):
     frames: int                 # frames read
     tcp_segments: int           # of which decode to TCP
     filtered: int               # TCP segments no connection table would track
-    error: Optional[CaptureError]
+    error: CaptureError | None
 
 
 def flow_key(seg) -> str:
@@ -200,7 +201,7 @@ class TcpClock:
             self._cache.move_to_end(i)
         return got
 
-    def first(self, after: int, before: int, min_ts: int) -> Optional[tuple[int, int]]:
+    def first(self, after: int, before: int, min_ts: int) -> tuple[int, int] | None:
         i = max(0, bisect_right(self.starts, after + 1) - 1)
         for j in range(i, len(self.blocks)):
             p = self.blocks[j]
@@ -245,7 +246,7 @@ class FlowResult:
         self.tcp["ignored_segments"] -= ticks
 
 
-def flow_events(segments: Iterable, options: Options, clock: Optional[TcpClock],
+def flow_events(segments: Iterable, options: Options, clock: TcpClock | None,
                 result: list) -> Iterator[tuple]:
     """Stage B for one flow: ``segments`` are (frame, ts_ns, Segment) in frame order; yields
     ``(frame, phase, sub, sub2, seq, event)``; appends a :class:`FlowResult` to ``result``
@@ -309,9 +310,9 @@ class ConnRow(NamedTuple):
     mid_stream: bool
     opened_frame: int
     opened_ts_ns: int
-    closed_frame: Optional[int]
-    closed_ts_ns: Optional[int]
-    close_reason: Optional[str]
+    closed_frame: int | None
+    closed_ts_ns: int | None
+    close_reason: str | None
     messages_c2s: int
     messages_s2c: int
     gaps: int
@@ -325,7 +326,7 @@ class FileAnalysis:
 
     def __init__(self, path: str, keep_events: bool = False):
         self.path = path
-        self.events: Optional[list] = [] if keep_events else None
+        self.events: list | None = [] if keep_events else None
         self.analyzer = Analyzer()
         self.findings: list[Finding] = []
         self.ids: dict[tuple[str, int], int] = {}
@@ -475,7 +476,7 @@ class FileResult(NamedTuple):
     messages: int
     connections: list
     errors: list
-    events: Optional[list] = None
+    events: list | None = None
 
 
 def run_local(inputs: Iterable[str], options: Options | None = None,
@@ -518,8 +519,30 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
     return results
 
 
-__all__ = ["END", "expand_inputs", "index_inputs", "SegmentRow", "ChunkStats", "scan_chunk",
-           "flow_key", "TcpClock", "clock_for", "flow_events", "FlowResult", "segment_of",
-           "FileAnalysis", "ConnRow", "FileTotals", "message_row", "finding_row",
-           "finding_from_row", "MESSAGE_COLUMNS", "FINDING_COLUMNS", "dumps", "loads",
-           "run_local", "FileResult", "DIRECTIONS"]
+__all__ = [
+    "DIRECTIONS",
+    "END",
+    "FINDING_COLUMNS",
+    "MESSAGE_COLUMNS",
+    "ChunkStats",
+    "ConnRow",
+    "FileAnalysis",
+    "FileResult",
+    "FileTotals",
+    "FlowResult",
+    "SegmentRow",
+    "TcpClock",
+    "clock_for",
+    "dumps",
+    "expand_inputs",
+    "finding_from_row",
+    "finding_row",
+    "flow_events",
+    "flow_key",
+    "index_inputs",
+    "loads",
+    "message_row",
+    "run_local",
+    "scan_chunk",
+    "segment_of",
+]

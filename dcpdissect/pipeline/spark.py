@@ -24,13 +24,14 @@ import time
 import warnings
 import zipfile
 from collections import defaultdict
-from typing import Callable, Iterable, NamedTuple, Optional
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from ..reassembly.pdus import Options, Summary
 from . import core
 from .chunks import DEFAULT_CHUNK_SIZE
 
-__all__ = ["spark_session", "ship_package", "run_pipeline", "PipelineResult", "TABLES"]
+__all__ = ["TABLES", "PipelineResult", "run_pipeline", "ship_package", "spark_session"]
 
 TABLES = ("messages", "findings", "connections", "streams", "errors", "files")
 
@@ -47,12 +48,12 @@ logger.repl.level = error
 """
 
 
-def _is_local(master: Optional[str]) -> bool:
+def _is_local(master: str | None) -> bool:
     return master is None or master.startswith("local")
 
 
-def spark_session(master: Optional[str] = None, app_name: str = "dcpdissect pipeline",
-                  conf: Optional[dict] = None):
+def spark_session(master: str | None = None, app_name: str = "dcpdissect pipeline",
+                  conf: dict | None = None):
     """A SparkSession set up for the pipeline: quiet logs, no console progress bars, UI
     off and loopback binding for local masters, workers on this interpreter unless
     ``PYSPARK_PYTHON`` says otherwise, and the package shipped to a non-local ``master``.
@@ -119,8 +120,17 @@ def ship_package(spark) -> str:
 
 def _schemas():
     import pyarrow as pa
-    from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DecimalType, IntegerType,
-                                   LongType, StringType, StructField, StructType)
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        BooleanType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     S, L, I, B, Y = StringType(), LongType(), IntegerType(), BooleanType(), BinaryType()
     arrow = {S: pa.string(), L: pa.int64(), I: pa.int32(), B: pa.bool_(), Y: pa.binary()}
@@ -215,9 +225,9 @@ def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def run_pipeline(spark, inputs: Iterable[str], out: str, options: Optional[Options] = None,
+def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 progress: Optional[Callable[[str], None]] = _stderr) -> PipelineResult:
+                 progress: Callable[[str], None] | None = _stderr) -> PipelineResult:
     """Run the pipeline on ``inputs`` (files, directories, globs) and write the Parquet
     tables under ``out``; return what the CLI prints."""
     from pyspark import StorageLevel
