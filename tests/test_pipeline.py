@@ -370,6 +370,8 @@ def test_cli_usage_errors(capsys):
     assert main(["x.pcap", "--out", "o", "--chunk-size", "lots"]) == 2
     assert main(["x.pcap", "--out", "o", "--conf", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+    assert main([str(ROOT / "docs" / "*.nothing"), "--out", "o"]) == 2
+    assert "no capture files" in capsys.readouterr().err
 
 
 def test_register_cli_adds_the_subcommand():

@@ -68,6 +68,7 @@ def cmd_pipeline(args) -> int:
     from ..analysis.rules import SEVERITY_RANK
     from ..reassembly.pdus import Options
     from ..reports.findings import findings_table
+    from .core import expand_inputs
 
     err = sys.stderr
     if args.report and _markdown() is None:
@@ -89,15 +90,16 @@ def cmd_pipeline(args) -> int:
             print(f"dcpdissect: error: --conf wants KEY=VALUE, got {item!r}", file=err)
             return EXIT_BAD_INPUT
         conf[key.strip()] = value.strip()
+    paths = expand_inputs(args.inputs)
+    if not paths:
+        print(f"dcpdissect: error: no capture files in {' '.join(args.inputs)}", file=err)
+        return EXIT_BAD_INPUT
     options = Options(ports=tuple(args.port), any_port=args.any_port)
     spark = spark_session(args.master, conf=conf)
     try:
-        result = run_pipeline(spark, args.inputs, args.out, options, args.chunk_size)
+        result = run_pipeline(spark, paths, args.out, options, args.chunk_size)
     finally:
         spark.stop()
-    if not result.paths:
-        print("dcpdissect: error: no capture files found", file=err)
-        return EXIT_BAD_INPUT
     out = sys.stdout
     many = len(result.paths) > 1
     for path in result.paths:
