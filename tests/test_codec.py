@@ -183,3 +183,16 @@ def test_bad_frames_decode_without_raising():
         for _ in range(rng.randrange(1, 6)):
             data[rng.randrange(len(data))] = rng.getrandbits(8)
         decode(bytes(data))
+
+
+def test_checks_skip_server_magics_and_never_raise():
+    from dcpdissect.analysis.structural import check_message
+    assert check_message(decode(encode(0x53, {}, magic=0x82, extras=bytes(48)))) == []
+    assert check_message(decode(encode(0x56, {}, magic=0x83, request=False, extras=bytes(1)))) == []
+    rng = random.Random(11)
+    for _ in range(5000):
+        frame = bytearray(encode(rng.choice(list(OPCODES)), {}, extras=bytes(rng.randrange(60)),
+                                 key=bytes(rng.randrange(4)), value=bytes(rng.randrange(60))))
+        frame[0] = rng.choice((0x80, 0x81, 0x08, 0x18, 0x82, 0x83))
+        frame[5] = rng.randrange(256)
+        check_message(decode(bytes(frame)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..codec import Message
 from ..protocol import (
-    CACHE_TRANSFER_COMPANIONS, DATATYPE_RAW, SNAPSHOT_DISK, SNAPSHOT_FLAGS, SNAPSHOT_MEMORY,
+    OPCODE_NAMES, SERVER_MAGICS, CACHE_TRANSFER_COMPANIONS, DATATYPE_RAW, SNAPSHOT_DISK, SNAPSHOT_FLAGS, SNAPSHOT_MEMORY,
     STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_FLAG_CACHE_TRANSFER, STREAM_FLAG_NO_VALUE,
     STREAM_FLAGS, STREAM_FLAGS_ALLOWED,
 )
@@ -151,9 +151,8 @@ def check_message(m: Message) -> list[tuple[str, str, dict]]:
                                                "keylen": m.keylen, "bodylen": m.bodylen}))
         elif problem.startswith("bad framing extras"):
             add(("framing-extras-encoding", problem, {"framing_len": m.framing_len}))
-    if m.spec is None and m.magic not in (0x82, 0x83):
-        from ..protocol import OPCODE_NAMES
-        if m.opcode not in OPCODE_NAMES:
+    if m.spec is None:          # not a DCP opcode, or a server (0x82/0x83) opcode
+        if m.magic not in SERVER_MAGICS and m.opcode not in OPCODE_NAMES:
             add(("unknown-opcode", f"opcode {m.opcode:#04x} is not a known opcode", {}))
         return out
     if out and out[0][0] == "header-invariant":

@@ -101,8 +101,8 @@ end""",
     "framing-extras-encoding": """
 if m.frame_error then add("framing-extras-encoding", "bad framing extras: " .. m.frame_error) end""",
     "unknown-opcode": """
-if not m.spec and not SERVER_MAGIC[m.magic] then
-  if not OPCODE_NAMES[m.opcode] then
+if not m.spec or SERVER_MAGIC[m.magic] then
+  if not SERVER_MAGIC[m.magic] and not OPCODE_NAMES[m.opcode] then
     add("unknown-opcode", fmt("opcode 0x%02x is not a known opcode", m.opcode))
   end
   return
