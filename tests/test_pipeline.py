@@ -149,6 +149,23 @@ def test_pieces_cover_the_file_exactly(name):
             assert b.max_ts == max(f.ts_ns for f in read_piece(b))
 
 
+def test_pcapng_sections_with_both_byte_orders(tmp_path):
+    """A second section (big-endian, its own interfaces) after a little-endian one."""
+    be = tmp_path / "be.pcapng"
+    ns.write_pcapng(str(be), [replication().conv.packets(),
+                              stream_id_connector(link=Link("raw"), start_ns=T0 + 500).conv.packets()],
+                    interfaces=[9, 6], big_endian=True)
+    two = tmp_path / "two.pcapng"
+    two.write_bytes((ROOT / "samples" / "pcapng-multi-interface.pcapng").read_bytes() + be.read_bytes())
+    ref = list(open_capture(str(two)))
+    for chunk_size, block in ((1, 1), (700, 3)):
+        idx = index_file(str(two), chunk_size, block)
+        assert {c.ctx[1] for c in idx.chunks} == {"<", ">"}
+        assert [f for c in idx.chunks for f in read_piece(c)] == ref
+        assert [f for b in idx.blocks for f in read_piece(b)] == ref
+    check_equal(local_results([str(two)], chunk_size=700, block_frames=3), [str(two)])
+
+
 def test_index_faults_match_the_reader(tmp_path):
     for src in ("samples/pcapng-multi-interface.pcapng", "samples/loopback-ns-be.pcap"):
         data = (ROOT / src).read_bytes()
