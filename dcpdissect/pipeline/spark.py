@@ -45,6 +45,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 """
 
 
