@@ -414,14 +414,13 @@ class FileTotals:
 
 # -- rows for tables ---------------------------------------------------------------------------
 
-def _json(value) -> str:
-    return json.dumps(value, separators=(",", ":"), default=_jsonable)
-
-
 def _jsonable(v):
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v).hex()
     return repr(v)
+
+
+_json = json.JSONEncoder(separators=(",", ":"), default=_jsonable).encode
 
 
 MESSAGE_COLUMNS = ("capture_file", "frame", "frames", "time", "ts_ns", "connection", "direction",

@@ -189,20 +189,19 @@ class _Batcher:
         self.size = size
         self.rows: list = []
 
-    def add(self, row: tuple):
+    def add(self, row: tuple) -> list:
+        """[] or [a full batch]: use with ``yield from``."""
         self.rows.append(row)
-        if len(self.rows) >= self.size:
-            return self.flush()
-        return None
+        return self.flush() if len(self.rows) >= self.size else []
 
-    def flush(self):
+    def flush(self) -> list:
         import pyarrow as pa
         rows, self.rows = self.rows, []
         if not rows:
-            return None
+            return []
         cols = list(zip(*rows))
-        return pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(cols, self.schema)], schema=self.schema)
+        return [pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(cols, self.schema)], schema=self.schema)]
 
 
 def _rows(batches, names):
@@ -265,17 +264,12 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
             piece = core.loads(blob)
             stats: list = []
             for r in core.scan_chunk(piece, options, stats):
-                b = out_b.add((path, r.flow, r.frame, r.ts_ns, r.src, r.dst, r.sport, r.dport,
-                               r.seq, r.ack, r.flags, r.payload, r.truncated, None))
-                if b is not None:
-                    yield b
-            b = out_b.add((path, "", 0, 0, None, None, None, None, None, None, None, None, None,
-                           core.dumps(stats[0])))
-            if b is not None:
-                yield b
-        b = out_b.flush()
-        if b is not None:
-            yield b
+                yield from out_b.add((path, r.flow, r.frame, r.ts_ns, r.src, r.dst, r.sport,
+                                      r.dport, r.seq, r.ack, r.flags, r.payload, r.truncated,
+                                      None))
+            meta = core.dumps(stats[0])           # the chunk's counts, after its segments
+            yield from out_b.add((path, "") + (None,) * 11 + (meta,))
+        yield from out_b.flush()
 
     def stage_b(batches):
         from itertools import groupby
@@ -288,9 +282,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
         for (path, flow), group in groupby(_rows(batches, cols), key=lambda r: (r[0], r[1])):
             if flow == "":
                 for r in group:
-                    b = out_b.add((path, "", "meta", 0, 0, 0, 0, 0, None, None, None, r[13]))
-                    if b is not None:
-                        yield b
+                    yield from out_b.add((path, "", "meta", 0, 0, 0, 0, 0, None, None, None, r[13]))
                 continue
             clock = made.get(path)
             if clock is None:
@@ -299,17 +291,11 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                     for r in group)
             res: list = []
             for kf, kp, ks, ks2, kq, ev in core.flow_events(segs, options, clock, res):
-                b = out_b.add((path, flow, "ev", kf, kp, ks, ks2, kq, ev.conn,
-                               type(ev).__name__, ev.frame, core.dumps(ev)))
-                if b is not None:
-                    yield b
-            b = out_b.add((path, flow, "flow", 0, 0, 0, 0, 0, None, None, None,
-                           core.dumps(res[0])))
-            if b is not None:
-                yield b
-        b = out_b.flush()
-        if b is not None:
-            yield b
+                yield from out_b.add((path, flow, "ev", kf, kp, ks, ks2, kq, ev.conn,
+                                      type(ev).__name__, ev.frame, core.dumps(ev)))
+            yield from out_b.add((path, flow, "flow", 0, 0, 0, 0, 0, None, None, None,
+                                  core.dumps(res[0])))
+        yield from out_b.flush()
 
     analysis_schema = sch["analysis"][1]
     n_find, n_conn = len(sch["finding_cols"]), len(sch["conn_cols"])
@@ -324,19 +310,15 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                 fa.feed(flow, core.loads(blob))
             fa.finish()
             for f in fa.findings:
-                b = out_b.add(("finding",) + core.finding_row(path, f) + (None,) * (n_conn + 2))
-                if b is not None:
-                    yield b
+                yield from out_b.add(("finding",) + core.finding_row(path, f)
+                                     + (None,) * (n_conn + 2))
             local = {gid: key for key, gid in fa.ids.items()}
             for c in fa.connection_rows():
                 row = [None] * n_find
                 row[0], row[9] = path, c.connection
-                b = out_b.add(("connection",) + tuple(row) + tuple(c)[1:] + local[c.connection])
-                if b is not None:
-                    yield b
-        b = out_b.flush()
-        if b is not None:
-            yield b
+                yield from out_b.add(("connection",) + tuple(row) + tuple(c)[1:]
+                                     + local[c.connection])
+        yield from out_b.flush()
 
     message_schema = sch["message"][1]
 
@@ -345,12 +327,8 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
         ids = b_ids.value
         for path, flow, conn, blob in _rows(batches, ("capture_file", "flow", "conn", "blob")):
             pdu = core.loads(blob)._replace(conn=ids[path, flow, conn])
-            b = out_b.add(core.message_row(path, pdu))
-            if b is not None:
-                yield b
-        b = out_b.flush()
-        if b is not None:
-            yield b
+            yield from out_b.add(core.message_row(path, pdu))
+        yield from out_b.flush()
 
     n_files = max(1, len(paths))
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
