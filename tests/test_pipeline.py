@@ -401,3 +401,15 @@ def test_register_cli_adds_the_subcommand():
                               "--port", "12000", "--conf", "spark.driver.memory=2g"])
     assert args.func is cmd_pipeline and args.inputs == ["a.pcap", "dir/"]
     assert args.chunk_size == 64 << 20 and args.port == [12000] and args.master is None
+
+
+def test_batches_are_bounded_by_rows_and_bytes():
+    pytest.importorskip("pyarrow")
+    from dcpdissect.pipeline import spark as sp
+    batcher = sp._Batcher(sp._schemas()["chunk"][1], size=10, max_bytes=100)
+    out = []
+    for _ in range(25):
+        out += batcher.add(("p", b"x" * 30), 30)
+    out += batcher.flush()
+    assert [b.num_rows for b in out] == [4, 4, 4, 4, 4, 4, 1]
+    assert batcher.flush() == []

@@ -182,21 +182,29 @@ def _schemas():
 
 
 class _Batcher:
-    """Collects row tuples and turns them into Arrow record batches."""
+    """Collects row tuples and turns them into Arrow record batches of at most ``size``
+    rows or about ``max_bytes`` of binary payload (large PDUs stay far from Arrow's 2 GiB
+    binary-column limit)."""
 
-    def __init__(self, schema, size: int = 4096):
+    def __init__(self, schema, size: int = 4096, max_bytes: int = 64 << 20):
         self.schema = schema
         self.size = size
+        self.max_bytes = max_bytes
         self.rows: list = []
+        self.nbytes = 0
 
-    def add(self, row: tuple) -> list:
+    def add(self, row: tuple, nbytes: int = 0) -> list:
         """[] or [a full batch]: use with ``yield from``."""
         self.rows.append(row)
-        return self.flush() if len(self.rows) >= self.size else []
+        self.nbytes += nbytes
+        if len(self.rows) >= self.size or self.nbytes >= self.max_bytes:
+            return self.flush()
+        return []
 
     def flush(self) -> list:
         import pyarrow as pa
         rows, self.rows = self.rows, []
+        self.nbytes = 0
         if not rows:
             return []
         cols = list(zip(*rows))
@@ -266,7 +274,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
             for r in core.scan_chunk(piece, options, stats):
                 yield from out_b.add((path, r.flow, r.frame, r.ts_ns, r.src, r.dst, r.sport,
                                       r.dport, r.seq, r.ack, r.flags, r.payload, r.truncated,
-                                      None))
+                                      None), len(r.payload))
             meta = core.dumps(stats[0])           # the chunk's counts, after its segments
             yield from out_b.add((path, "") + (None,) * 11 + (meta,))
         yield from out_b.flush()
@@ -291,8 +299,9 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                     for r in group)
             res: list = []
             for kf, kp, ks, ks2, kq, ev in core.flow_events(segs, options, clock, res):
+                blob = core.dumps(ev)
                 yield from out_b.add((path, flow, "ev", kf, kp, ks, ks2, kq, ev.conn,
-                                      type(ev).__name__, ev.frame, core.dumps(ev)))
+                                      type(ev).__name__, ev.frame, blob), len(blob))
             yield from out_b.add((path, flow, "flow", 0, 0, 0, 0, 0, None, None, None,
                                   core.dumps(res[0])))
         yield from out_b.flush()
@@ -311,7 +320,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
             fa.finish()
             for f in fa.findings:
                 yield from out_b.add(("finding",) + core.finding_row(path, f)
-                                     + (None,) * (n_conn + 2))
+                                     + (None,) * (n_conn + 2), len(f.pdu or b""))
             local = {gid: key for key, gid in fa.ids.items()}
             for c in fa.connection_rows():
                 row = [None] * n_find
