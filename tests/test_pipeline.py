@@ -405,6 +405,7 @@ def test_register_cli_adds_the_subcommand():
 
 def test_batches_are_bounded_by_rows_and_bytes():
     pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
     from dcpdissect.pipeline import spark as sp
     batcher = sp._Batcher(sp._schemas()["chunk"][1], size=10, max_bytes=100)
     out = []
