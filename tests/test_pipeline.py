@@ -278,6 +278,11 @@ def test_spark_equals_analyze(spark, tmp_path):
     paths = [str(ROOT / s) for s in SAMPLES] + make_corpus(tmp_path / "corpus")
     res, results = spark_results(spark, paths, tmp_path / "out")
     check_equal(results, paths)
+    from dcpdissect.reports.markdown import markdown_report
+    for path in paths:
+        ref, summary = analyze_file(path)
+        assert markdown_report(path, res.findings[path], res.summaries[path]) == \
+            markdown_report(path, ref, summary), path
     # the messages table holds the dissect --format jsonl records
     table = pq.read_table(tmp_path / "out" / "messages").to_pylist()
     path = str(ROOT / "samples" / "clean-replication.pcap")
