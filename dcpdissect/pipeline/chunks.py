@@ -1,9 +1,10 @@
 """Record-aligned pieces of capture files: a cheap index pass and a reader that starts
 at any piece.
 
-``index_file(path, chunk_size)`` reads record headers only (pcap: one 16-byte header per
-record, bodies are skipped; pcapng: block headers and trailers, the packet-block fields
-and whole section/interface blocks) and cuts the file into chunks of about
+``index_file(path, chunk_size)`` parses record headers only (pcap: the 16-byte header of
+each record; pcapng: block headers and trailers, the packet-block fields and whole
+section/interface blocks; reads go through a 1 MiB window, so only bodies larger than that
+are skipped on disk) and cuts the file into chunks of about
 ``chunk_size`` bytes. Each :class:`Piece` carries what is needed to parse from its
 offset: the pcap byte order, timestamp resolution, snap length and link type, or the
 pcapng byte order and interface table in force there. Chunks are split further into
