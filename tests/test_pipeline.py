@@ -322,7 +322,8 @@ def test_spark_tiny_chunks_and_bad_files(spark, tmp_path):
     good += make_corpus(tmp_path / "corpus")[1:]
     bad = make_bad(tmp_path / "bad")
     paths = good[:2] + bad[:2] + good[2:] + bad[2:]
-    res, results = spark_results(spark, paths, tmp_path / "out", chunk_size=300)
+    res, results = spark_results(spark, paths, tmp_path / "out", chunk_size=300,
+                                 index_on_executors=True)
     check_equal(results, paths)
     errors = pq.read_table(tmp_path / "out" / "errors").to_pylist()
     assert {e["capture_file"] for e in errors} == set(bad)

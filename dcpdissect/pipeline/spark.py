@@ -2,7 +2,8 @@
 
 ::
 
-    index (driver, headers only) → chunk descriptors
+    index    headers only → chunk descriptors (on the driver, or one task per file when
+             there are many files)
     stage A  mapInArrow over chunks        → TCP segment rows with a flow key
     stage B  repartition(file, flow) + sortWithinPartitions(file, flow, frame)
              + mapInArrow, one flow at a time → events with a sort key   (persisted)
@@ -29,11 +30,12 @@ from typing import NamedTuple
 
 from ..reassembly.pdus import Options, Summary
 from . import core
-from .chunks import DEFAULT_CHUNK_SIZE
+from .chunks import DEFAULT_CHUNK_SIZE, index_file
 
 __all__ = ["TABLES", "PipelineResult", "run_pipeline", "ship_package", "spark_session"]
 
 TABLES = ("messages", "findings", "connections", "streams", "errors", "files")
+INDEX_ON_EXECUTORS = 16      # from this many files on, the index pass is a Spark job
 
 _LOG4J = """\
 rootLogger.level = error
@@ -236,9 +238,11 @@ def _stderr(text: str) -> None:
 
 def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 progress: Callable[[str], None] | None = _stderr) -> PipelineResult:
+                 progress: Callable[[str], None] | None = _stderr,
+                 index_on_executors: bool | None = None) -> PipelineResult:
     """Run the pipeline on ``inputs`` (files, directories, globs) and write the Parquet
-    tables under ``out``; return what the CLI prints."""
+    tables under ``out``; return what the CLI prints. The index pass runs as a Spark job
+    when ``index_on_executors`` (default: from ``INDEX_ON_EXECUTORS`` files on)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -253,15 +257,22 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if not paths:
         say("pipeline: no capture files")
         return PipelineResult([], {}, {}, {}, [], out, timings)
-    say(f"pipeline: indexing {len(paths)} capture file(s)")
-    indexes = core.index_inputs(paths, chunk_size)
+    sc = spark.sparkContext
+    if index_on_executors is None:
+        index_on_executors = len(paths) >= INDEX_ON_EXECUTORS
+    if index_on_executors:
+        say(f"pipeline: indexing {len(paths)} capture files on the executors")
+        indexes = (sc.parallelize(paths, min(len(paths), 4 * sc.defaultParallelism))
+                   .map(lambda p: index_file(p, chunk_size)).collect())
+    else:
+        say(f"pipeline: indexing {len(paths)} capture file(s)")
+        indexes = core.index_inputs(paths, chunk_size)
     pieces = [(i.path, core.dumps(c)) for i in indexes for c in i.chunks]
     clocks = {i.path: (i.blocks if i.splittable else i.chunks) for i in indexes}
     timings["index"] = time.monotonic() - t0
     say(f"pipeline: {len(pieces)} chunk(s) of up to {chunk_size} bytes "
         f"({timings['index']:.1f} s)")
 
-    sc = spark.sparkContext
     b_clocks = sc.broadcast(clocks)
     seg_schema = sch["seg"][1]
     event_schema = sch["event"][1]
