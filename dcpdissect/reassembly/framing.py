@@ -19,6 +19,8 @@ from ..protocol import (
 
 _HDR = struct.Struct(">BBHBBHI")    # through bodylen
 _LEGAL_MAGICS = frozenset(MAGICS.values)
+_BODYLEN = struct.Struct(">I").unpack_from
+_MAX_BODY = MAX_FRAME_SIZE - HEADER_SIZE
 _MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
 
 
@@ -192,22 +194,56 @@ class PduFramer:
                 self.in_sync = True
             if not self.in_sync and not self._resync(out, final):
                 return out
-            if len(self.buf) < HEADER_SIZE:
+            if not self._frame_run(out):
                 return out
-            problem = header_problem(self.buf, 0)
-            if problem is not None:
+
+    def _frame_run(self, out: list) -> bool:
+        """Frame consecutive PDUs from the start of the buffer (the hot path). Returns True
+        when it stopped at a header that cannot start a frame (now out of sync)."""
+        buf, chunks, base = self.buf, self.chunks, self.base
+        n, pos, ci = len(buf), 0, 0
+        conn, direction = self.conn, self.direction
+        now_frame, now_ts = self.now
+        bad = False
+        while n - pos >= HEADER_SIZE:
+            bodylen = _BODYLEN(buf, pos + 8)[0]
+            if buf[pos] not in _LEGAL_MAGICS or bodylen > _MAX_BODY:
                 self.in_sync = False
                 self.resync_reason = "garbage"
-                self._garbage_detail = f"at offset {self.base}: {problem}"
-                continue
-            size = HEADER_SIZE + _HDR.unpack_from(self.buf, 0)[6]
-            if len(self.buf) < size:
-                return out
-            offset = self.base
-            data = bytes(self.buf[:size])
-            frames, last_ts = self._consume(size)
-            frame, ts = self.now if self.now[0] >= frames[-1] else (frames[-1], last_ts)
-            out.append(Pdu(self.conn, self.direction, offset, data, frames, frame, ts))
+                self._garbage_detail = f"at offset {base + pos}: {header_problem(buf, pos)}"
+                bad = True
+                break
+            end = pos + HEADER_SIZE + bodylen
+            if end > n:
+                break
+            abs_end = base + end
+            c_end, frame, c_ts = chunks[ci]
+            if c_end >= abs_end:                 # the whole PDU came in one chunk
+                frames, last, last_ts = (frame,), frame, c_ts
+                if c_end == abs_end:
+                    ci += 1
+            else:
+                seen, last, last_ts = {frame}, frame, c_ts
+                ci += 1
+                while True:
+                    c_end, frame, c_ts = chunks[ci]
+                    seen.add(frame)
+                    if frame > last:
+                        last, last_ts = frame, c_ts
+                    if c_end > abs_end:
+                        break
+                    ci += 1
+                    if c_end == abs_end:
+                        break
+                frames = tuple(sorted(seen))
+            done, ts = (now_frame, now_ts) if now_frame >= last else (last, last_ts)
+            out.append(Pdu(conn, direction, base + pos, bytes(buf[pos:end]), frames, done, ts))
+            pos = end
+        if pos:
+            del buf[:pos]
+            del chunks[:ci]
+            self.base = base + pos
+        return bad
 
     def _resync(self, out: list, final: bool) -> bool:
         """Scan for a confirmed header; True when back in sync (buffer starts at it)."""
