@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 
 from ..protocol import (
-    FLEXIBLE_MAGICS, HEADER_SIZE, MAGICS, OPCODES, REQUEST_MAGICS, RESPONSE_MAGICS, Layout,
-    Shape, opcode_name,
+    FLEXIBLE_MAGICS, HEADER_SIZE, MAGICS, OPCODES, REQUEST_MAGICS, RESPONSE_MAGICS,
+    SERVER_MAGICS, Layout, Shape, opcode_name,
 )
 from .frameinfo import FrameInfoError, parse_frame_infos, stream_id_of
 from .layouts import compiled
@@ -22,12 +22,8 @@ class Message:
     __slots__ = (
         "magic", "opcode", "framing_len", "keylen", "extlen", "datatype", "vbucket", "status",
         "bodylen", "opaque", "cas", "frame_infos", "stream_id", "extras", "key", "value",
-        "fields", "layout", "problems",
+        "fields", "layout", "problems", "spec", "is_request",
     )
-
-    @property
-    def is_request(self) -> bool:
-        return self.magic in REQUEST_MAGICS
 
     @property
     def name(self) -> str:
@@ -36,10 +32,6 @@ class Message:
     @property
     def value_len(self) -> int:
         return self.bodylen - self.framing_len - self.extlen - self.keylen
-
-    @property
-    def spec(self):
-        return OPCODES.get(self.opcode) if self.magic not in (0x82, 0x83) else None
 
     @property
     def shape(self) -> Shape:
@@ -62,6 +54,31 @@ def parse_header(buf, offset: int = 0) -> tuple[int, int, int, int, int, int, in
     return magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque, cas
 
 
+class _Plan:
+    """What decoding needs for one (opcode, request?) pair, compiled once."""
+
+    __slots__ = ("spec", "extras", "sizes", "values")
+
+    def __init__(self, spec, request: bool):
+        self.spec = spec
+        shape = _EMPTY_SHAPE if spec is None else (spec.request if request else spec.response)
+        self.extras = {lay.size: (*compiled(lay), lay.label) for lay in shape.extras}
+        self.sizes = shape.extras_sizes
+        self.values = shape.values
+
+
+_PLANS: dict[tuple[int, bool, bool], _Plan] = {}
+
+
+def _plan(magic: int, opcode: int, request: bool) -> _Plan:
+    server = magic in SERVER_MAGICS
+    key = (opcode, request, server)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _Plan(None if server else OPCODES.get(opcode), request)
+    return plan
+
+
 def decode(buf) -> Message:
     """Decode exactly one frame (24-byte header + body). Never raises on bad content:
     problems found while decoding are listed in ``Message.problems``.
@@ -69,61 +86,55 @@ def decode(buf) -> Message:
     if len(buf) < HEADER_SIZE:
         raise ValueError(f"need {HEADER_SIZE} header bytes, got {len(buf)}")
     m = Message()
-    (m.magic, m.opcode, m.framing_len, m.keylen, m.extlen, m.datatype, specific,
-     m.bodylen, m.opaque, m.cas) = parse_header(buf)
-    request = m.magic in REQUEST_MAGICS
+    magic, opcode, keylen, extlen, datatype, specific, bodylen, opaque, cas = HEADER.unpack_from(buf)
+    framing_len = 0
+    if magic in FLEXIBLE_MAGICS:
+        framing_len, keylen = FLEX_LENS.unpack_from(buf, 2)
+    request = magic in REQUEST_MAGICS
+    plan = _plan(magic, opcode, request)
+    m.magic, m.opcode, m.framing_len, m.keylen, m.extlen = magic, opcode, framing_len, keylen, extlen
+    m.datatype, m.bodylen, m.opaque, m.cas = datatype, bodylen, opaque, cas
+    m.is_request, m.spec = request, plan.spec
     m.vbucket, m.status = (specific, None) if request else (None, specific)
     m.problems = problems = []
-    m.fields = {}
+    m.fields = fields = {}
     m.layout = None
     m.frame_infos = []
     m.stream_id = None
-    if m.magic not in REQUEST_MAGICS and m.magic not in RESPONSE_MAGICS:
-        problems.append(f"unknown magic {m.magic:#04x}")
+    if not request and magic not in RESPONSE_MAGICS:
+        problems.append(f"unknown magic {magic:#04x}")
 
-    body = memoryview(buf)[HEADER_SIZE:HEADER_SIZE + m.bodylen]
-    if len(body) < m.bodylen:
-        problems.append(f"frame truncated: body has {len(body)} of {m.bodylen} bytes")
-    f_end = m.framing_len
-    e_end = f_end + m.extlen
-    k_end = e_end + m.keylen
-    if k_end > m.bodylen:
-        problems.append(f"framing extras {m.framing_len} + extras {m.extlen} + key {m.keylen}"
-                        f" exceed body length {m.bodylen}")
-    if m.framing_len:
+    end = HEADER_SIZE + bodylen
+    complete = len(buf) >= end
+    if not complete:
+        problems.append(f"frame truncated: body has {len(buf) - HEADER_SIZE} of {bodylen} bytes")
+    e_start = HEADER_SIZE + framing_len
+    k_start = e_start + extlen
+    v_start = k_start + keylen
+    if v_start > end:
+        problems.append(f"framing extras {framing_len} + extras {extlen} + key {keylen}"
+                        f" exceed body length {bodylen}")
+    if framing_len:
         try:
-            m.frame_infos = parse_frame_infos(body[:f_end], request)
+            m.frame_infos = parse_frame_infos(buf[HEADER_SIZE:min(e_start, end)], request)
         except FrameInfoError as exc:
             problems.append(f"bad framing extras: {exc}")
         m.stream_id = stream_id_of(m.frame_infos)
-    m.extras = bytes(body[f_end:e_end])
-    m.key = bytes(body[e_end:k_end])
-    m.value = body[k_end:] if k_end <= len(body) else memoryview(b"")
-    if k_end <= m.bodylen and len(body) == m.bodylen:
-        _decode_fields(m)
+    m.extras = extras = bytes(buf[min(e_start, end):min(k_start, end)])
+    m.key = bytes(buf[min(k_start, end):min(v_start, end)])
+    m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
+    if v_start <= end and complete:
+        if extlen:
+            hit = plan.extras.get(extlen)
+            if hit is not None:
+                st, names, label = hit
+                fields.update(zip(names, st.unpack_from(extras)))
+                m.layout = label
+            elif plan.spec is not None:
+                problems.append(f"extras length {extlen} not in {plan.sizes}")
+        if plan.values:
+            _decode_value(m, plan.values)
     return m
-
-
-def _decode_fields(m: Message) -> None:
-    shape = m.shape
-    fields = m.fields
-    if m.extlen:
-        layout = _pick_extras(shape, m.extlen)
-        if layout is not None:
-            st, names = compiled(layout)
-            fields.update(zip(names, st.unpack_from(m.extras)))
-            m.layout = layout.label
-        elif m.spec is not None:
-            m.problems.append(f"extras length {m.extlen} not in {shape.extras_sizes}")
-    if shape.values:
-        _decode_value(m, shape.values)
-
-
-def _pick_extras(shape: Shape, extlen: int) -> Layout | None:
-    for layout in shape.extras:
-        if layout.size == extlen:
-            return layout
-    return None
 
 
 def _decode_value(m: Message, layouts: tuple[Layout, ...]) -> None:
