@@ -205,6 +205,7 @@ class PduFramer:
         conn, direction = self.conn, self.direction
         now_frame, now_ts = self.now
         bad = False
+        view = memoryview(buf)
         while n - pos >= HEADER_SIZE:
             bodylen = _BODYLEN(buf, pos + 8)[0]
             if buf[pos] not in _LEGAL_MAGICS or bodylen > _MAX_BODY:
@@ -237,8 +238,9 @@ class PduFramer:
                         break
                 frames = tuple(sorted(seen))
             done, ts = (now_frame, now_ts) if now_frame >= last else (last, last_ts)
-            out.append(Pdu(conn, direction, base + pos, bytes(buf[pos:end]), frames, done, ts))
+            out.append(Pdu(conn, direction, base + pos, bytes(view[pos:end]), frames, done, ts))
             pos = end
+        view.release()
         if pos:
             del buf[:pos]
             del chunks[:ci]

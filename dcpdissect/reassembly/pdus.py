@@ -86,7 +86,9 @@ class PduStream:
         self.now = None
         yield from self._route(self.table.close())
         for framer in list(self.framers.values()):
-            yield from self._count(framer.close())
+            out = framer.close()
+            self._tally(out)
+            yield from out
         self.framers.clear()
         self.summary.tls_connections = self.table.stats.get("tls_connections", 0)
         self.summary.tcp = dict(self.table.stats)
@@ -104,14 +106,18 @@ class PduStream:
         for ev in events:
             kind = type(ev)
             if kind is StreamData:
-                yield from self._count(self._framer(ev.conn, ev.direction).data(
-                    ev.offset, ev.data, ev.frame, ev.ts_ns, self.now))
+                out = self._framer(ev.conn, ev.direction).data(
+                    ev.offset, ev.data, ev.frame, ev.ts_ns, self.now)
+                if out:
+                    self._tally(out)
+                    yield from out
             elif kind is StreamGap:
                 self.summary.gaps += 1
                 self.summary.gap_bytes += ev.length
                 yield ev
-                yield from self._count(self._framer(ev.conn, ev.direction).gap(
-                    ev.offset, ev.length, ev.frame, ev.ts_ns))
+                out = self._framer(ev.conn, ev.direction).gap(ev.offset, ev.length, ev.frame, ev.ts_ns)
+                self._tally(out)
+                yield from out
             elif kind is ConnectionOpened:
                 self.summary.connections += 1
                 self.connections[ev.conn] = ev
@@ -120,21 +126,23 @@ class PduStream:
                 for direction in (0, 1):
                     framer = self.framers.pop((ev.conn, direction), None)
                     if framer is not None:
-                        yield from self._count(framer.close())
+                        out = framer.close()
+                        self._tally(out)
+                        yield from out
                 yield ev
             else:
                 yield ev
 
-    def _count(self, events) -> Iterator:
+    def _tally(self, events: list) -> None:
+        summary = self.summary
         for ev in events:
             kind = type(ev)
             if kind is Pdu:
-                self.summary.pdus += 1
+                summary.pdus += 1
             elif kind is Resync:
-                self.summary.resyncs += 1
+                summary.resyncs += 1
             elif kind is LostPdu:
-                self.summary.lost_pdus += 1
-            yield ev
+                summary.lost_pdus += 1
 
 
 def iter_events(path: str, options: Options | None = None, summary: Summary | None = None,
