@@ -519,7 +519,7 @@ class StreamTracker:
         if st.in_oso:
             st.oso_max = max(st.oso_max, seq)
             st.received = max(st.received or 0, seq)
-            self._dup(st, st.oso_keys, pdu, msg, out, "OSO snapshot")
+            self._dup(st, st.oso_keys, pdu, msg, out, None)
             return
         snap = st.snap
         if snap is None:
@@ -534,29 +534,34 @@ class StreamTracker:
         outside = not snap.start <= seq <= snap.end
         self._settle(st, out, seq)
         snap.nitems += 1
-        shown = {"seqno": seq, "snapshot": f"[{snap.start},{snap.end}]"}
         if st.advanced is not None and seq <= st.advanced:
             self._emit(st, out, "data-after-seqno-advanced", f"seqno {seq} after "
-                       f"SeqnoAdvanced({st.advanced})", pdu, msg, {**shown, "advanced": st.advanced})
+                       f"SeqnoAdvanced({st.advanced})", pdu, msg,
+                       {**_item_fields(seq, snap), "advanced": st.advanced})
         elif seq <= st.last_seqno:
             self._emit(st, out, "data-seqno-not-increasing", f"seqno {seq} after seqno "
-                       f"{st.last_seqno}", pdu, msg, {**shown, "last_seqno": st.last_seqno})
+                       f"{st.last_seqno}", pdu, msg,
+                       {**_item_fields(seq, snap), "last_seqno": st.last_seqno})
         if outside:
             self._emit(st, out, "data-outside-snapshot", f"seqno {seq} outside the snapshot "
-                       f"[{snap.start},{snap.end}]", pdu, msg, shown, _ctx(snap.pdu))
-        self._dup(st, snap.keys, pdu, msg, out, f"snapshot [{snap.start},{snap.end}]")
+                       f"[{snap.start},{snap.end}]", pdu, msg, _item_fields(seq, snap),
+                       _ctx(snap.pdu))
+        if snap.keys is not None:
+            self._dup(st, snap.keys, pdu, msg, out, snap)
         if seq == snap.end:
             snap.complete = True
             snap.keys = None                    # later items are outside it anyway
         st.last_seqno = max(st.last_seqno, seq)
         st.received = seq
 
-    def _dup(self, st: Stream, keys, pdu, msg, out, where: str) -> None:
+    def _dup(self, st: Stream, keys, pdu, msg, out, snap) -> None:
+        """Duplicate keys inside the current snapshot (``snap``) or OSO snapshot (None)."""
         ns = KEYED_OPCODES.get(msg.opcode)
         if keys is None or ns is None:
             return
-        k = hash((ns, bytes(msg.key)))
+        k = hash((ns, msg.key))
         if k in keys:
+            where = "OSO snapshot" if snap is None else f"snapshot [{snap.start},{snap.end}]"
             what = "prepare" if ns == "prepare" else "change"
             self._emit(st, out, "data-duplicate-key", f"second {what} of key "
                        f"{_key_text(msg.key)} in the {where} of {st.describe()}", pdu, msg,
@@ -780,6 +785,10 @@ def _finding(rid, text, pdu, msg, fields=None, context=(), vb=None) -> Finding:
 
 def _vb_of(c: Conn, opaque: int):
     return next((st.vb for st in c.streams.values() if st.opaque == opaque), None)
+
+
+def _item_fields(seq: int, snap) -> dict:
+    return {"seqno": seq, "snapshot": f"[{snap.start},{snap.end}]"}
 
 
 def _ctx(*pdus) -> tuple[int, ...]:
