@@ -131,8 +131,9 @@ def expected_fields(m) -> dict[str, object]:
     exp["dcp.server_opcode" if m.magic in SERVER_MAGICS else "dcp.opcode"] = m.opcode
     exp["dcp.vbucket" if m.is_request else "dcp.status"] = m.vbucket if m.is_request else m.status
     exp["dcp.framing_len"] = m.framing_len if m.magic in (0x08, 0x18) else None
+    # one boolean item per set bit; unset bits are not shown
     for mask, name in DATATYPE.bits.items():
-        exp[f"dcp.datatype.{name}"] = int(bool(m.datatype & mask))
+        exp[f"dcp.datatype.{name}"] = 1 if m.datatype & mask else None
     exp["dcp.value_len"] = m.value_len
     names = field_abbrevs(m.opcode, m.is_request) if m.spec is not None else {}
     spec: Opcode | None = m.spec
@@ -148,7 +149,7 @@ def expected_fields(m) -> dict[str, object]:
             fd = next((f for f in lay.fields if f.name == name), None)
             if fd is not None and fd.flags is not None:
                 for mask, bit in fd.flags.bits.items():
-                    exp[f"{abbrev}.{bit}"] = int(bool(value & mask))
+                    exp[f"{abbrev}.{bit}"] = 1 if value & mask else None
                 break
     if spec is not None and m.layout is not None and m.opcode in SECTIONS:
         exp[f"dcp.{SECTIONS[m.opcode]}.layout"] = m.layout

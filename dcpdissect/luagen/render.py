@@ -317,7 +317,7 @@ class FieldSet:
 
     def __init__(self):
         self.fields: dict[str, LuaField] = {}
-        self.bits: dict[str, list[str]] = {}     # flags abbrev -> bool field idents
+        self.bits: dict[str, list[str]] = {}     # flags abbrev -> Lua {bool field, mask} pairs
 
     def add(self, abbrev: str, ctor: str, **kw) -> str:
         if abbrev not in self.fields:
@@ -343,8 +343,9 @@ class FieldSet:
             for mask, name in fd.flags.bits.items():
                 title = fd.flags.titles.get(mask, name)
                 b_abbrev = f"{abbrev}.{name}"
-                bits.append(self.add(b_abbrev, f"ProtoField.bool({lua_str(b_abbrev)}, "
-                                     f"{lua_str(title)}, {fd.width * 8}, nil, 0x{mask:x})"))
+                var = self.add(b_abbrev, f"ProtoField.bool({lua_str(b_abbrev)}, "
+                               f"{lua_str(title)}, {fd.width * 8}, nil, 0x{mask:x})")
+                bits.append(f"{{{var}, 0x{mask:x}}}")
             self.bits[abbrev] = bits
         return ident(abbrev)
 
@@ -478,8 +479,9 @@ def render() -> str:
         fs.add(f"dcp.{name}", ctor)
     dt_bits = []
     for mask, name in DATATYPE.bits.items():
-        dt_bits.append(fs.add(f"dcp.datatype.{name}", f"ProtoField.bool(\"dcp.datatype.{name}\", "
-                              f"{lua_str(name.upper())}, 8, nil, 0x{mask:x})"))
+        var = fs.add(f"dcp.datatype.{name}", f"ProtoField.bool(\"dcp.datatype.{name}\", "
+                     f"{lua_str(name.upper())}, 8, nil, 0x{mask:x})")
+        dt_bits.append(f"{{{var}, 0x{mask:x}}}")
     for name, ctor in [
         ("vbucket", "ProtoField.uint16(\"dcp.vbucket\", \"vBucket\", base.DEC)"),
         ("status", "ProtoField.uint16(\"dcp.status\", \"Status\", base.HEX, STATUS_NAMES)"),
@@ -609,6 +611,12 @@ end
 
 TAIL = r'''
 -- Decoding ---------------------------------------------------------------------------------
+-- Class methods fetched once: calling them directly skips the per-call method lookup
+-- through each object's metatable.
+local ti_add, ti_set_text, ti_append_text = TreeItem.add, TreeItem.set_text, TreeItem.append_text
+local ti_set_generated, ti_expert = TreeItem.set_generated, TreeItem.add_proto_expert_info
+local tvb_range, tvb_raw, tvb_len, tvb_reported_len = Tvb.range, Tvb.raw, Tvb.len, Tvb.reported_len
+local r_uint, r_uint64 = TvbRange.uint, TvbRange.uint64
 local f_magic, f_opcode, f_server_opcode, f_keylen, f_framing_len = F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len
 local f_extlen, f_datatype, f_vbucket, f_status, f_bodylen = F.extlen, F.datatype, F.vbucket, F.status, F.bodylen
 local f_opaque, f_cas, f_extras, f_key, f_value_len, f_value = F.opaque, F.cas, F.extras, F.key, F.value_len, F.value
@@ -624,19 +632,23 @@ local function layout_matches(lay, m)
 end
 
 -- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
+-- A flags field gets its flag names appended and one boolean item per set bit.
 local function add_fields(tvb, tree, base, lay, vals)
   local fields = lay.fields
   for i = 1, #fields do
     local fd = fields[i]
-    local r = tvb(base + fd[2], fd[3])
+    local r = tvb_range(tvb, base + fd[2], fd[3])
     if fd[6] then
-      if fd[3] == 8 then vals[fd[1]] = r:uint64() else vals[fd[1]] = r:uint() end
+      if fd[3] == 8 then vals[fd[1]] = r_uint64(r) else vals[fd[1]] = r_uint(r) end
     end
-    local item = tree:add(fd[4], r)
+    local item = ti_add(tree, fd[4], r)
     local bits = fd[5]
     if bits then
-      item:append_text(" (" .. fd[7](r:uint()) .. ")")
-      for j = 1, #bits do item:add(bits[j], r) end
+      local v = r_uint(r)
+      ti_append_text(item, " (" .. fd[7](v) .. ")")
+      for j = 1, #bits do
+        if band(v, bits[j][2]) ~= 0 then ti_add(item, bits[j][1], r) end
+      end
     end
   end
 end
@@ -691,17 +703,17 @@ local function summary(m)
   else
     s = OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
   end
-  if m.request then s = s .. fmt(" vb:%d", m.vbucket)
+  if m.request then s = s .. " vb:" .. m.vbucket
   elseif m.status ~= 0 then s = s .. " " .. (STATUS_NAMES[m.status] or fmt("status:0x%x", m.status))
   else s = s .. " rsp" end
-  if m.stream_id then s = s .. fmt(" sid:%d", m.stream_id) end
+  if m.stream_id then s = s .. " sid:" .. m.stream_id end
   local f = m.f
   if m.opcode == 0x56 and f.start_seqno and f.end_seqno then
-    s = s .. fmt(" [%s..%s] %s", tostring(f.start_seqno), tostring(f.end_seqno), m.layout or "")
+    s = s .. " [" .. tostring(f.start_seqno) .. ".." .. tostring(f.end_seqno) .. "] " .. (m.layout or "")
   elseif m.spec and m.spec.seqno and f[m.spec.seqno] then
     s = s .. " seqno=" .. tostring(f[m.spec.seqno])
   elseif f.failover_log then
-    s = s .. fmt(" failover_log(%d)", #f.failover_log)
+    s = s .. " failover_log(" .. #f.failover_log .. ")"
   elseif f.rollback_seqno then
     s = s .. " rollback_seqno=" .. tostring(f.rollback_seqno)
   end
@@ -710,6 +722,8 @@ end
 
 local info_text = nil   -- what this dissector last wrote to the Info column
 
+-- One Info update per dissector call; a second call for the same frame (bytes after a
+-- reassembled message) appends.
 local function set_info(pinfo, text)
   local col = pinfo.cols.info
   local cur = tostring(col)
@@ -722,117 +736,116 @@ local function set_info(pinfo, text)
   info_text = tostring(col)
 end
 
-local function dissect_garbage(tvb, pinfo, tree, problem, rule)
-  local node = tree:add(dcp, tvb(0, tvb:len()))
-  node:set_text("Couchbase DCP: not MCBP (" .. problem .. ")")
-  node:add(F.garbage, tvb(0, tvb:len()))
-  node:add_proto_expert_info(EXPERTS[rule], "[" .. rule .. "] " .. problem ..
-      fmt("; %d bytes skipped", tvb:reported_len()))
-  set_info(pinfo, "[not MCBP: " .. problem .. "]")
+-- Bytes that cannot start a message, `cap` captured of `plen` (the rest of the segment).
+local function dissect_garbage(tvb, tree, off, cap, plen, problem, rule)
+  local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
+  ti_set_text(node, "Couchbase DCP: not MCBP (" .. problem .. ")")
+  ti_add(node, F.garbage, tvb_range(tvb, off, cap))
+  ti_expert(node, EXPERTS[rule], "[" .. rule .. "] " .. problem ..
+      fmt("; %d bytes skipped", plen))
+  return "[not MCBP: " .. problem .. "]"
 end
 
 local expert_node = nil   -- the PDU node that check_message's findings go to
 
 local function add_expert(rule, msg)
-  expert_node:add_proto_expert_info(EXPERTS[rule], "[" .. rule .. "] " .. msg)
+  ti_expert(expert_node, EXPERTS[rule], "[" .. rule .. "] " .. msg)
 end
 
-local function dissect_message(tvb, pinfo, tree)
-  local cap = tvb:len()
+-- One message at `off`, of which `cap` bytes are captured (`plen` in all); returns its
+-- Info text. Extras fields go straight into the message's subtree.
+local function dissect_message(tvb, tree, off, cap, plen)
   if cap < HEADER_SIZE then
-    local node = tree:add(dcp, tvb(0, cap))
-    node:set_text("Couchbase DCP: header cut by the capture")
-    node:add_proto_expert_info(e_truncated, fmt("PDU cut by the capture: %d of %d header bytes",
+    local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
+    ti_set_text(node, "Couchbase DCP: header cut by the capture")
+    ti_expert(node, e_truncated, fmt("PDU cut by the capture: %d of %d header bytes",
         cap, HEADER_SIZE))
-    set_info(pinfo, "[cut by the capture]")
-    return
+    return "[cut by the capture]"
   end
-  local magic, opcode, b2, b3, extlen, datatype, s1, s2, l1, l2, l3, l4 = sbyte(tvb:raw(0, 12), 1, 12)
+  local magic, opcode, b2, b3, extlen, datatype, s1, s2, l1, l2, l3, l4 = sbyte(tvb_raw(tvb, off, 12), 1, 12)
   local bodylen = ((l1 * 256 + l2) * 256 + l3) * 256 + l4
   if not MAGIC_NAMES[magic] then
-    dissect_garbage(tvb, pinfo, tree, fmt("illegal magic 0x%02x", magic), "unknown-magic")
-    return
+    return dissect_garbage(tvb, tree, off, cap, plen, fmt("illegal magic 0x%02x", magic), "unknown-magic")
   end
   if HEADER_SIZE + bodylen > MAX_FRAME_SIZE then
-    dissect_garbage(tvb, pinfo, tree, fmt("body length %d exceeds the %d MiB frame limit",
+    return dissect_garbage(tvb, tree, off, cap, plen, fmt("body length %d exceeds the %d MiB frame limit",
         bodylen, MAX_FRAME_SIZE / 1048576), "frame-too-large")
-    return
   end
-  local request = REQUEST_MAGIC[magic] == true
+  local request, server = REQUEST_MAGIC[magic] == true, SERVER_MAGIC[magic]
+  local framing_len, keylen = 0, b2 * 256 + b3
+  if FLEX_MAGIC[magic] then framing_len, keylen = b2, b3 end
+  local k_end = framing_len + extlen + keylen
   local m = {magic = magic, opcode = opcode, bodylen = bodylen, extlen = extlen,
-             datatype = datatype, request = request, f = {}}
-  local node = tree:add(dcp, tvb(0, cap))
-  node:add(f_magic, tvb(0, 1))
-  if SERVER_MAGIC[magic] then
-    node:add(f_server_opcode, tvb(1, 1))
-  else
-    node:add(f_opcode, tvb(1, 1))
-    m.spec = SHAPES[opcode]
-  end
+             datatype = datatype, request = request, f = {}, framing_len = framing_len,
+             keylen = keylen, k_end = k_end, value_len = bodylen - k_end,
+             vbucket = request and s1 * 256 + s2 or nil, status = (not request) and s1 * 256 + s2 or nil,
+             spec = (not server) and SHAPES[opcode] or nil, layout = nil, stream_id = nil,
+             frame_error = nil}
+  local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
+  ti_add(node, f_magic, tvb_range(tvb, off, 1))
+  ti_add(node, server and f_server_opcode or f_opcode, tvb_range(tvb, off + 1, 1))
   if FLEX_MAGIC[magic] then
-    m.framing_len, m.keylen = b2, b3
-    node:add(f_framing_len, tvb(2, 1))
-    node:add(f_keylen, tvb(3, 1))
+    ti_add(node, f_framing_len, tvb_range(tvb, off + 2, 1))
+    ti_add(node, f_keylen, tvb_range(tvb, off + 3, 1))
   else
-    m.framing_len, m.keylen = 0, b2 * 256 + b3
-    node:add(f_keylen, tvb(2, 2))
+    ti_add(node, f_keylen, tvb_range(tvb, off + 2, 2))
   end
-  node:add(f_extlen, tvb(4, 1))
-  local dtr = tvb(5, 1)
-  local dt = node:add(f_datatype, dtr)
-  for i = 1, #DATATYPE_BITS do dt:add(DATATYPE_BITS[i], dtr) end
-  if request then
-    m.vbucket = s1 * 256 + s2
-    node:add(f_vbucket, tvb(6, 2))
-  else
-    m.status = s1 * 256 + s2
-    node:add(f_status, tvb(6, 2))
+  ti_add(node, f_extlen, tvb_range(tvb, off + 4, 1))
+  local dtr = tvb_range(tvb, off + 5, 1)
+  local dt = ti_add(node, f_datatype, dtr)
+  if datatype ~= 0 then
+    for i = 1, #DATATYPE_BITS do
+      local bit = DATATYPE_BITS[i]
+      if band(datatype, bit[2]) ~= 0 then ti_add(dt, bit[1], dtr) end
+    end
   end
-  node:add(f_bodylen, tvb(8, 4))
-  node:add(f_opaque, tvb(12, 4))
-  node:add(f_cas, tvb(16, 8))
+  ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
+  ti_add(node, f_bodylen, tvb_range(tvb, off + 8, 4))
+  ti_add(node, f_opaque, tvb_range(tvb, off + 12, 4))
+  ti_add(node, f_cas, tvb_range(tvb, off + 16, 8))
 
-  local e_end = m.framing_len + m.extlen
-  m.k_end = e_end + m.keylen
-  m.value_len = bodylen - m.k_end
   local complete = cap >= HEADER_SIZE + bodylen
   if not complete then
-    node:add_proto_expert_info(e_truncated, fmt("PDU cut by the capture: %d of %d bytes",
+    ti_expert(node, e_truncated, fmt("PDU cut by the capture: %d of %d bytes",
         cap, HEADER_SIZE + bodylen))
   end
-  local body = HEADER_SIZE
-  local sub_ok = m.k_end <= bodylen and complete
+  local body = off + HEADER_SIZE
+  local e_end = framing_len + extlen
   -- framing extras (the part of them inside the body)
-  if m.framing_len > 0 and complete then
-    dissect_frame_infos(tvb, node, m, body, body + math.min(m.framing_len, bodylen))
+  if framing_len > 0 and complete then
+    dissect_frame_infos(tvb, node, m, body, body + math.min(framing_len, bodylen))
   end
-  if sub_ok then
-    local shape = nil
-    if m.spec then
-      if m.request then shape = m.spec.req else shape = m.spec.rsp end
+  local r_value_len = tvb_range(tvb, off + 8, 4)
+  if k_end <= bodylen and complete then
+    local spec, shape = m.spec, nil
+    if spec then
+      if request then shape = spec.req else shape = spec.rsp end
     end
     -- extras
-    if m.extlen > 0 then
-      local ext_at = body + m.framing_len
+    if extlen > 0 then
+      local ext_at = body + framing_len
       local lay = nil
       if shape then
-        for i = 1, #shape.extras do
-          if shape.extras[i].size == m.extlen then lay = shape.extras[i] break end
+        local ex = shape.extras
+        for i = 1, #ex do
+          if ex[i].size == extlen then lay = ex[i] break end
         end
       end
-      local et = node:add(f_extras, tvb(ext_at, m.extlen))
       if lay then
-        et:set_text(lay.text)
-        add_fields(tvb, et, ext_at, lay, m.f)
+        add_fields(tvb, node, ext_at, lay, m.f)
         m.layout = lay.label
-      elseif shape then
-        et:add_proto_expert_info(e_extras_length, fmt("extras length %d not in %s", m.extlen,
-            shape.extras_sizes))
+      else
+        local et = ti_add(node, f_extras, tvb_range(tvb, ext_at, extlen))
+        if shape then
+          ti_expert(et, e_extras_length, fmt("extras length %d not in %s", extlen,
+              shape.extras_sizes))
+        end
       end
     end
-    if m.keylen > 0 then node:add(f_key, tvb(body + e_end, m.keylen)) end
-    node:add(f_value_len, tvb(8, 4), m.value_len):set_generated()
-    local val_at, n = body + m.k_end, m.value_len
+    if keylen > 0 then ti_add(node, f_key, tvb_range(tvb, body + e_end, keylen)) end
+    local n = m.value_len
+    ti_set_generated(ti_add(node, f_value_len, r_value_len, n))
+    local val_at = body + k_end
     local decoded, wanted = false, nil
     if shape and #shape.values > 0 then
       for i = 1, #shape.values do
@@ -857,8 +870,8 @@ local function dissect_message(tvb, pinfo, tree)
               break
             end
           elseif n == lay.size then
-            local vt = node:add(f_value, tvb(val_at, n))
-            vt:set_text(lay.text)
+            local vt = ti_add(node, f_value, tvb_range(tvb, val_at, n))
+            ti_set_text(vt, lay.text)
             add_fields(tvb, vt, val_at, lay, m.f)
             m.layout = lay.label
             decoded = true
@@ -867,47 +880,61 @@ local function dissect_message(tvb, pinfo, tree)
         end
       end
     end
-    if not decoded and n > 0 then node:add(f_value, tvb(val_at, n)) end
+    if not decoded and n > 0 then ti_add(node, f_value, tvb_range(tvb, val_at, n)) end
     if not decoded and wanted then
-      node:add_proto_expert_info(e_value_length, fmt("value length %d does not match %s", n, wanted))
+      ti_expert(node, e_value_length, fmt("value length %d does not match %s", n, wanted))
     end
-    if m.layout and m.spec and m.spec.layout_field then
-      node:add(m.spec.layout_field, m.layout):set_generated()
+    if m.layout and spec and spec.layout_field then
+      ti_set_generated(ti_add(node, spec.layout_field, m.layout))
     end
   elseif complete then
-    node:add(f_value_len, tvb(8, 4), m.value_len):set_generated()
+    ti_set_generated(ti_add(node, f_value_len, r_value_len, m.value_len))
   end
 
   local text = summary(m)
-  node:set_text("Couchbase DCP, " .. text)
+  ti_set_text(node, "Couchbase DCP, " .. text)
   expert_node = node
   check_message(m, add_expert)
-  set_info(pinfo, text)
+  return text
 end
 
-local function dissect_pdu(tvb, pinfo, tree)
-  local ok, err = pcall(dissect_message, tvb, pinfo, tree)
-  if not ok then
-    tree:add_proto_expert_info(e_internal, "dcpdissect: " .. tostring(err))
-  end
-  return tvb:len()
-end
-
--- PDU length for dissect_tcp_pdus; an implausible header swallows the rest of the segment.
-local function pdu_len(tvb, pinfo, offset)
-  if tvb:len() - offset < HEADER_SIZE then return tvb:reported_length_remaining(offset) end
-  local magic, _, _, _, _, _, _, _, l1, l2, l3, l4 = sbyte(tvb:raw(offset, 12), 1, 12)
-  local size = HEADER_SIZE + ((l1 * 256 + l2) * 256 + l3) * 256 + l4
-  if not MAGIC_NAMES[magic] or size > MAX_FRAME_SIZE then
-    return tvb:reported_length_remaining(offset)
-  end
-  return size
-end
-
+-- Messages are cut from the TCP stream here rather than with dissect_tcp_pdus (one Lua
+-- call per segment instead of two per message): a message that runs past the segment
+-- asks TCP for more bytes (pinfo.desegment_offset/len) and comes back reassembled.
+-- An implausible header swallows the rest of the segment.
 function dcp.dissector(tvb, pinfo, tree)
   pinfo.cols.protocol = "DCP"
-  dissect_tcp_pdus(tvb, tree, HEADER_SIZE, pdu_len, dissect_pdu)
-  return tvb:len()
+  local captured, reported = tvb_len(tvb), tvb_reported_len(tvb)
+  local can_desegment = pinfo.can_desegment > 0
+  local texts, off = {}, 0
+  while off < reported do
+    local avail = captured - off
+    if avail < 0 then break end
+    local plen = reported - off
+    if avail < HEADER_SIZE then
+      if can_desegment then
+        pinfo.desegment_offset, pinfo.desegment_len = off, DESEGMENT_ONE_MORE_SEGMENT
+        break
+      end
+    else
+      local magic, _, _, _, _, _, _, _, l1, l2, l3, l4 = sbyte(tvb_raw(tvb, off, 12), 1, 12)
+      local size = HEADER_SIZE + ((l1 * 256 + l2) * 256 + l3) * 256 + l4
+      if MAGIC_NAMES[magic] and size <= MAX_FRAME_SIZE then plen = size end
+    end
+    if plen > avail and can_desegment then
+      pinfo.desegment_offset, pinfo.desegment_len = off, plen - avail
+      break
+    end
+    local ok, text = pcall(dissect_message, tvb, tree, off, math.min(avail, plen), plen)
+    if not ok then
+      ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
+      text = "[dissector error]"
+    end
+    texts[#texts + 1] = text
+    off = off + plen
+  end
+  if #texts > 0 then set_info(pinfo, table.concat(texts, "; ")) end
+  return captured
 end
 
 function dcp.init()
