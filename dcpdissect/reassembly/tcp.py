@@ -27,6 +27,8 @@ _HALF = 0x80000000
 _WRAP = 0x100000000
 
 EMPTY: tuple = ()
+TAIL_SEGMENTS = 1024        # delivered segments kept for retransmission comparison
+_TAIL_HI = TAIL_SEGMENTS + (TAIL_SEGMENTS >> 2)
 
 
 def seq_diff(a: int, b: int) -> int:
@@ -173,9 +175,10 @@ class DirectionReassembler:
         self._nseq = (seg.seq + n) & MASK
         self._prev = seg
         ev = StreamData(self.conn, self.direction, off, payload, frame, ts_ns)
-        self._tail.append(ev)
+        tail = self._tail
+        tail.append(ev)
         tb = self._tail_bytes + n
-        if tb > self._tail_hi:
+        if tb > self._tail_hi or len(tail) > _TAIL_HI:
             tb = self._trim_tail(tb)
         self._tail_bytes = tb
         return [ev]
@@ -254,9 +257,10 @@ class DirectionReassembler:
         self._nseq = (self._nseq + n) & MASK
         ev = StreamData(self.conn, self.direction, off, data, frame, ts_ns)
         out.append(ev)
-        self._tail.append(ev)
+        tail = self._tail
+        tail.append(ev)
         tb = self._tail_bytes + n
-        if tb > self._tail_hi:
+        if tb > self._tail_hi or len(tail) > _TAIL_HI:
             tb = self._trim_tail(tb)
         self._tail_bytes = tb
 
@@ -274,7 +278,7 @@ class DirectionReassembler:
         keep = self._tail_window
         while len(tail) > 1:
             n = len(tail[0].data)
-            if tb - n < keep:
+            if tb - n < keep and len(tail) <= TAIL_SEGMENTS:
                 break
             tail.popleft()
             tb -= n
@@ -284,7 +288,10 @@ class DirectionReassembler:
                            out: list) -> None:
         """Compare ``data`` at ``off`` with recently delivered bytes."""
         end = off + len(data)
-        for ev in reversed(self._tail):
+        tail = self._tail
+        if not tail or end <= tail[0].offset:
+            return                                  # older than the bytes kept
+        for ev in reversed(tail):
             s = ev.offset
             d = ev.data
             e = s + len(d)

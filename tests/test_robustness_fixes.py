@@ -1,0 +1,47 @@
+"""Regression tests for faults found by fuzzing (dcpdissect.fuzz)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from dcpdissect.analysis.structural import check_message
+from dcpdissect.codec import decode, encode
+from dcpdissect.reassembly.tcp import TAIL_SEGMENTS, DirectionReassembler, TcpAnomaly
+
+
+class Seg(NamedTuple):
+    seq: int
+    ack: int
+    flags: int
+    payload: bytes
+    truncated: bool = False
+
+
+def test_single_pdu_rules_skip_a_truncated_body():
+    """A stream request cut inside its extras decodes without fields; the rules must not
+    index them (it raised KeyError 'start_seqno')."""
+    full = encode(0x53, dict(flags=0, start_seqno=0, end_seqno=5, vbucket_uuid=1,
+                             snap_start_seqno=0, snap_end_seqno=0), vbucket=4, opaque=0x204)
+    for cut in range(24, len(full)):
+        msg = decode(full[:cut])
+        assert any(p.startswith("frame truncated") for p in msg.problems)
+        check_message(msg)
+    cut = encode(0x56, dict(start_seqno=0, end_seqno=4, flags=1), layout="V1")[:30]
+    check_message(decode(cut))
+
+
+def test_retransmission_tail_is_bounded_in_segments():
+    """Tiny in-order segments: the tail kept for comparing retransmissions is bounded by a
+    segment count as well as bytes (a retransmission of old bytes scanned every kept
+    segment, which made storms of them quadratic)."""
+    rd = DirectionReassembler(1, 1)
+    rd.set_isn(999)
+    for k in range(20000):
+        rd.feed(k + 1, 0, Seg(1000 + k, 0, 0x18, bytes([k & 0xFF])))
+    assert len(rd._tail) <= TAIL_SEGMENTS + (TAIL_SEGMENTS >> 2)
+    # old bytes: counted as a retransmission, nothing kept to compare with
+    assert rd.feed(30000, 0, Seg(1000, 0, 0x18, b"\xff\xff")) == ()
+    assert rd.stats["retransmissions"] == 1
+    # recent bytes are still compared
+    ev = rd.feed(30001, 0, Seg(1000 + 19990, 0, 0x18, b"\x00\x00"))
+    assert [e.kind for e in ev if type(e) is TcpAnomaly] == ["overlap_mismatch"]
