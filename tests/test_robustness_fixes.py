@@ -45,3 +45,22 @@ def test_retransmission_tail_is_bounded_in_segments():
     # recent bytes are still compared
     ev = rd.feed(30001, 0, Seg(1000 + 19990, 0, 0x18, b"\x00\x00"))
     assert [e.kind for e in ev if type(e) is TcpAnomaly] == ["overlap_mismatch"]
+
+
+def test_framer_gives_up_a_pdu_carried_by_too_many_segments():
+    """A 100 KB PDU trickling in one byte per segment: the framer keeps at most
+    MAX_PDU_SEGMENTS chunks, reports the PDU lost ('cap'), skips the rest of its bytes and
+    frames the next PDU."""
+    from dcpdissect.reassembly.framing import MAX_PDU_SEGMENTS, LostPdu, Pdu, PduFramer
+    big = encode(0x57, dict(by_seqno=1, rev_seqno=1, flags=0, expiration=0), key=b"k",
+                 value=b"v" * 100_000, vbucket=0, opaque=1)
+    nxt = encode(0x5C, opaque=2)
+    framer = PduFramer(1, 1)
+    out = []
+    for i in range(len(big)):
+        out += framer.data(i, big[i:i + 1], i + 1, 0)
+        assert len(framer.chunks) <= MAX_PDU_SEGMENTS + 1
+    out += framer.data(len(big), nxt, len(big) + 1, 0)
+    lost = [e for e in out if type(e) is LostPdu]
+    assert [(e.reason, e.need) for e in lost] == [("cap", len(big))]
+    assert [e.data for e in out if type(e) is Pdu] == [nxt]

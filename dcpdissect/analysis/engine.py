@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..codec import decode
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
-from ..reassembly.framing import LostPdu, Pdu, Resync
+from ..reassembly.framing import MAX_PDU_SEGMENTS, LostPdu, Pdu, Resync
 from .findings import Finding, finding_for
 from .rules import ERROR, INFO, WARNING, rule
 from .rollback_checks import RollbackTracker
@@ -68,7 +68,7 @@ class Analyzer:
             return self._resync(ev)
         if kind is LostPdu:
             return [Finding("lost-pdu", f"message at stream offset {ev.offset} cut by "
-                            f"{'a gap' if ev.reason == 'gap' else 'the end of the capture'}: "
+                            f"{_LOST_BY.get(ev.reason, ev.reason)}: "
                             f"{ev.have} of {ev.need or '?'} bytes", ev.frame, (ev.frame,),
                             ev.ts_ns, ev.conn)]
         if kind is TcpAnomaly:
@@ -106,6 +106,10 @@ class Analyzer:
                                f"stream offset {ev.offset}", ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
         out += self.streams.on_resync(ev)
         return out
+
+
+_LOST_BY = {"gap": "a gap", "end": "the end of the capture",
+            "cap": f"the framing bound (carried by more than {MAX_PDU_SEGMENTS} segments)"}
 
 
 def _ends(ev: ConnectionOpened) -> str:

@@ -21,6 +21,7 @@ _HDR = struct.Struct(">BBHBBHI")    # through bodylen
 _LEGAL_MAGICS = frozenset(MAGICS.values)
 _BODYLEN = struct.Struct(">I").unpack_from
 _MAX_BODY = MAX_FRAME_SIZE - HEADER_SIZE
+MAX_PDU_SEGMENTS = 65536           # chunks held for one unfinished PDU (30 MiB in 480-byte segments)
 _MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
 
 
@@ -52,7 +53,7 @@ class LostPdu(NamedTuple):
     offset: int
     have: int
     need: int
-    reason: str             # 'gap' or 'end'
+    reason: str             # 'gap', 'end' or 'cap' (carried by too many segments)
     frame: int
     ts_ns: int
 
@@ -113,7 +114,10 @@ class PduFramer:
         self.buf += data
         self.chunks.append((offset + len(data), frame, ts_ns))
         self.last_frame, self.last_ts = frame, ts_ns
-        return self._drain(final=False)
+        out = self._drain(final=False)
+        if len(self.chunks) > MAX_PDU_SEGMENTS:
+            self._give_up(out)
+        return out
 
     def gap(self, offset: int, length: int, frame: int, ts_ns: int) -> list:
         """``length`` bytes were lost just before stream ``offset``."""
@@ -155,6 +159,19 @@ class PduFramer:
         return out
 
     # -- internals ----------------------------------------------------------------------
+    def _give_up(self, out: list) -> None:
+        """Too many segments carry the unfinished PDU (or unconfirmed header): drop it and
+        skip its remaining bytes, so that per-direction state stays bounded."""
+        buf = self.buf
+        if self.in_sync and len(buf) >= HEADER_SIZE:
+            need = HEADER_SIZE + _BODYLEN(buf, 8)[0]
+            out.append(LostPdu(self.conn, self.direction, self.base, len(buf), need, "cap",
+                               self.last_frame, self.last_ts))
+            self.skip_to = self.base + need
+            self._reset(self.base + len(buf))
+        else:
+            self._discard(len(buf))
+
     def _reset(self, offset: int) -> None:
         self.buf = bytearray()
         self.chunks = []
