@@ -64,3 +64,30 @@ def test_framer_gives_up_a_pdu_carried_by_too_many_segments():
     lost = [e for e in out if type(e) is LostPdu]
     assert [(e.reason, e.need) for e in lost] == [("cap", len(big))]
     assert [e.data for e in out if type(e) is Pdu] == [nxt]
+
+
+def _jump_capture(path, jump):
+    from dcpdissect.fuzz.gen import Flow, pcap_bytes
+    msgs = [encode(0x5C, opaque=i) for i in range(10)]
+    f = Flow(isn_s=5000)
+    frames = f.syn()
+    frames += [f.seg(1, m) for m in msgs[:5]]
+    f.nxt[1] = (f.nxt[1] + jump) & 0xFFFFFFFF
+    frames += [f.seg(1, m) for m in msgs[5:]]
+    frames += f.fin()
+    path.write_bytes(pcap_bytes(frames))
+    return msgs
+
+
+def test_sequence_jump_beyond_any_window_is_reported_and_decoding_continues(tmp_path):
+    """A jump by about 2^31 made every later segment look like an old retransmission:
+    the rest of the stream was dropped without a finding."""
+    from dcpdissect.analysis.run import analyze_file
+    from dcpdissect.reassembly.pdus import Pdu, iter_events
+    for jump in (1 << 31, (1 << 31) - 1, (1 << 31) + 1, 1 << 30, -(1 << 30)):
+        path = tmp_path / "jump.pcap"
+        msgs = _jump_capture(path, jump)
+        assert [e.data for e in iter_events(str(path)) if type(e) is Pdu] == msgs, hex(jump)
+        findings, summary = analyze_file(str(path))
+        assert [f.rule for f in findings if f.rule.startswith("tcp-")] == ["tcp-seq-jump"]
+        assert summary.tcp["seq_jumps"] == 1 and summary.tcp["retransmissions"] == 0

@@ -36,16 +36,58 @@ rule("tcp-overlap-mismatch", WARNING, "a retransmission carried different bytes 
      "TCP reassembly keeps the first bytes seen", "tcp-retransmit.pcap")
 rule("tcp-cap", WARNING, "a reassembly bound was hit (out-of-order buffer or connection table)",
      "bounded resources: the oldest state is given up and reported", "violations-garbage.pcap")
+rule("tcp-seq-jump", WARNING, "a TCP sequence number jumped farther than any window",
+     "TCP reassembly: no window exceeds 2^30 bytes; the stream continues at the new number",
+     "hostile-seq-jump.pcap")
+rule("findings-capped", INFO, "more findings of one rule than are kept; the rest are counted",
+     "bounded resources: at most MAX_FINDINGS_PER_RULE findings of each rule are kept per "
+     "capture", "hostile-findings-flood.pcap")
+
+MAX_FINDINGS_PER_RULE = 1000
 
 
 class Analyzer:
-    def __init__(self):
+    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE):
         self.connections: dict[int, ConnectionOpened] = {}
         self.streams = StreamTracker()
         self.rollback = RollbackTracker()
         self.messages = 0
+        self.max_per_rule = max_per_rule
+        self._counts: dict[str, int] = {}
+        self._dropped: dict[str, list] = {}     # rule -> [count, first Finding, last frame]
 
     def feed(self, ev) -> list[Finding]:
+        out = self._feed(ev)
+        return self._cap(out) if out else out
+
+    def _cap(self, out: list[Finding]) -> list[Finding]:
+        """Keep the first ``max_per_rule`` findings of each rule; count the others."""
+        counts = self._counts
+        cap = self.max_per_rule
+        keep = []
+        for f in out:
+            n = counts[f.rule] = counts.get(f.rule, 0) + 1
+            if n <= cap:
+                keep.append(f)
+                continue
+            d = self._dropped.get(f.rule)
+            if d is None:
+                self._dropped[f.rule] = [1, f, f.frame]
+            else:
+                d[0] += 1
+                d[2] = f.frame
+        return keep
+
+    def _capped(self) -> list[Finding]:
+        out = []
+        for rid, (n, first, last) in self._dropped.items():
+            out.append(Finding("findings-capped", f"{n} more {rid} findings (frames {first.frame}"
+                               f"–{last}) not kept: at most {self.max_per_rule} per rule",
+                               first.frame, (first.frame,) if first.frame else (), first.ts_ns,
+                               first.connection, fields={"rule": rid, "dropped": n}))
+        return out
+
+    def _feed(self, ev) -> list[Finding]:
         kind = type(ev)
         if kind is Pdu:
             return self._pdu(ev)
@@ -59,10 +101,11 @@ class Analyzer:
             return out
         if kind is StreamGap:
             out = self.streams.on_gap(ev)
-            out.append(Finding("capture-gap", f"{ev.length} bytes missing in "
-                               f"{'client→server' if ev.direction == 0 else 'server→client'} "
-                               f"before stream offset {ev.offset}", ev.frame, (ev.frame,),
-                               ev.ts_ns, ev.conn))
+            if ev.length:           # 0: after a sequence jump, reported as tcp-seq-jump
+                out.append(Finding("capture-gap", f"{ev.length} bytes missing in "
+                                   f"{'client→server' if ev.direction == 0 else 'server→client'} "
+                                   f"before stream offset {ev.offset}", ev.frame, (ev.frame,),
+                                   ev.ts_ns, ev.conn))
             return out
         if kind is Resync:
             return self._resync(ev)
@@ -72,7 +115,7 @@ class Analyzer:
                             f"{ev.have} of {ev.need or '?'} bytes", ev.frame, (ev.frame,),
                             ev.ts_ns, ev.conn)]
         if kind is TcpAnomaly:
-            rid = "tcp-overlap-mismatch" if ev.kind == "overlap_mismatch" else "tcp-cap"
+            rid = _ANOMALY_RULES.get(ev.kind, "tcp-cap")
             return [Finding(rid, ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
         if kind is ConnectionClosed:
             out = self.streams.on_close(ev)
@@ -82,7 +125,8 @@ class Analyzer:
         return []
 
     def finish(self) -> list[Finding]:
-        return self.streams.finish()
+        out = self.streams.finish()
+        return (self._cap(out) if out else out) + self._capped()
 
     def _pdu(self, pdu: Pdu) -> list[Finding]:
         self.messages += 1
@@ -108,6 +152,7 @@ class Analyzer:
         return out
 
 
+_ANOMALY_RULES = {"overlap_mismatch": "tcp-overlap-mismatch", "seq_jump": "tcp-seq-jump"}
 _LOST_BY = {"gap": "a gap", "end": "the end of the capture",
             "cap": f"the framing bound (carried by more than {MAX_PDU_SEGMENTS} segments)"}
 

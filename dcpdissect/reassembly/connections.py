@@ -101,7 +101,7 @@ class ConnectionTable:
         self.stats: dict = dict.fromkeys((
             "connections", "tls_connections", "segments", "retransmissions", "duplicates",
             "out_of_order", "overlaps_mismatched", "gaps", "gap_bytes", "ignored_segments",
-            "ooo_cap_hits", "connections_evicted"), 0)
+            "ooo_cap_hits", "connections_evicted", "seq_jumps"), 0)
         self._flows: dict = {}                  # 4-tuple (src, sport, dst, dport) -> reassembler
         self._lru: OrderedDict = OrderedDict()  # conn id -> _Conn, least recently active first
         self._mru: Optional[_Conn] = None

@@ -27,6 +27,7 @@ _HALF = 0x80000000
 _WRAP = 0x100000000
 
 EMPTY: tuple = ()
+JUMP = 1 << 30              # farther than any TCP window (65535 << 14): not the same byte stream
 TAIL_SEGMENTS = 1024        # delivered segments kept for retransmission comparison
 _TAIL_HI = TAIL_SEGMENTS + (TAIL_SEGMENTS >> 2)
 
@@ -54,7 +55,8 @@ class StreamData(NamedTuple):
 
 
 class StreamGap(NamedTuple):
-    """``length`` bytes lost immediately before stream offset ``offset``."""
+    """``length`` bytes lost immediately before stream offset ``offset`` (0 after a
+    sequence jump: an unknown number of bytes)."""
 
     conn: int
     direction: int
@@ -65,7 +67,7 @@ class StreamGap(NamedTuple):
 
 
 class TcpAnomaly(NamedTuple):
-    """Something noteworthy: 'overlap_mismatch', 'ooo_cap' or 'connection_cap'."""
+    """Something noteworthy: 'overlap_mismatch', 'ooo_cap', 'connection_cap' or 'seq_jump'."""
 
     conn: int
     direction: int
@@ -77,7 +79,8 @@ class TcpAnomaly(NamedTuple):
 
 def _new_stats() -> dict:
     return dict.fromkeys(("retransmissions", "duplicates", "out_of_order",
-                          "overlaps_mismatched", "gaps", "gap_bytes", "ooo_cap_hits"), 0)
+                          "overlaps_mismatched", "gaps", "gap_bytes", "ooo_cap_hits",
+                          "seq_jumps"), 0)
 
 
 class DirectionReassembler:
@@ -200,6 +203,8 @@ class DirectionReassembler:
             self.mid_stream = True
         off = self.offset_of(seq)
         out: list = []
+        if n and not -JUMP < off - self.next_off < JUMP:
+            off = self._jump(seq, off, frame, ts_ns, out)
         if n:
             prev = self._prev
             if (prev is not None and prev.seq == seg.seq and prev.ack == seg.ack
@@ -398,6 +403,26 @@ class DirectionReassembler:
             p = self._pieces[0]
             self._gap(p[0], p[2], p[3], out)
             self._drain(out)
+
+    def _jump(self, seq: int, off: int, frame: int, ts_ns: int, out: list) -> int:
+        """The sequence number moved farther than any window allows: deliver what is
+        buffered, then continue the stream at ``seq`` (the framer resynchronises if the
+        jump fell inside a PDU). Returns the stream offset of ``seq``."""
+        pieces = self._pieces
+        while pieces:
+            p = pieces[0]
+            if p[0] > self.next_off:
+                self._gap(p[0], p[2], p[3], out)
+            self._drain(out)
+        self.stats["seq_jumps"] += 1
+        out.append(TcpAnomaly(
+            self.conn, self.direction, "seq_jump", frame, ts_ns,
+            f"sequence number jumped by {seq_diff(seq, self._nseq):+d} (expected {self._nseq}, "
+            f"got {seq}); the stream continues at stream offset {self.next_off}"))
+        out.append(StreamGap(self.conn, self.direction, self.next_off, 0, frame, ts_ns))
+        self._nseq = seq
+        self._prev = None
+        return self.next_off
 
     def flush(self) -> list:
         """Declare all holes lost; deliver buffered data (and a tail gap before a FIN)."""
