@@ -43,7 +43,9 @@ BASE_OPTS = ["-X", f"lua_script:{LUA}", "-o", "tcp.reassemble_out_of_order:TRUE"
 # a segment, and it waits forever for a lost segment, so it shows a subset of the
 # decoder's PDUs (always the last ones of a frame). violations-garbage's first connection
 # loses a segment before 1000 one-byte segments (the decoder gives up waiting; tshark not).
-PARTIAL = {"tcp-loss", "tcp-loss-header", "tcp-mid-stream", "violations-garbage"}
+# The hostile samples with a storm, a sequence jump or garbage between messages likewise.
+PARTIAL = {"tcp-loss", "tcp-loss-header", "tcp-mid-stream", "violations-garbage",
+           "hostile-ooo-storm", "hostile-seq-jump", "hostile-garbage-tcp"}
 SPECS = [s for s in all_specs() if (SAMPLES / s.filename).exists()]
 NOT_RULES = {"dcp.expert.truncated", "dcp.expert.internal"}
 

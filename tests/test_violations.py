@@ -64,7 +64,7 @@ def test_every_rule_is_triggered_by_its_sample(rid):
 @pytest.mark.parametrize("rid", sorted(GOLDEN_RULES))
 def test_structural_rules_point_at_violation_samples(rid):
     if RULES[rid].severity in (ERROR, WARNING) and rid != "tcp-overlap-mismatch":
-        assert RULES[rid].sample.startswith("violations-")
+        assert RULES[rid].sample.startswith(("violations-", "hostile-"))
 
 
 @pytest.mark.parametrize("name", CLEAN)

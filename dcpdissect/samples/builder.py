@@ -386,9 +386,9 @@ def seed_add_stream_on(link: Link, start_ns: int) -> Script:
 
 
 def all_specs() -> tuple[Spec, ...]:
-    from . import scenarios_rollback, scenarios_streams, scenarios_violations
+    from . import scenarios_hostile, scenarios_rollback, scenarios_streams, scenarios_violations
     return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_streams.SPECS)
-            + tuple(scenarios_rollback.SPECS))
+            + tuple(scenarios_rollback.SPECS) + tuple(scenarios_hostile.SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:
