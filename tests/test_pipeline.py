@@ -239,6 +239,42 @@ def test_local_stages_on_bad_files(tmp_path):
     check_equal(local_results(good + bad, chunk_size=200, block_frames=2), good + bad)
 
 
+def whole_results(paths, options=None, batch_rows=4096) -> tuple[dict, dict]:
+    """core.analyze_whole on each file: (path -> (findings, summary, messages), path -> rows)."""
+    results, rows = {}, {}
+    for path in paths:
+        got: list = []
+        rows[path] = []
+        for cols in core.analyze_whole(path, options, got, batch_rows):
+            rows[path] += [tuple(list(v) if c == "frames" else v
+                                 for c, v in zip(core.MESSAGE_COLUMNS, r))
+                           for r in zip(*(cols[c] for c in core.MESSAGE_COLUMNS))]
+        w = got[0]
+        results[path] = (w.findings, w.summary, w.messages)
+        assert sum(c.messages_c2s + c.messages_s2c for c in w.connections) == w.messages
+    return results, rows
+
+
+def test_whole_file_pass_equals_analyze(tmp_path):
+    """The per-file path: analyze's findings and summary, and the messages rows of
+    message_row (one decode per message), in batches of any size."""
+    paths = [str(ROOT / s) for s in SAMPLES] + make_corpus(tmp_path / "corpus") + \
+        make_bad(tmp_path / "bad")
+    results, rows = whole_results(paths, batch_rows=5)
+    check_equal(results, paths)
+    for path in paths:
+        ref = []
+        try:
+            for ev in iter_events(path):
+                if type(ev) is Pdu:
+                    ref.append(core.message_row(path, ev))
+        except CaptureError:
+            pass
+        assert rows[path] == ref, path
+    opts = core.Options(any_port=True)
+    check_equal(whole_results(paths[-8:], opts)[0], paths[-8:], opts)
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 
 def _spark_available() -> bool:
@@ -335,6 +371,49 @@ def test_spark_tiny_chunks_and_bad_files(spark, tmp_path):
     assert by_file[bad[3]]["stage"] == "read"
     files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files").to_pylist()}
     assert files[bad[0]]["frames"] == res.summaries[bad[0]].frames > 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+def test_spark_whole_files_and_chunks(spark, tmp_path):
+    """Files up to --chunk-size (and gzip files) are analysed whole, larger ones in chunks;
+    a gzip copy of a chunked file gives the same rows in every table."""
+    import pyarrow.parquet as pq
+    corpus = make_corpus(tmp_path / "corpus")
+    big = str(ROOT / "samples" / "clean-replication.pcap")
+    copy = tmp_path / "copy.pcap.gz"
+    copy.write_bytes(gzip.compress(Path(big).read_bytes(), mtime=0))
+    paths = corpus + [big, str(copy)]
+    limit = 4000
+    assert os.path.getsize(big) > limit and os.path.getsize(corpus[0]) > limit
+    res, results = spark_results(spark, paths, tmp_path / "out", chunk_size=limit)
+    check_equal(results, paths)
+    want = {p for p in paths if p.endswith(".gz") or os.path.getsize(p) <= limit}
+    assert res.whole == want and big not in want and str(copy) in want
+    assert "whole files" in res.timings and "index" in res.timings
+
+    def key(r):
+        return json.dumps(r, sort_keys=True, default=str)
+
+    def table(name):
+        by: dict = {}
+        for r in pq.read_table(tmp_path / "out" / name).to_pylist():
+            if "cas" in r:
+                r["cas"] = int(r["cas"])
+            by.setdefault(r.pop("capture_file"), []).append(r)
+        return {p: sorted(v, key=key) for p, v in by.items()}
+
+    for name in ("messages", "findings", "connections", "streams"):
+        got = table(name)
+        assert got.get(big) == got.get(str(copy)), name
+    messages = table("messages")
+    for path in paths:
+        ref = [dict(zip(core.MESSAGE_COLUMNS[1:], core.message_row(path, ev)[1:]))
+               for ev in iter_events(path) if type(ev) is Pdu]
+        assert messages.get(path, []) == sorted(ref, key=key), path
+    files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files").to_pylist()}
+    assert {p: files[p]["messages"] for p in paths} == {p: results[p][2] for p in paths}
 
 
 @pytest.mark.spark

@@ -36,18 +36,25 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..analysis.engine import Analyzer
 from ..analysis.findings import Finding
 from ..capture.packets import Segment, decode_packet
-from ..capture.readers import CaptureError
+from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
 from ..protocol import TLS_PORTS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
-from ..reports.messages import DIRECTIONS, message_record
+from ..reports.messages import (
+    DIRECTIONS,
+    field_names,
+    iso_time,
+    key_text,
+    message_record,
+)
 from .chunks import FileIndex, Piece, index_file, read_piece
 
 END = 1 << 62                    # sort-key frame of end-of-capture events
@@ -421,6 +428,19 @@ def _jsonable(v):
 
 
 _json = json.JSONEncoder(separators=(",", ":"), default=_jsonable).encode
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder
+except ImportError:                      # pragma: no cover - no C accelerator
+    _c_make_encoder = None
+if _c_make_encoder is not None:
+    _c_json = _c_make_encoder({}, _jsonable, json.encoder.encode_basestring_ascii, None, ":", ",",
+                              False, False, True)
+
+    def _json_fast(v) -> str:
+        """``_json(v)`` for a dict or list, without building an encoder per call."""
+        return "".join(_c_json(v, 0))
+else:                                    # pragma: no cover
+    _json_fast = _json
 
 
 MESSAGE_COLUMNS = ("capture_file", "frame", "frames", "time", "ts_ns", "connection", "direction",
@@ -464,6 +484,236 @@ def dumps(ev) -> bytes:
 
 
 loads = pickle.loads
+
+
+# -- one file in one pass ---------------------------------------------------------------------
+
+STREAM_COLUMNS = ("capture_file", "connection", "vbucket", "stream_id", "messages",
+                  "snapshot_markers", "mutations", "deletions", "expirations", "stream_ends",
+                  "min_seqno", "max_seqno", "first_frame", "last_frame", "first_time",
+                  "last_time")
+STREAM_OPCODES = frozenset(range(0x51, 0x68)) - {0x5C, 0x5D, 0x5E}
+_STREAM_COUNTED = {"DcpSnapshotMarker": 1, "DcpMutation": 2, "DcpDeletion": 3,
+                   "DcpExpiration": 4, "DcpStreamEnd": 5}
+_INT64 = 1 << 63
+
+
+class MessageColumns:
+    """The ``messages`` rows of one file, column by column (the values of
+    :func:`message_row`), built in batches from (Pdu, decoded Message) pairs; also
+    aggregates the ``streams`` rows of the file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._iso: dict = {}
+        self._opnames: dict = {}
+        self._magics: dict = {}
+        self._status: dict = {None: None}
+        self._named: dict = {}
+        self.streams: dict = {}
+
+    def _time(self, ts_ns: int) -> str:
+        secs, ns = divmod(ts_ns, 1_000_000_000)
+        head = self._iso.get(secs)
+        if head is None:
+            if len(self._iso) > 65536:
+                self._iso.clear()
+            head = self._iso[secs] = iso_time(secs * 1_000_000_000)[:-11]
+        return f"{head}.{ns:09d}Z"
+
+    def _names(self, m) -> str:
+        shape = m.shape
+        got = self._named.get(id(shape))
+        if got is None:
+            named = any(f.flags or f.names for lay in shape.extras + shape.values for f in lay.fields)
+            got = self._named[id(shape)] = (shape, named)
+        return _json(field_names(m)) if got[1] else "{}"
+
+    def _lookup(self, cache: dict, key, make):
+        v = cache.get(key, cache)
+        if v is cache:
+            v = cache[key] = make(key)
+        return v
+
+    def columns(self, pdus: list, msgs: list) -> dict:
+        """Column name → list of values for these messages; also counts their streams."""
+        from ..protocol import MAGICS, STATUS, opcode_name
+        look = self._lookup
+        dump = _json_fast
+        magics, opnames, status = self._magics, self._opnames, self._status
+        cols = {
+            "capture_file": [self.path] * len(pdus),
+            "frame": [p.frame for p in pdus],
+            "frames": [p.frames for p in pdus],
+            "time": [self._time(p.ts_ns) for p in pdus],
+            "ts_ns": [p.ts_ns for p in pdus],
+            "connection": [p.conn for p in pdus],
+            "direction": [DIRECTIONS[p.direction] for p in pdus],
+            "magic": [m.magic for m in msgs],
+            "magic_name": [look(magics, m.magic, MAGICS.text) for m in msgs],
+            "opcode": [m.opcode for m in msgs],
+            "opcode_name": [look(opnames, (m.magic, m.opcode), lambda k: opcode_name(*k))
+                            for m in msgs],
+            "request": [m.is_request for m in msgs],
+            "vbucket": [m.vbucket for m in msgs],
+            "status": [m.status for m in msgs],
+            "status_name": [look(status, m.status, STATUS.text) for m in msgs],
+            "opaque": [m.opaque for m in msgs],
+            "cas": [m.cas for m in msgs],
+            "datatype": [m.datatype for m in msgs],
+            "framing_len": [m.framing_len for m in msgs],
+            "extlen": [m.extlen for m in msgs],
+            "keylen": [m.keylen for m in msgs],
+            "bodylen": [m.bodylen for m in msgs],
+            "value_len": [m.value_len for m in msgs],
+            "stream_id": [m.stream_id for m in msgs],
+            "frame_infos": [_json([{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
+                                   for fi in m.frame_infos]) if m.frame_infos else "[]"
+                            for m in msgs],
+            "key": [key_text(m.key) if m.key else None for m in msgs],
+            "layout": [m.layout for m in msgs],
+            "fields": [dump(m.fields) for m in msgs],
+            "names": [self._names(m) for m in msgs],
+            "problems": [list(m.problems) for m in msgs],
+        }
+        self._count_streams(cols, msgs)
+        return cols
+
+    def _count_streams(self, cols: dict, msgs: list) -> None:
+        streams = self.streams
+        ops = STREAM_OPCODES
+        conn, vbs, sids = cols["connection"], cols["vbucket"], cols["stream_id"]
+        frames, times, names = cols["frame"], cols["time"], cols["opcode_name"]
+        for i, (d, op, req, vb) in enumerate(zip(cols["direction"], cols["opcode"],
+                                                 cols["request"], vbs)):
+            if d != "s2c" or not req or vb is None or op not in ops:
+                continue
+            key = (conn[i], vb, sids[i])
+            frame, when = frames[i], times[i]
+            seqno = msgs[i].fields.get("by_seqno")
+            if type(seqno) is not int or not -_INT64 <= seqno < _INT64:
+                seqno = None
+            row = streams.get(key)
+            if row is None:
+                row = streams[key] = [0, 0, 0, 0, 0, 0, seqno, seqno, frame, frame, when, when]
+            row[0] += 1
+            k = _STREAM_COUNTED.get(names[i])
+            if k is not None:
+                row[k] += 1
+            if seqno is not None:
+                if row[6] is None or seqno < row[6]:
+                    row[6] = seqno
+                if row[7] is None or seqno > row[7]:
+                    row[7] = seqno
+            if frame < row[8]:
+                row[8] = frame
+            elif frame > row[9]:
+                row[9] = frame
+            if when < row[10]:
+                row[10] = when
+            elif when > row[11]:
+                row[11] = when
+
+    def stream_rows(self) -> list[tuple]:
+        """The file's ``streams`` rows (:data:`STREAM_COLUMNS`), ordered like the table."""
+        keys = sorted(self.streams, key=lambda k: (k[0], k[1], k[2] is not None, k[2] or 0))
+        return [(self.path,) + k + tuple(self.streams[k]) for k in keys]
+
+
+class WholeFile(NamedTuple):
+    path: str
+    findings: list
+    summary: Summary
+    messages: int
+    connections: list           # [ConnRow]
+    streams: list               # rows of STREAM_COLUMNS
+    error: CaptureError | None
+
+
+@contextmanager
+def _decoded_once():
+    """While active, the Analyzer's own ``decode`` of a PDU returns the message this pass
+    decoded for it (``remember(data, msg)``) instead of decoding it again."""
+    from ..analysis import engine
+    original = engine.decode
+    last = [None, None]
+
+    def reuse(buf):
+        return last[1] if buf is last[0] else original(buf)
+
+    engine.decode = reuse
+    try:
+        yield last
+    finally:
+        engine.decode = original
+
+
+def analyze_whole(path: str, options: Options | None, result: list,
+                  batch_rows: int = 4096) -> Iterator[dict]:
+    """A file read whole in one pass, exactly as ``analyze`` reads it: yields the
+    ``messages`` rows (:meth:`MessageColumns.columns`) every ``batch_rows`` messages and,
+    when exhausted, appends a :class:`WholeFile` (findings, summary, connection and stream
+    rows) to ``result``. Each message is decoded once, for the Analyzer and the rows."""
+    summary = Summary(path=path)
+    stream = PduStream(options, summary)
+    analyzer = Analyzer()
+    feed = analyzer.feed
+    findings: list[Finding] = []
+    conns: dict[int, list] = {}
+    table = MessageColumns(path)
+    pdus: list = []
+    msgs: list = []
+    error = None
+    count = 0
+
+    def run(events, last):
+        nonlocal count
+        for ev in events:
+            kind = type(ev)
+            if kind is Pdu:
+                data = ev.data
+                msg = decode(data)
+                last[0], last[1] = data, msg
+                pdus.append(ev)
+                msgs.append(msg)
+                conns[ev.conn][11 + ev.direction] += 1
+                count += 1
+            elif kind is ConnectionOpened:
+                conns[ev.conn] = [ev.conn, ev.client[0], ev.client[1], ev.server[0],
+                                  ev.server[1], ev.mid_stream, ev.frame, ev.ts_ns, None, None,
+                                  None, 0, 0, 0, 0, 0, 0]
+            elif kind is ConnectionClosed:
+                conns[ev.conn][8:11] = [ev.frame, ev.ts_ns, ev.reason]
+            elif kind is StreamGap:
+                conns[ev.conn][13] += 1
+                conns[ev.conn][14] += ev.length
+            elif kind is Resync:
+                conns[ev.conn][15] += 1
+            elif kind is LostPdu:
+                conns[ev.conn][16] += 1
+            found = feed(ev)
+            if found:
+                findings.extend(found)
+            if len(pdus) >= batch_rows:
+                yield table.columns(pdus, msgs)
+                pdus.clear()
+                msgs.clear()
+
+    with _decoded_once() as last:
+        try:
+            with open_capture(path) as reader:
+                yield from run(stream.feed_frames(reader), last)
+        except CaptureError as exc:
+            summary.error = str(exc)
+            error = exc
+        yield from run(stream.finish(), last)
+        last[0] = last[1] = None
+    if pdus:
+        yield table.columns(pdus, msgs)
+    findings += analyzer.finish()
+    findings.sort(key=Finding.sort_key)
+    result.append(WholeFile(path, findings, summary, count,
+                            [ConnRow(*r) for r in conns.values()], table.stream_rows(), error))
 
 
 # -- the whole thing in one process ------------------------------------------------------------
@@ -523,14 +773,18 @@ __all__ = [
     "END",
     "FINDING_COLUMNS",
     "MESSAGE_COLUMNS",
+    "STREAM_COLUMNS",
     "ChunkStats",
     "ConnRow",
     "FileAnalysis",
     "FileResult",
     "FileTotals",
     "FlowResult",
+    "MessageColumns",
     "SegmentRow",
     "TcpClock",
+    "WholeFile",
+    "analyze_whole",
     "clock_for",
     "dumps",
     "expand_inputs",

@@ -19,6 +19,7 @@ rollback, add-stream correlation) need every connection of the file in capture o
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -28,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from ..capture.readers import CaptureError, open_capture
 from ..reassembly.pdus import Options, Summary
 from . import core
 from .chunks import DEFAULT_CHUNK_SIZE, index_file
@@ -178,9 +180,16 @@ def _schemas():
                  "key": S, "layout": S, "fields": S, "names": S, "problems": SA,
                  "capture_file": S}
     message = make([(c, msg_types[c]) for c in core.MESSAGE_COLUMNS])
+    stream_types = {"capture_file": S, "connection": I, "vbucket": I, "stream_id": I,
+                    "first_time": S, "last_time": S}
+    types = {"string": S, "long": L}
     return {"chunk": chunk, "seg": seg, "event": event, "analysis": analysis,
             "message": message, "finding_cols": [c for c, _ in finding_cols],
-            "conn_cols": [c for c, _ in conn_cols]}
+            "conn_cols": [c for c, _ in conn_cols], "finding": make(finding_cols),
+            "connection": make([("capture_file", S), ("connection", I)] + conn_cols),
+            "stream": make([(c, stream_types.get(c, L)) for c in core.STREAM_COLUMNS]),
+            "error": make([(c, types[t]) for c, t in _ERROR_COLUMNS]),
+            "file": make([(c, types[t]) for c, t in _FILE_COLUMNS])}
 
 
 class _Batcher:
@@ -230,10 +239,113 @@ class PipelineResult(NamedTuple):
     errors: list              # rows of the errors table (dicts)
     out: str
     timings: dict
+    whole: frozenset = frozenset()   # files analysed whole, one task each
 
 
 def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+
+def _probe(path: str, chunk_size: int):
+    """(read whole?, open error): a file is read whole in one task when it is compressed
+    or fits in one chunk."""
+    try:
+        reader = open_capture(path)
+    except CaptureError as exc:
+        return False, exc
+    with reader:
+        compressed, size = reader.compressed, reader.size
+    return compressed or size is None or size <= chunk_size, None
+
+
+def _local_dir(spark, out: str) -> str | None:
+    """The directory behind ``out`` when it is on this machine and the master is local
+    (tasks can then write their Parquet files there themselves), else None."""
+    if not spark.sparkContext.master.startswith("local"):
+        return None
+    if out.startswith("file:"):
+        return "/" + out[5:].lstrip("/")
+    if "://" in out:
+        return None
+    default_fs = spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS") or "file:///"
+    return os.path.abspath(out) if default_fs.startswith("file:") else None
+
+
+def _collector():
+    from pyspark.accumulators import AccumulatorParam
+
+    class Collect(AccumulatorParam):
+        def zero(self, value):
+            return []
+
+        def addInPlace(self, a, b):
+            a.extend(b)
+            return a
+
+    return Collect()
+
+
+def _message_batch(cols: dict, schema):
+    """One Arrow record batch of ``messages`` rows from :class:`core.MessageColumns`."""
+    import pyarrow as pa
+    arrays = []
+    for f in schema:
+        values = cols[f.name]
+        if pa.types.is_decimal(f.type):         # cas: unsigned 64-bit
+            arrays.append(pa.array(values, pa.uint64()).cast(f.type))
+        else:
+            arrays.append(pa.array(values, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class _PartWriter:
+    """Writes record batches to one Parquet file, in row groups of about ``rows`` rows;
+    the file is only created for a first row."""
+
+    def __init__(self, where: str, schema, rows: int = 1 << 17):
+        self.where, self.schema, self.rows = where, schema, rows
+        self.pending: list = []
+        self.count = 0
+        self.writer = None
+
+    def add(self, batch) -> None:
+        self.pending.append(batch)
+        self.count += batch.num_rows
+        if self.count >= self.rows:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        if self.pending:
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.where, self.schema)
+            self.writer.write_table(pa.Table.from_batches(self.pending, self.schema))
+        self.pending, self.count = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _write_table(spark, out: str, local: str | None, name: str, table, rows: list) -> None:
+    """Replace table ``name`` under ``out`` with ``rows`` (tuples in the order of the
+    table's columns): written here with pyarrow when ``out`` is local, else by Spark."""
+    spark_schema, arrow_schema = table
+    if local is None:
+        spark.createDataFrame(rows, spark_schema).coalesce(1).write.mode("overwrite").parquet(
+            f"{out}/{name}")
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    where = os.path.join(local, name)
+    shutil.rmtree(where, ignore_errors=True)
+    os.makedirs(where)
+    cols = list(zip(*rows)) if rows else [[] for _ in arrow_schema]
+    pq.write_table(pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(cols, arrow_schema)],
+                                        schema=arrow_schema), os.path.join(where, "part-00000.parquet"))
 
 
 def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None = None,
@@ -241,11 +353,10 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                  progress: Callable[[str], None] | None = _stderr,
                  index_on_executors: bool | None = None) -> PipelineResult:
     """Run the pipeline on ``inputs`` (files, directories, globs) and write the Parquet
-    tables under ``out``; return what the CLI prints. The index pass runs as a Spark job
-    when ``index_on_executors`` (default: from ``INDEX_ON_EXECUTORS`` files on)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
+    tables under ``out``; return what the CLI prints. Files that are compressed or fit in
+    one chunk are analysed whole, one task each; larger ones go through the chunked stages.
+    Their index pass runs as a Spark job when ``index_on_executors`` (default: from
+    ``INDEX_ON_EXECUTORS`` files on)."""
     say = progress or (lambda _t: None)
     options = options or Options()
     sch = _schemas()
@@ -257,7 +368,121 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if not paths:
         say("pipeline: no capture files")
         return PipelineResult([], {}, {}, {}, [], out, timings)
+    local = _local_dir(spark, out)
+    state = _State(paths)
+    whole, split = [], []
+    for p in paths:
+        is_whole, error = _probe(p, chunk_size)
+        if error is not None:
+            state.errors.append(_error_row(error, "index", None, None))
+            state.totals[p].errors.append(error)
+        else:
+            (whole if is_whole else split).append(p)
+    timings["probe"] = time.monotonic() - t0
+    if local is not None:
+        shutil.rmtree(os.path.join(local, "messages"), ignore_errors=True)
+        os.makedirs(os.path.join(local, "messages"))
+    if whole:
+        t1 = time.monotonic()
+        say(f"pipeline: {len(whole)} file(s) analysed whole, one task each")
+        _run_whole(spark, whole, out, local, options, sch, state)
+        timings["whole files"] = time.monotonic() - t1
+    if split:
+        _run_chunked(spark, split, out, options, chunk_size, sch, state, say, timings,
+                     index_on_executors, append=bool(whole))
+    if (not whole and not split) or (local is not None
+                                     and not os.listdir(os.path.join(local, "messages"))):
+        _write_table(spark, out, local, "messages", sch["message"], [])
+
+    t2 = time.monotonic()
+    summaries = {p: state.whole[p].summary if p in state.whole else state.totals[p].summary()
+                 for p in paths}
+    findings = {p: state.findings.get(p, []) for p in paths}
+    counts = {p: state.counts.get(p, 0) for p in paths}
+    state.streams.sort(key=lambda r: (r[0], r[1], r[2], r[3] is not None, r[3] or 0))
+    files = [_file_row(summaries[p], len(findings[p]), counts[p]) for p in paths]
+    for name, key, rows in (("findings", "finding", [r for p in paths for r in state.finding_rows[p]]),
+                            ("connections", "connection", [r for p in paths for r in state.conn_rows[p]]),
+                            ("streams", "stream", state.streams),
+                            ("errors", "error", [tuple(e[c] for c, _ in _ERROR_COLUMNS)
+                                                 for e in state.errors]),
+                            ("files", "file", [tuple(f[c] for c, _ in _FILE_COLUMNS) for f in files])):
+        _write_table(spark, out, local, name, sch[key], rows)
+    timings["tables"] = time.monotonic() - t2
+    timings["total"] = time.monotonic() - t0
+    say(f"pipeline: done in {timings['total']:.1f} s; tables under {out}")
+    return PipelineResult(paths, findings, summaries, counts, state.errors, out, timings,
+                          frozenset(whole))
+
+
+class _State:
+    """What the driver gathers for the small tables and the CLI."""
+
+    def __init__(self, paths: list[str]):
+        self.totals = {p: core.FileTotals(p) for p in paths}
+        self.whole: dict = {}
+        self.errors: list = []
+        self.findings: dict = defaultdict(list)
+        self.counts: dict = defaultdict(int)
+        self.finding_rows: dict = defaultdict(list)
+        self.conn_rows: dict = defaultdict(list)
+        self.streams: list = []
+
+
+def _run_whole(spark, files: list[str], out: str, local: str | None, options: Options,
+               sch: dict, state: _State) -> None:
+    """One task per file, the largest first: :func:`core.analyze_whole`. The messages go
+    straight to Parquet (written by the task when ``out`` is local, else by Spark); the
+    rest comes back through an accumulator."""
     sc = spark.sparkContext
+    files = sorted(files, key=lambda p: -os.path.getsize(p))
+    message_schema = sch["message"][1]
+    collected = sc.accumulator([], _collector())
+    where = os.path.join(local, "messages") if local is not None else None
+
+    def per_file(batches):
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                path = files[i]
+                writer = None if where is None else _PartWriter(
+                    os.path.join(where, f"part-{i:05d}-whole.parquet"), message_schema)
+                result: list = []
+                for cols in core.analyze_whole(path, options, result):
+                    b = _message_batch(cols, message_schema)
+                    if writer is None:
+                        yield b
+                    else:
+                        writer.add(b)
+                if writer is not None:
+                    writer.close()
+                collected.add([core.dumps(result[0])])
+
+    df = spark.range(len(files), numPartitions=len(files)).mapInArrow(per_file, sch["message"][0])
+    if where is None:
+        df.write.mode("overwrite").parquet(f"{out}/messages")
+    else:
+        df.collect()
+    for blob in collected.value:
+        w = core.loads(blob)
+        state.whole[w.path] = w
+        state.findings[w.path] = w.findings
+        state.counts[w.path] = w.messages
+        state.finding_rows[w.path] = [core.finding_row(w.path, f) for f in w.findings]
+        state.conn_rows[w.path] = [(w.path,) + tuple(c) for c in w.connections]
+        state.streams += w.streams
+        if w.error is not None:
+            state.errors.append(_error_row(w.error, "read", 0, 1))
+
+
+def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size: int,
+                 sch: dict, state: _State, say, timings: dict, index_on_executors: bool | None,
+                 append: bool) -> None:
+    """The chunked stages (index, A, B, C, messages, streams) for files larger than a chunk."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    sc = spark.sparkContext
+    t0 = time.monotonic()
     if index_on_executors is None:
         index_on_executors = len(paths) >= INDEX_ON_EXECUTORS
     if index_on_executors:
@@ -352,11 +577,10 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
 
     n_files = max(1, len(paths))
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    results: dict = {p: core.FileTotals(p) for p in paths}
-    errors: list = []
+    results = state.totals
     for idx in indexes:
         if idx.error is not None:
-            errors.append(_error_row(idx.error, "index", None, None))
+            state.errors.append(_error_row(idx.error, "index", None, None))
             results[idx.path].errors.append(idx.error)
 
     t1 = time.monotonic()
@@ -376,7 +600,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
         if kind == "meta":
             results[path].add_chunk(item)
             if item.error is not None:
-                errors.append(_error_row(item.error, "read", item.offset, item.first_frame))
+                state.errors.append(_error_row(item.error, "read", item.offset, item.first_frame))
         else:
             results[path].add_flow(item)
     timings["segments+events"] = time.monotonic() - t1
@@ -390,48 +614,35 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                 .sortWithinPartitions("capture_file", "k_frame", "k_phase", "k_sub", "k_sub2",
                                       "k_seq")
                 .select("capture_file", "flow", "blob")
-                .mapInArrow(stage_c, sch["analysis"][0])
-                .persist(StorageLevel.MEMORY_AND_DISK))
-    findings: dict = defaultdict(list)
+                .mapInArrow(stage_c, sch["analysis"][0]))
     ids: dict = {}
-    counts: dict = defaultdict(int)
+    finding_cols = sch["finding_cols"]
+    conn_cols = ["capture_file", "connection"] + sch["conn_cols"]
     for row in analysis.collect():
+        path = row["capture_file"]
         if row["kind"] == "finding":
-            findings[row["capture_file"]].append(core.finding_from_row(row.asDict()))
+            state.findings[path].append(core.finding_from_row(row.asDict()))
+            state.finding_rows[path].append(tuple(row[c] for c in finding_cols))
         else:
-            ids[row["capture_file"], row["flow"], row["local_conn"]] = row["connection"]
-            counts[row["capture_file"]] += row["messages_c2s"] + row["messages_s2c"]
-    (analysis.filter(F.col("kind") == "finding").select(*sch["finding_cols"])
-     .write.mode("overwrite").parquet(f"{out}/findings"))
-    (analysis.filter(F.col("kind") == "connection")
-     .select("capture_file", "connection", *sch["conn_cols"])
-     .write.mode("overwrite").parquet(f"{out}/connections"))
+            ids[path, row["flow"], row["local_conn"]] = row["connection"]
+            state.counts[path] += row["messages_c2s"] + row["messages_s2c"]
+            state.conn_rows[path].append(tuple(row[c] for c in conn_cols))
     timings["analysis"] = time.monotonic() - t2
 
     t3 = time.monotonic()
     say("pipeline: messages and streams")
     b_ids = sc.broadcast(ids)
     (events.filter(F.col("etype") == "Pdu").select("capture_file", "flow", "conn", "blob")
-     .mapInArrow(messages, sch["message"][0]).write.mode("overwrite").parquet(f"{out}/messages"))
-    _streams(spark.read.parquet(f"{out}/messages"), F).write.mode("overwrite").parquet(
-        f"{out}/streams")
+     .mapInArrow(messages, sch["message"][0])
+     .write.mode("append" if append else "overwrite").parquet(f"{out}/messages"))
+    msgs = spark.read.parquet(f"{out}/messages")
+    if append:
+        msgs = msgs.filter(F.col("capture_file").isin(paths))
+    state.streams += [tuple(r) for r in _streams(msgs, F).collect()]
     timings["messages"] = time.monotonic() - t3
-
-    summaries = {}
-    for p in paths:
-        s = results[p].summary()
-        summaries[p] = s
-    _write_small(spark, f"{out}/errors", errors, _ERROR_COLUMNS)
-    _write_small(spark, f"{out}/files", [_file_row(summaries[p], len(findings.get(p, ())),
-                                                   counts.get(p, 0)) for p in paths], _FILE_COLUMNS)
     events.unpersist()
-    analysis.unpersist()
     b_ids.unpersist()
     b_clocks.unpersist()
-    timings["total"] = time.monotonic() - t0
-    say(f"pipeline: done in {timings['total']:.1f} s; tables under {out}")
-    return PipelineResult(paths, {p: findings.get(p, []) for p in paths}, summaries,
-                          {p: counts.get(p, 0) for p in paths}, errors, out, timings)
 
 
 def _streams(msgs, F):
@@ -478,9 +689,3 @@ def _file_row(s: Summary, findings: int, messages: int) -> dict:
             "gap_bytes": s.gap_bytes, "resyncs": s.resyncs, "lost_pdus": s.lost_pdus,
             "tls_connections": s.tls_connections, "findings": findings, "error": s.error,
             "tcp": core._json(s.tcp)}
-
-
-def _write_small(spark, where: str, rows: list, columns) -> None:
-    schema = ", ".join(f"{n} {t}" for n, t in columns)
-    data = [tuple(r[n] for n, _ in columns) for r in rows]
-    spark.createDataFrame(data, schema).coalesce(1).write.mode("overwrite").parquet(where)
