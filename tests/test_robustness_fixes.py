@@ -91,3 +91,14 @@ def test_sequence_jump_beyond_any_window_is_reported_and_decoding_continues(tmp_
         findings, summary = analyze_file(str(path))
         assert [f.rule for f in findings if f.rule.startswith("tcp-")] == ["tcp-seq-jump"]
         assert summary.tcp["seq_jumps"] == 1 and summary.tcp["retransmissions"] == 0
+
+
+def test_timestamps_beyond_year_9999_are_formatted():
+    """A corrupt pcapng timestamp (year 20291) made iso_time raise ValueError."""
+    import datetime as dt
+
+    from dcpdissect.reports.messages import _civil, iso_time
+    for secs in (0, 1_700_000_000, -86400 * 366, 951_782_400, 253_402_300_799):
+        assert _civil(secs) == dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    assert iso_time(578_200_000_000 * 10**9).startswith("20292-")
+    assert iso_time(-10**27).endswith("Z")

@@ -12,8 +12,26 @@ DIRECTIONS = ("c2s", "s2c")
 
 def iso_time(ts_ns: int) -> str:
     secs, ns = divmod(ts_ns, 1_000_000_000)
-    stamp = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        stamp = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        stamp = _civil(secs)        # beyond datetime's years 1..9999 (corrupt timestamps)
     return f"{stamp}.{ns:09d}Z"
+
+
+def _civil(secs: int) -> str:
+    """UTC date and time of any epoch second, proleptic Gregorian (H. Hinnant's algorithm)."""
+    days, rem = divmod(secs, 86400)
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    return f"{year:04d}-{month:02d}-{day:02d}T{rem // 3600:02d}:{rem // 60 % 60:02d}:{rem % 60:02d}"
 
 
 def key_text(key: bytes) -> str:
