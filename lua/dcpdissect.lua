@@ -781,16 +781,23 @@ local function dissect_frame_infos(tvb, tree, m, start, stop)
   end
 end
 
+local prefixes, n_prefixes = {}, 0   -- "DcpMutation vb:3" by magic, opcode, vbucket/status
+
 local function summary(m)
-  local s
-  if SERVER_MAGIC[m.magic] then
-    s = SERVER_OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
-  else
-    s = OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
+  local key = (m.magic * 256 + m.opcode) * 65536 + (m.vbucket or m.status)
+  local s = prefixes[key]
+  if s == nil then
+    if SERVER_MAGIC[m.magic] then
+      s = SERVER_OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
+    else
+      s = OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
+    end
+    if m.request then s = s .. " vb:" .. m.vbucket
+    elseif m.status ~= 0 then s = s .. " " .. (STATUS_NAMES[m.status] or fmt("status:0x%x", m.status))
+    else s = s .. " rsp" end
+    if n_prefixes >= 4096 then prefixes, n_prefixes = {}, 0 end
+    prefixes[key], n_prefixes = s, n_prefixes + 1
   end
-  if m.request then s = s .. " vb:" .. m.vbucket
-  elseif m.status ~= 0 then s = s .. " " .. (STATUS_NAMES[m.status] or fmt("status:0x%x", m.status))
-  else s = s .. " rsp" end
   if m.stream_id then s = s .. " sid:" .. m.stream_id end
   local f = m.f
   if m.opcode == 0x56 and f.start_seqno and f.end_seqno then
@@ -837,6 +844,11 @@ local function add_expert(rule, msg)
   ti_expert(expert_node, EXPERTS[rule], "[" .. rule .. "] " .. msg)
 end
 
+-- The message being dissected: one table, refilled for every message.
+local msg = {magic = 0, opcode = 0, bodylen = 0, extlen = 0, datatype = 0, request = false,
+             f = false, framing_len = 0, keylen = 0, k_end = 0, value_len = 0, vbucket = 0,
+             status = 0, spec = false, layout = false, stream_id = false, frame_error = false}
+
 -- One message at `off`, of which `cap` bytes are captured (`plen` in all); returns its
 -- Info text. Extras fields go straight into the message's subtree.
 local function dissect_message(tvb, tree, off, cap, plen)
@@ -860,12 +872,12 @@ local function dissect_message(tvb, tree, off, cap, plen)
   local framing_len, keylen = 0, b2 * 256 + b3
   if FLEX_MAGIC[magic] then framing_len, keylen = b2, b3 end
   local k_end = framing_len + extlen + keylen
-  local m = {magic = magic, opcode = opcode, bodylen = bodylen, extlen = extlen,
-             datatype = datatype, request = request, f = {}, framing_len = framing_len,
-             keylen = keylen, k_end = k_end, value_len = bodylen - k_end,
-             vbucket = request and s1 * 256 + s2 or nil, status = (not request) and s1 * 256 + s2 or nil,
-             spec = (not server) and SHAPES[opcode] or nil, layout = nil, stream_id = nil,
-             frame_error = nil}
+  local m = msg
+  m.magic, m.opcode, m.bodylen, m.extlen, m.datatype = magic, opcode, bodylen, extlen, datatype
+  m.request, m.f, m.framing_len, m.keylen, m.k_end = request, {}, framing_len, keylen, k_end
+  m.value_len, m.spec, m.layout, m.stream_id, m.frame_error = bodylen - k_end, nil, nil, nil, nil
+  if request then m.vbucket, m.status = s1 * 256 + s2, nil else m.vbucket, m.status = nil, s1 * 256 + s2 end
+  if not server then m.spec = SHAPES[opcode] end
   local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
   ti_add(node, f_magic, tvb_range(tvb, off, 1))
   ti_add(node, server and f_server_opcode or f_opcode, tvb_range(tvb, off + 1, 1))
@@ -885,7 +897,8 @@ local function dissect_message(tvb, tree, off, cap, plen)
     end
   end
   ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
-  ti_add(node, f_bodylen, tvb_range(tvb, off + 8, 4))
+  local r_bodylen = tvb_range(tvb, off + 8, 4)
+  ti_add(node, f_bodylen, r_bodylen)
   ti_add(node, f_opaque, tvb_range(tvb, off + 12, 4))
   ti_add(node, f_cas, tvb_range(tvb, off + 16, 8))
 
@@ -900,7 +913,6 @@ local function dissect_message(tvb, tree, off, cap, plen)
   if framing_len > 0 and complete then
     dissect_frame_infos(tvb, node, m, body, body + math.min(framing_len, bodylen))
   end
-  local r_value_len = tvb_range(tvb, off + 8, 4)
   if k_end <= bodylen and complete then
     local spec, shape = m.spec, nil
     if spec then
@@ -929,7 +941,7 @@ local function dissect_message(tvb, tree, off, cap, plen)
     end
     if keylen > 0 then ti_add(node, f_key, tvb_range(tvb, body + e_end, keylen)) end
     local n = m.value_len
-    ti_set_generated(ti_add(node, f_value_len, r_value_len, n))
+    ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end
     local decoded, wanted = false, nil
     if shape and #shape.values > 0 then
@@ -973,7 +985,7 @@ local function dissect_message(tvb, tree, off, cap, plen)
       ti_set_generated(ti_add(node, spec.layout_field, m.layout))
     end
   elseif complete then
-    ti_set_generated(ti_add(node, f_value_len, r_value_len, m.value_len))
+    ti_set_generated(ti_add(node, f_value_len, r_bodylen, m.value_len))
   end
 
   local text = summary(m)
