@@ -1,3 +1,5 @@
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,3 +18,14 @@ def built():
 @pytest.fixture(scope="session")
 def samples_dir():
     return SAMPLES
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for every Spark test of the run."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from dcpdissect.pipeline.spark import spark_session
+    session = spark_session("local[2]", app_name="dcpdissect tests", conf={
+        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
+    yield session
+    session.stop()

@@ -288,14 +288,7 @@ def _spark_available() -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from dcpdissect.pipeline.spark import spark_session
-    session = spark_session("local[2]", app_name="dcpdissect tests", conf={
-        "spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
-    yield session
-    session.stop()
+# the session-scoped ``spark`` fixture is in conftest.py (shared with test_fuzz_pipeline.py)
 
 
 def spark_results(spark, paths, out, **kw):
@@ -499,3 +492,17 @@ def test_batches_are_bounded_by_rows_and_bytes():
     out += batcher.flush()
     assert [b.num_rows for b in out] == [4, 4, 4, 4, 4, 4, 1]
     assert batcher.flush() == []
+
+
+def test_message_batch_formats_time_like_iso_time():
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from dcpdissect.pipeline import spark as sp
+    from dcpdissect.reports.messages import iso_time
+    schema = sp._schemas()["message"][1]
+    for ts in ([1_700_000_000_018_830_000, 0, 86_399_999_999_999], [-1, 5], [10**20]):
+        cols = {c: [None] * len(ts) for c in core.MESSAGE_COLUMNS}
+        cols.update(ts_ns=ts, time=None, cas=[2**64 - 1] * len(ts))
+        batch = sp._message_batch(cols, schema)
+        assert batch.column("time").to_pylist() == [iso_time(t) for t in ts]
+        assert batch.column("cas").to_pylist() == [2**64 - 1] * len(ts)
