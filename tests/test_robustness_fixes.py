@@ -102,3 +102,36 @@ def test_timestamps_beyond_year_9999_are_formatted():
         assert _civil(secs) == dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     assert iso_time(578_200_000_000 * 10**9).startswith("20292-")
     assert iso_time(-10**27).endswith("Z")
+
+
+def test_closed_connections_leave_no_state(tmp_path):
+    """PduStream kept every ConnectionOpened for the whole capture (growing with the
+    number of connections in the file, not the open ones)."""
+    from dcpdissect.fuzz.gen import Flow, pcap_bytes
+    from dcpdissect.capture.readers import open_capture
+    from dcpdissect.reassembly.pdus import PduStream
+    frames = []
+    for k in range(3000):
+        f = Flow(sport=1024 + k)
+        frames += f.syn() + [f.seg(0, encode(0x5C, opaque=k))] + f.fin()
+    path = tmp_path / "sequential.pcap"
+    path.write_bytes(pcap_bytes(frames))
+    stream = PduStream()
+    peak = 0
+    with open_capture(str(path)) as reader:
+        for _ev in stream.feed_frames(reader):
+            peak = max(peak, len(stream.connections))
+    list(stream.finish())
+    assert stream.summary.connections == 3000 and peak <= 2 and not stream.connections
+
+
+def test_unanswered_stream_requests_are_bounded():
+    from dcpdissect.analysis import rollback_checks
+    from dcpdissect.reassembly.framing import Pdu
+    from dcpdissect.reassembly.connections import ConnectionOpened
+    tracker = rollback_checks.RollbackTracker()
+    opened = ConnectionOpened(1, ("10.0.0.2", 50000), ("10.0.0.1", 11210), 1, 0, False)
+    for n in range(rollback_checks.MAX_PENDING + 10):
+        data = encode(0x54, vbucket=0, opaque=n)
+        tracker.on_message(Pdu(1, 0, 0, data, (1,), 1, 0), decode(data), opened)
+    assert len(tracker.pending) == rollback_checks.MAX_PENDING

@@ -58,6 +58,9 @@ class _LastRollback:
     table: list
 
 
+MAX_PENDING = 65536       # unanswered stream / failover-log requests remembered
+
+
 class RollbackTracker:
     def __init__(self):
         self.pending: dict[tuple[int, int], _Request] = {}
@@ -77,7 +80,10 @@ class RollbackTracker:
         op = msg.opcode
         if msg.is_request:
             if op in (0x53, 0x54, 0x96) and pdu.direction == 0:
-                self.pending[(pdu.conn, msg.opaque)] = _Request(op, msg.vbucket, msg.fields, pdu, msg)
+                pending = self.pending
+                if len(pending) >= MAX_PENDING:      # never answered: forget the oldest
+                    del pending[next(iter(pending))]
+                pending[(pdu.conn, msg.opaque)] = _Request(op, msg.vbucket, msg.fields, pdu, msg)
                 if op == 0x53 and "start_seqno" in msg.fields:
                     return self._check_request(pdu, msg, opened)
             elif pdu.direction == 1 and msg.vbucket is not None:

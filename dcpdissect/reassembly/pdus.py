@@ -130,6 +130,7 @@ class PduStream:
                         self._tally(out)
                         yield from out
                 yield ev
+                self.connections.pop(ev.conn, None)     # state per open connection only
             else:
                 yield ev
 
