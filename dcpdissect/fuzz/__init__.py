@@ -274,7 +274,7 @@ def _work(args) -> Report:
 def run(inputs: int, seed: int = 1, jobs: int = 1, *, batch: int = 2000, time_limit: float = 10.0,
         mem_limit: int = 512 << 20, trace_every: int = 50, scapy: bool = True,
         address_space: int | None = 4 << 30, crash_dir: str | None = None,
-        progress=None) -> Report:
+        batch_timeout: float = 900.0, progress=None) -> Report:
     """Run inputs ``0 .. inputs-1`` of ``seed``; failing inputs are written to ``crash_dir``."""
     kw = dict(time_limit=time_limit, mem_limit=mem_limit, trace_every=trace_every, scapy=scapy)
     tasks = [(seed, s, min(batch, inputs - s), dict(kw)) for s in range(0, inputs, batch)]
@@ -290,7 +290,18 @@ def run(inputs: int, seed: int = 1, jobs: int = 1, *, batch: int = 2000, time_li
         pool = ctx.Pool(jobs, maxtasksperchild=50)
         results = pool.imap_unordered(_work, tasks)
     try:
-        for rep in results:
+        for _ in tasks:
+            if pool is None:
+                rep = next(results)
+            else:
+                try:        # a worker killed outright (or stuck in C code) stops reporting
+                    rep = results.next(timeout=batch_timeout)
+                except multiprocessing.TimeoutError:
+                    total.hangs += 1
+                    total.failures.append(Failure(-1, "hang", "worker", "batch",
+                                                  f"a worker reported nothing for {batch_timeout} s"))
+                    pool.terminate()
+                    break
             total.merge(rep)
             total.seconds = time.perf_counter() - t0
             if crash_dir:
