@@ -135,3 +135,23 @@ def test_unanswered_stream_requests_are_bounded():
         data = encode(0x54, vbucket=0, opaque=n)
         tracker.on_message(Pdu(1, 0, 0, data, (1,), 1, 0), decode(data), opened)
     assert len(tracker.pending) == rollback_checks.MAX_PENDING
+
+
+def test_resync_skips_a_fake_header_waiting_for_a_huge_body():
+    """After garbage, a plausible header claiming a 20 MB body, then 70 000 one-segment
+    messages: the framer does not hold them all waiting for the body; it gives up the
+    candidate and frames every message."""
+    import struct
+
+    from dcpdissect.reassembly.framing import MAX_PDU_SEGMENTS, Pdu, PduFramer
+    fake = struct.pack(">BBHBBHIIQ", 0x80, 0x57, 0, 0, 0, 0, 20_000_000, 0, 0)
+    noop = encode(0x5C, opaque=1)
+    framer = PduFramer(1, 1, in_sync=False)
+    out = framer.data(0, b"\x00" * 10 + fake, 1, 0)
+    off = 10 + len(fake)
+    for k in range(70_000):
+        out += framer.data(off, noop, k + 2, 0)
+        off += len(noop)
+        assert len(framer.chunks) <= MAX_PDU_SEGMENTS + 1
+    out += framer.close()
+    assert sum(type(e) is Pdu for e in out) == 70_000

@@ -160,8 +160,9 @@ class PduFramer:
 
     # -- internals ----------------------------------------------------------------------
     def _give_up(self, out: list) -> None:
-        """Too many segments carry the unfinished PDU (or unconfirmed header): drop it and
-        skip its remaining bytes, so that per-direction state stays bounded."""
+        """Too many segments carry the unfinished PDU: drop it and skip its remaining
+        bytes; or an unconfirmed header (resync) waits too long: try the next candidate.
+        Per-direction state stays bounded."""
         buf = self.buf
         if self.in_sync and len(buf) >= HEADER_SIZE:
             need = HEADER_SIZE + _BODYLEN(buf, 8)[0]
@@ -169,8 +170,10 @@ class PduFramer:
                                self.last_frame, self.last_ts))
             self.skip_to = self.base + need
             self._reset(self.base + len(buf))
-        else:
-            self._discard(len(buf))
+        else:       # an unconfirmed header waits for its body: skip it, scan on
+            while len(self.chunks) > MAX_PDU_SEGMENTS and not self.in_sync and self.buf:
+                self._discard(1)
+                out += self._drain(final=False)
 
     def _reset(self, offset: int) -> None:
         self.buf = bytearray()
