@@ -500,7 +500,7 @@ def test_message_batch_formats_time_like_iso_time():
     from dcpdissect.pipeline import spark as sp
     from dcpdissect.reports.messages import iso_time
     schema = sp._schemas()["message"][1]
-    for ts in ([1_700_000_000_018_830_000, 0, 86_399_999_999_999], [-1, 5], [10**20]):
+    for ts in ([1_700_000_000_018_830_000, 0, 86_399_999_999_999], [-1, 5], [2**63 - 1]):
         cols = {c: [None] * len(ts) for c in core.MESSAGE_COLUMNS}
         cols.update(ts_ns=ts, time=None, cas=[2**64 - 1] * len(ts))
         batch = sp._message_batch(cols, schema)

@@ -44,7 +44,7 @@ from ..analysis.findings import Finding
 from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
-from ..protocol import TLS_PORTS
+from ..protocol import SERVER_MAGICS, TLS_PORTS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
@@ -493,8 +493,8 @@ STREAM_COLUMNS = ("capture_file", "connection", "vbucket", "stream_id", "message
                   "min_seqno", "max_seqno", "first_frame", "last_frame", "first_time",
                   "last_time")
 STREAM_OPCODES = frozenset(range(0x51, 0x68)) - {0x5C, 0x5D, 0x5E}
-_STREAM_COUNTED = {"DcpSnapshotMarker": 1, "DcpMutation": 2, "DcpDeletion": 3,
-                   "DcpExpiration": 4, "DcpStreamEnd": 5}
+_STREAM_COUNTED = {0x56: 1, 0x57: 2, 0x58: 3, 0x59: 4, 0x55: 5}   # marker, mutation, deletion,
+#                                                                    expiration, stream end
 _INT64 = 1 << 63
 
 
@@ -535,8 +535,10 @@ class MessageColumns:
             v = cache[key] = make(key)
         return v
 
-    def columns(self, pdus: list, msgs: list) -> dict:
-        """Column name → list of values for these messages; also counts their streams."""
+    def columns(self, pdus: list, msgs: list, time: bool = True) -> dict:
+        """Column name → list of values for these messages (``time`` left out unless
+        asked for: it follows from ``ts_ns``, see :func:`iso_time`); also counts their
+        streams."""
         from ..protocol import MAGICS, STATUS, opcode_name
         look = self._lookup
         dump = _json_fast
@@ -545,7 +547,7 @@ class MessageColumns:
             "capture_file": [self.path] * len(pdus),
             "frame": [p.frame for p in pdus],
             "frames": [p.frames for p in pdus],
-            "time": [self._time(p.ts_ns) for p in pdus],
+            "time": [self._time(p.ts_ns) for p in pdus] if time else None,
             "ts_ns": [p.ts_ns for p in pdus],
             "connection": [p.conn for p in pdus],
             "direction": [DIRECTIONS[p.direction] for p in pdus],
@@ -576,29 +578,28 @@ class MessageColumns:
             "names": [self._names(m) for m in msgs],
             "problems": [list(m.problems) for m in msgs],
         }
-        self._count_streams(cols, msgs)
+        self._count_streams(pdus, msgs)
         return cols
 
-    def _count_streams(self, cols: dict, msgs: list) -> None:
+    def _count_streams(self, pdus: list, msgs: list) -> None:
         streams = self.streams
         ops = STREAM_OPCODES
-        conn, vbs, sids = cols["connection"], cols["vbucket"], cols["stream_id"]
-        frames, times, names = cols["frame"], cols["time"], cols["opcode_name"]
-        for i, (d, op, req, vb) in enumerate(zip(cols["direction"], cols["opcode"],
-                                                 cols["request"], vbs)):
-            if d != "s2c" or not req or vb is None or op not in ops:
+        counted = _STREAM_COUNTED
+        for p, m in zip(pdus, msgs):
+            vb = m.vbucket
+            if p.direction != 1 or vb is None or not m.is_request or m.opcode not in ops:
                 continue
-            key = (conn[i], vb, sids[i])
-            frame, when = frames[i], times[i]
-            seqno = msgs[i].fields.get("by_seqno")
+            key = (p.conn, vb, m.stream_id)
+            frame, ts = p.frame, p.ts_ns
+            seqno = m.fields.get("by_seqno")
             if type(seqno) is not int or not -_INT64 <= seqno < _INT64:
                 seqno = None
             row = streams.get(key)
             if row is None:
-                row = streams[key] = [0, 0, 0, 0, 0, 0, seqno, seqno, frame, frame, when, when]
+                row = streams[key] = [0, 0, 0, 0, 0, 0, seqno, seqno, frame, frame, ts, ts]
             row[0] += 1
-            k = _STREAM_COUNTED.get(names[i])
-            if k is not None:
+            k = counted.get(m.opcode)
+            if k is not None and m.magic not in SERVER_MAGICS:
                 row[k] += 1
             if seqno is not None:
                 if row[6] is None or seqno < row[6]:
@@ -609,15 +610,16 @@ class MessageColumns:
                 row[8] = frame
             elif frame > row[9]:
                 row[9] = frame
-            if when < row[10]:
-                row[10] = when
-            elif when > row[11]:
-                row[11] = when
+            if ts < row[10]:
+                row[10] = ts
+            elif ts > row[11]:
+                row[11] = ts
 
     def stream_rows(self) -> list[tuple]:
         """The file's ``streams`` rows (:data:`STREAM_COLUMNS`), ordered like the table."""
         keys = sorted(self.streams, key=lambda k: (k[0], k[1], k[2] is not None, k[2] or 0))
-        return [(self.path,) + k + tuple(self.streams[k]) for k in keys]
+        return [(self.path,) + k + tuple(self.streams[k][:10])
+                + (iso_time(self.streams[k][10]), iso_time(self.streams[k][11])) for k in keys]
 
 
 class WholeFile(NamedTuple):
@@ -649,11 +651,12 @@ def _decoded_once():
 
 
 def analyze_whole(path: str, options: Options | None, result: list,
-                  batch_rows: int = 4096) -> Iterator[dict]:
+                  batch_rows: int = 4096, time: bool = True) -> Iterator[dict]:
     """A file read whole in one pass, exactly as ``analyze`` reads it: yields the
     ``messages`` rows (:meth:`MessageColumns.columns`) every ``batch_rows`` messages and,
     when exhausted, appends a :class:`WholeFile` (findings, summary, connection and stream
-    rows) to ``result``. Each message is decoded once, for the Analyzer and the rows."""
+    rows) to ``result``. Each message is decoded once, for the Analyzer and the rows.
+    ``time=False`` leaves the ``time`` column to the caller."""
     summary = Summary(path=path)
     stream = PduStream(options, summary)
     analyzer = Analyzer()
@@ -695,7 +698,7 @@ def analyze_whole(path: str, options: Options | None, result: list,
             if found:
                 findings.extend(found)
             if len(pdus) >= batch_rows:
-                yield table.columns(pdus, msgs)
+                yield table.columns(pdus, msgs, time)
                 pdus.clear()
                 msgs.clear()
 
@@ -709,7 +712,7 @@ def analyze_whole(path: str, options: Options | None, result: list,
         yield from run(stream.finish(), last)
         last[0] = last[1] = None
     if pdus:
-        yield table.columns(pdus, msgs)
+        yield table.columns(pdus, msgs, time)
     findings += analyzer.finish()
     findings.sort(key=Finding.sort_key)
     result.append(WholeFile(path, findings, summary, count,

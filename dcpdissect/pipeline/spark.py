@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from ..capture.readers import CaptureError, open_capture
 from ..reassembly.pdus import Options, Summary
+from ..reports.messages import iso_time
 from . import core
 from .chunks import DEFAULT_CHUNK_SIZE, index_file
 
@@ -286,12 +287,25 @@ def _collector():
     return Collect()
 
 
+_MAX_TS = 253402300799 * 1_000_000_000      # 9999-12-31T23:59:59Z
+
+
 def _message_batch(cols: dict, schema):
-    """One Arrow record batch of ``messages`` rows from :class:`core.MessageColumns`."""
+    """One Arrow record batch of ``messages`` rows from :class:`core.MessageColumns`
+    (``time``, when missing, formatted here from ``ts_ns`` like :func:`iso_time`)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     arrays = []
     for f in schema:
         values = cols[f.name]
+        if f.name == "time" and values is None:
+            ts = cols["ts_ns"]
+            if ts and 0 <= min(ts) and max(ts) <= _MAX_TS:
+                stamps = pa.array(ts, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
+                arrays.append(pc.binary_join_element_wise(
+                    pc.strftime(stamps, format="%Y-%m-%dT%H:%M:%S"), "Z", ""))
+                continue
+            values = [iso_time(t) for t in ts]
         if pa.types.is_decimal(f.type):         # cas: unsigned 64-bit
             arrays.append(pa.array(values, pa.uint64()).cast(f.type))
         else:
@@ -441,13 +455,15 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
     where = os.path.join(local, "messages") if local is not None else None
 
     def per_file(batches):
+        import gc
+        gc.set_threshold(50_000, *gc.get_threshold()[1:])    # fewer collections in the pass
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 path = files[i]
                 writer = None if where is None else _PartWriter(
                     os.path.join(where, f"part-{i:05d}-whole.parquet"), message_schema)
                 result: list = []
-                for cols in core.analyze_whole(path, options, result):
+                for cols in core.analyze_whole(path, options, result, time=False):
                     b = _message_batch(cols, message_schema)
                     if writer is None:
                         yield b
