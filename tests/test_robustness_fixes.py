@@ -99,7 +99,7 @@ def test_timestamps_beyond_year_9999_are_formatted():
 
     from dcpdissect.reports.messages import _civil, iso_time
     for secs in (0, 1_700_000_000, -86400 * 366, 951_782_400, 253_402_300_799):
-        assert _civil(secs) == dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        assert _civil(secs) == dt.datetime.fromtimestamp(secs, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     assert iso_time(578_200_000_000 * 10**9).startswith("20292-")
     assert iso_time(-10**27).endswith("Z")
 
@@ -107,8 +107,8 @@ def test_timestamps_beyond_year_9999_are_formatted():
 def test_closed_connections_leave_no_state(tmp_path):
     """PduStream kept every ConnectionOpened for the whole capture (growing with the
     number of connections in the file, not the open ones)."""
-    from dcpdissect.fuzz.gen import Flow, pcap_bytes
     from dcpdissect.capture.readers import open_capture
+    from dcpdissect.fuzz.gen import Flow, pcap_bytes
     from dcpdissect.reassembly.pdus import PduStream
     frames = []
     for k in range(3000):
@@ -127,8 +127,8 @@ def test_closed_connections_leave_no_state(tmp_path):
 
 def test_unanswered_stream_requests_are_bounded():
     from dcpdissect.analysis import rollback_checks
-    from dcpdissect.reassembly.framing import Pdu
     from dcpdissect.reassembly.connections import ConnectionOpened
+    from dcpdissect.reassembly.framing import Pdu
     tracker = rollback_checks.RollbackTracker()
     opened = ConnectionOpened(1, ("10.0.0.2", 50000), ("10.0.0.1", 11210), 1, 0, False)
     for n in range(rollback_checks.MAX_PENDING + 10):
@@ -155,3 +155,41 @@ def test_resync_skips_a_fake_header_waiting_for_a_huge_body():
         assert len(framer.chunks) <= MAX_PDU_SEGMENTS + 1
     out += framer.close()
     assert sum(type(e) is Pdu for e in out) == 70_000
+
+
+def test_stream_request_with_a_non_integer_sid(tmp_path):
+    """A stream request value {"sid": [7]} made the stream key unhashable (TypeError); a
+    deeply nested value or purge_seqno 1e999 raised RecursionError / OverflowError."""
+    from dcpdissect.analysis.run import analyze_file
+    from dcpdissect.fuzz.gen import Flow, pcap_bytes
+    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+    for value in (b'{"sid":[7]}', b'{"sid":{"a":1}}', b'{"sid":"7"}', b'{"sid":70000}', b'[1]',
+                  b'{"purge_seqno":1e999}', b'{"purge_seqno":[1]}',
+                  b'{"sid":' * 5000):
+        f = Flow()
+        frames = f.syn() + [f.seg(0, dcp_open("x", 1, 1)), f.seg(1, ok(0x50, 1)),
+                            f.seg(0, stream_req(0, 0x10, value=value)),
+                            f.seg(1, failover(0x10, (1, 0)))]
+        path = tmp_path / "sid.pcap"
+        path.write_bytes(pcap_bytes(frames))
+        findings, summary = analyze_file(str(path))
+        assert summary.error is None
+
+
+def test_streams_per_connection_are_bounded():
+    from dcpdissect.analysis import streams
+    from dcpdissect.reassembly.connections import ConnectionOpened
+    from dcpdissect.reassembly.framing import Pdu
+    from dcpdissect.samples.builder import stream_req
+    tracker = streams.StreamTracker()
+    opened = ConnectionOpened(1, ("10.0.0.2", 50000), ("10.0.0.1", 11210), 1, 0, False)
+    tracker.on_open(opened)
+    limit = streams.MAX_STREAMS
+    streams.MAX_STREAMS = 50
+    try:
+        for vb in range(120):
+            data = stream_req(vb, 0x1000 + vb)
+            tracker.on_message(Pdu(1, 0, 0, data, (1,), 1, 0), decode(data), opened)
+        assert len(tracker.conns[1].streams) == 50
+    finally:
+        streams.MAX_STREAMS = limit

@@ -221,5 +221,5 @@ def request_purge_seqno(msg) -> int | None:
     try:
         value = json.loads(bytes(msg.value))
         return int(value["purge_seqno"]) if isinstance(value, dict) and "purge_seqno" in value else None
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError, OverflowError):   # deep nesting, 1e999
         return None

@@ -114,6 +114,7 @@ MAX_PER_RULE = 10        # findings per stream and rule
 MAX_PENDING = 4096       # unanswered requests remembered per connection
 MAX_RESUME = 65536       # (consumer, vbucket) resume points remembered
 MAX_ERRORS = 100         # consumer error findings held per connection until it closes
+MAX_STREAMS = 65536      # streams (and unknown stream keys) tracked per connection
 
 
 class Snap:
@@ -292,6 +293,8 @@ class StreamTracker:
                 sid = json.loads(bytes(msg.value)).get("sid")
             except (ValueError, AttributeError, RecursionError):
                 sid = None
+            if type(sid) is not int or not 0 <= sid <= 0xFFFF:
+                sid = None          # the server rejects anything but a 16-bit id
             if c.hello is not None and HELLO_COLLECTIONS not in c.hello and not c.tainted:
                 out.append(_finding("stream-request-value-without-collections",
                                     f"{msg.value_len}-byte stream request value, but HELLO "
@@ -302,6 +305,8 @@ class StreamTracker:
         old = c.streams.get((msg.vbucket, sid))
         if old is not None and old.active:
             self._end_stream(c, old, out)
+        elif old is None and len(c.streams) >= MAX_STREAMS:    # forget the oldest stream
+            self._end_stream(c, c.streams.pop(next(iter(c.streams))), out)
         c.streams[(msg.vbucket, sid)] = st
         c.unknown.discard((msg.vbucket, sid))
         c.pending[(0x53, msg.opaque)] = st
@@ -414,7 +419,7 @@ class StreamTracker:
         if st is None or st.suppressed:
             if msg.opcode == 0x56:
                 self._label((pdu.conn, pdu.frame, pdu.offset), "unknown")
-            if st is None and key not in c.unknown and not c.tainted:
+            if st is None and key not in c.unknown and not c.tainted and len(c.unknown) < MAX_STREAMS:
                 c.unknown.add(key)
                 why = ("the capture started inside the connection" if c.mid_stream
                        else "it was not captured")
