@@ -22,9 +22,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from dcpdissect.analysis.run import analyze_file  # noqa: E402
-from dcpdissect.codec import encode  # noqa: E402
-from dcpdissect.fuzz.gen import MASK, Flow, many_connections, pcap_bytes  # noqa: E402
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.codec import encode
+from dcpdissect.fuzz.gen import MASK, Flow, many_connections, pcap_bytes
 
 
 def ooo_storm(n: int) -> bytes:

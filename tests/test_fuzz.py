@@ -10,15 +10,23 @@ import random
 import struct
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dcpdissect import fuzz
 from dcpdissect.analysis.structural import check_message
 from dcpdissect.capture.packets import SUPPORTED_LINKTYPES, decode_packet
 from dcpdissect.capture.readers import CaptureError, open_capture
 from dcpdissect.codec import decode, encode
-from dcpdissect.fuzz.gen import (Flow, make_input, mutate_file, mutate_pdu, pcap_bytes, seed_files,
-                                 seed_pdus)
+from dcpdissect.fuzz.gen import (
+    Flow,
+    make_input,
+    mutate_file,
+    mutate_pdu,
+    pcap_bytes,
+    seed_files,
+    seed_pdus,
+)
 from dcpdissect.reassembly.framing import Pdu, PduFramer
 from dcpdissect.reassembly.tcp import DirectionReassembler, StreamData
 
@@ -134,7 +142,7 @@ def test_framing_is_independent_of_segmentation(cuts, seed):
 
 
 class Seg:
-    __slots__ = ("seq", "ack", "flags", "payload", "truncated")
+    __slots__ = ("ack", "flags", "payload", "seq", "truncated")
 
     def __init__(self, seq, payload):
         self.seq, self.ack, self.flags, self.payload, self.truncated = seq, 0, 0x18, payload, False

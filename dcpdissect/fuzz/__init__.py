@@ -19,14 +19,14 @@ import signal
 import sys
 import tempfile
 import time
-import tracemalloc
 import traceback
+import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .gen import Input, make_input
 
-__all__ = ["Hang", "Failure", "Report", "check_capture", "check_pdu", "run_one", "run"]
+__all__ = ["Failure", "Hang", "Report", "check_capture", "check_pdu", "run", "run_one"]
 
 
 class Hang(Exception):
@@ -65,7 +65,7 @@ class Report:
     def rate(self) -> float:
         return self.inputs / self.seconds if self.seconds else 0.0
 
-    def merge(self, other: "Report") -> None:
+    def merge(self, other: Report) -> None:
         self.inputs += other.inputs
         self.crashes += other.crashes
         self.hangs += other.hangs
@@ -88,7 +88,7 @@ class Report:
 # -- targets ----------------------------------------------------------------------------------
 
 class _PduLike:
-    __slots__ = ("frame", "frames", "ts_ns", "conn", "direction", "offset", "data")
+    __slots__ = ("conn", "data", "direction", "frame", "frames", "offset", "ts_ns")
 
     def __init__(self, data: bytes):
         self.frame, self.frames, self.ts_ns = 1, (1,), 0
@@ -211,13 +211,11 @@ class Runner:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         elapsed = time.perf_counter() - t0
-        if elapsed > rep.slowest:
-            rep.slowest = elapsed
+        rep.slowest = max(rep.slowest, elapsed)
         if traced:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
-            if peak > rep.peak_traced:
-                rep.peak_traced = peak
+            rep.peak_traced = max(rep.peak_traced, peak)
             if peak > self.mem_limit and failure is None:
                 failure = Failure(number, "memory", inp.how, inp.kind,
                                   f"allocated {peak} bytes (limit {self.mem_limit})")

@@ -22,7 +22,18 @@ import struct
 
 from ..codec import encode
 from . import netsynth as ns
-from .builder import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .builder import (
+    T0,
+    Script,
+    Spec,
+    dcp_open,
+    doc,
+    failover,
+    marker,
+    mutation,
+    ok,
+    stream_req,
+)
 from .netsynth import Endpoint
 
 CONSUMER = Endpoint("10.0.9.2", 50900)
