@@ -46,7 +46,7 @@ def test_short_deterministic_run_finds_nothing(tmp_path):
         [(f.number, f.how, f.error) for f in rep.failures[:5]]
     assert rep.peak_traced < 256 << 20
     # every generator was exercised
-    assert {"pdu", "mutate-file", "stream", "seq-jump", "garbage-tcp"} <= set(rep.by_how)
+    assert {"pdu", "mutate-file", "stream", "seq-jump", "garbage-tcp", "dcp-conversation"} <= set(rep.by_how)
     assert not (tmp_path / "crashes").exists()
 
 
