@@ -359,7 +359,7 @@ _JSON_VALUES = (b'{"sid":7}', b'{"sid":[7]}', b'{"sid":{"a":1}}', b'{"sid":"7"}'
                 b'{"sid":-1}', b'{"sid":1.5}', b'{"sid":true}', b'[1]', b'"x"', b'null', b'{',
                 b'{"purge_seqno":"12"}', b'{"purge_seqno":1e999}', b'{"purge_seqno":[1]}',
                 b'{"purge_seqno":"-5"}', b'{"collections":["0"]}', b'{"sid":' * 3000,
-                b'{"scope":"\ud800"}', b'\xff\xfe')
+                b'{"scope":"\\ud800"}', b'\xff\xfe')
 _SEQNOS = (0, 1, 2, 3, 4, 5, 7, 10, 100, 2**63, 2**64 - 1, 2**64 - 2)
 
 
