@@ -205,6 +205,12 @@ def test_damaged_file_exits_2_and_keeps_findings_before_the_fault(sample, how, t
     assert len(errors) == 1 and f"{path}: frame {fault}: " in errors[0], err
     _, want, _ = analyze_jsonl(prefix, capsys)
     assert got == want and all(f["frame"] is None or f["frame"] < fault for f in got)
+    # dissect: the same exit, message, and every message before the fault
+    assert main(["dissect", str(path), "--format", "jsonl"]) == 2
+    out, err = capsys.readouterr()
+    assert f"dcpdissect: error: {path}: frame {fault}: " in err
+    assert main(["dissect", str(prefix), "--format", "jsonl"]) == 0
+    assert out == capsys.readouterr().out
     if how != "cut-gzip":
         assert len(want) > 0 or sample.startswith(("clean", "tcp", "pcapng"))
 
