@@ -12,7 +12,6 @@ The event types are defined here and re-exported by
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import deque
 from typing import NamedTuple, Optional
 
 __all__ = [
@@ -123,7 +122,8 @@ class DirectionReassembler:
         self._starts: list[int] = []            # buffered piece offsets (sorted)
         self._pieces: list[tuple] = []          # (offset, data, frame, ts_ns), parallel
         self._buf_bytes = 0
-        self._tail: deque = deque()             # recently delivered StreamData
+        self._tail: list = []                   # recently delivered StreamData (a list is
+                                                # far smaller than a deque; trimmed in batches)
         self._tail_bytes = 0
         self._tail_window = tail_window
         self._tail_hi = tail_window + (tail_window >> 2)   # trim in batches
@@ -281,12 +281,15 @@ class DirectionReassembler:
     def _trim_tail(self, tb: int) -> int:
         tail = self._tail
         keep = self._tail_window
-        while len(tail) > 1:
-            n = len(tail[0].data)
-            if tb - n < keep and len(tail) <= TAIL_SEGMENTS:
+        k, last, size = 0, len(tail) - 1, len(tail)
+        while k < last:
+            n = len(tail[k].data)
+            if tb - n < keep and size - k <= TAIL_SEGMENTS:
                 break
-            tail.popleft()
             tb -= n
+            k += 1
+        if k:
+            del tail[:k]
         return tb
 
     def _compare_delivered(self, off: int, data: bytes, frame: int, ts_ns: int,
