@@ -30,7 +30,7 @@ from dcpdissect.fuzz.gen import (
 from dcpdissect.reassembly.framing import Pdu, PduFramer
 from dcpdissect.reassembly.tcp import DirectionReassembler, StreamData
 
-FAST = settings(max_examples=300, deadline=None,
+FAST = settings(max_examples=300, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 PCAP_HDR = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)
@@ -171,13 +171,14 @@ def test_reassembly_restores_any_order(isn, sizes, rnd, dups):
     assert b"".join(got) == data
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.binary(min_size=0, max_size=120))
 def test_scapy_layer_never_raises(data):
     fuzz.check_pdu(data, scapy=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 10**9))
 def test_mutated_seed_captures_run_the_whole_path(tmp_path, seed):
     rng = random.Random(seed)
