@@ -506,3 +506,19 @@ def test_message_batch_formats_time_like_iso_time():
         batch = sp._message_batch(cols, schema)
         assert batch.column("time").to_pylist() == [iso_time(t) for t in ts]
         assert batch.column("cas").to_pylist() == [2**64 - 1] * len(ts)
+
+
+def test_header_columns_equal_the_decoded_messages(tmp_path):
+    """Header columns computed from the raw headers (the Spark task's way) equal those
+    of the decoded messages, on every sample (flexible, server and unknown magics)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from dcpdissect.pipeline import spark as sp
+    schema = sp._schemas()["message"][1]
+    for path in [str(ROOT / s) for s in SAMPLES] + make_corpus(tmp_path / "corpus"):
+        tables = []
+        for header in (True, False):
+            tables.append([sp._message_batch(cols, schema).to_pylist()
+                           for cols in core.analyze_whole(path, None, [], 7, time=header,
+                                                          header=header)])
+        assert tables[0] == tables[1], path

@@ -496,6 +496,9 @@ STREAM_OPCODES = frozenset(range(0x51, 0x68)) - {0x5C, 0x5D, 0x5E}
 _STREAM_COUNTED = {0x56: 1, 0x57: 2, 0x58: 3, 0x59: 4, 0x55: 5}   # marker, mutation, deletion,
 #                                                                    expiration, stream end
 _INT64 = 1 << 63
+HEADER_COLUMNS = ("magic", "magic_name", "opcode", "opcode_name", "request", "vbucket", "status",
+                  "status_name", "opaque", "cas", "datatype", "framing_len", "extlen", "keylen",
+                  "bodylen", "value_len")
 
 
 class MessageColumns:
@@ -535,14 +538,11 @@ class MessageColumns:
             v = cache[key] = make(key)
         return v
 
-    def columns(self, pdus: list, msgs: list, time: bool = True) -> dict:
-        """Column name → list of values for these messages (``time`` left out unless
-        asked for: it follows from ``ts_ns``, see :func:`iso_time`); also counts their
-        streams."""
-        from ..protocol import MAGICS, STATUS, opcode_name
-        look = self._lookup
-        dump = _json_fast
-        magics, opnames, status = self._magics, self._opnames, self._status
+    def columns(self, pdus: list, msgs: list, time: bool = True, header: bool = True) -> dict:
+        """Column name → list of values for these messages; also counts their streams.
+        ``time=False`` leaves ``time`` out (None; it follows from ``ts_ns``, see
+        :func:`iso_time`). ``header=False`` leaves out the columns of :data:`HEADER_COLUMNS`
+        and gives ``header``, the messages' 24-byte headers end to end, instead."""
         cols = {
             "capture_file": [self.path] * len(pdus),
             "frame": [p.frame for p in pdus],
@@ -551,6 +551,28 @@ class MessageColumns:
             "ts_ns": [p.ts_ns for p in pdus],
             "connection": [p.conn for p in pdus],
             "direction": [DIRECTIONS[p.direction] for p in pdus],
+            "stream_id": [m.stream_id for m in msgs],
+            "frame_infos": [_json([{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
+                                   for fi in m.frame_infos]) if m.frame_infos else "[]"
+                            for m in msgs],
+            "key": [key_text(m.key) if m.key else None for m in msgs],
+            "layout": [m.layout for m in msgs],
+            "fields": [_json_fast(m.fields) for m in msgs],
+            "names": [self._names(m) for m in msgs],
+            "problems": [list(m.problems) for m in msgs],
+        }
+        if header:
+            cols.update(self._header(msgs))
+        else:
+            cols["header"] = b"".join([p.data[:24] for p in pdus])
+        self._count_streams(pdus, msgs)
+        return cols
+
+    def _header(self, msgs: list) -> dict:
+        from ..protocol import MAGICS, STATUS, opcode_name
+        look = self._lookup
+        magics, opnames, status = self._magics, self._opnames, self._status
+        return {
             "magic": [m.magic for m in msgs],
             "magic_name": [look(magics, m.magic, MAGICS.text) for m in msgs],
             "opcode": [m.opcode for m in msgs],
@@ -568,18 +590,7 @@ class MessageColumns:
             "keylen": [m.keylen for m in msgs],
             "bodylen": [m.bodylen for m in msgs],
             "value_len": [m.value_len for m in msgs],
-            "stream_id": [m.stream_id for m in msgs],
-            "frame_infos": [_json([{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
-                                   for fi in m.frame_infos]) if m.frame_infos else "[]"
-                            for m in msgs],
-            "key": [key_text(m.key) if m.key else None for m in msgs],
-            "layout": [m.layout for m in msgs],
-            "fields": [dump(m.fields) for m in msgs],
-            "names": [self._names(m) for m in msgs],
-            "problems": [list(m.problems) for m in msgs],
         }
-        self._count_streams(pdus, msgs)
-        return cols
 
     def _count_streams(self, pdus: list, msgs: list) -> None:
         streams = self.streams
@@ -651,12 +662,13 @@ def _decoded_once():
 
 
 def analyze_whole(path: str, options: Options | None, result: list,
-                  batch_rows: int = 4096, time: bool = True) -> Iterator[dict]:
+                  batch_rows: int = 4096, time: bool = True,
+                  header: bool = True) -> Iterator[dict]:
     """A file read whole in one pass, exactly as ``analyze`` reads it: yields the
     ``messages`` rows (:meth:`MessageColumns.columns`) every ``batch_rows`` messages and,
     when exhausted, appends a :class:`WholeFile` (findings, summary, connection and stream
     rows) to ``result``. Each message is decoded once, for the Analyzer and the rows.
-    ``time=False`` leaves the ``time`` column to the caller."""
+    ``time`` and ``header``: see :meth:`MessageColumns.columns`."""
     summary = Summary(path=path)
     stream = PduStream(options, summary)
     analyzer = Analyzer()
@@ -698,7 +710,7 @@ def analyze_whole(path: str, options: Options | None, result: list,
             if found:
                 findings.extend(found)
             if len(pdus) >= batch_rows:
-                yield table.columns(pdus, msgs, time)
+                yield table.columns(pdus, msgs, time, header)
                 pdus.clear()
                 msgs.clear()
 
@@ -712,7 +724,7 @@ def analyze_whole(path: str, options: Options | None, result: list,
         yield from run(stream.finish(), last)
         last[0] = last[1] = None
     if pdus:
-        yield table.columns(pdus, msgs, time)
+        yield table.columns(pdus, msgs, time, header)
     findings += analyzer.finish()
     findings.sort(key=Finding.sort_key)
     result.append(WholeFile(path, findings, summary, count,
@@ -775,6 +787,7 @@ __all__ = [
     "DIRECTIONS",
     "END",
     "FINDING_COLUMNS",
+    "HEADER_COLUMNS",
     "MESSAGE_COLUMNS",
     "STREAM_COLUMNS",
     "ChunkStats",

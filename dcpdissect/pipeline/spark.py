@@ -287,26 +287,87 @@ def _collector():
     return Collect()
 
 
-_MAX_TS = 253402300799 * 1_000_000_000      # 9999-12-31T23:59:59Z
+def _iso_times(ts: list):
+    """``iso_time`` of every (non-negative) timestamp, as an Arrow string array: each
+    distinct second is formatted once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    stamps = pa.array(ts, pa.int64())
+    secs = pc.divide(stamps, 1_000_000_000)
+    frac = pc.subtract(stamps, pc.multiply(secs, 1_000_000_000))
+    uniq = pc.unique(secs)
+    heads = pa.array([iso_time(s * 1_000_000_000)[:-11] for s in uniq.to_pylist()], pa.string())
+    return pc.binary_join_element_wise(heads.take(pc.index_in(secs, uniq)), ".",
+                                       pc.utf8_lpad(frac.cast(pa.string()), 9, "0"), "Z", "")
+
+
+def _header_columns(raw: bytes) -> dict:
+    """The :data:`core.HEADER_COLUMNS` of messages whose 24-byte headers are ``raw``, end
+    to end, as Arrow arrays: the values ``decode`` sets from the header, names looked up
+    once per distinct value."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..protocol import FLEXIBLE_MAGICS, MAGICS, REQUEST_MAGICS, STATUS, opcode_name
+    h = np.frombuffer(raw, _HEADER)
+    b = np.frombuffer(raw, np.uint8).reshape(-1, 24)
+    magic, opcode = h["magic"], h["opcode"]
+    flex = np.isin(magic, sorted(FLEXIBLE_MAGICS))
+    framing = np.where(flex, b[:, 2], 0).astype(np.int64)
+    keylen = np.where(flex, b[:, 3], h["keylen"]).astype(np.int64)
+    extlen, bodylen = h["extlen"].astype(np.int64), h["bodylen"].astype(np.int64)
+    request = np.isin(magic, sorted(REQUEST_MAGICS))
+    specific = h["specific"].astype(np.int32)
+
+    def names(keys, make, mask=None):
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        table = pa.array([make(int(k)) for k in uniq], pa.string())
+        return table.take(pa.array(inverse.ravel().astype(np.int64), mask=mask))
+
+    pair = magic.astype(np.int64) << 8 | opcode
+    return {
+        "magic": pa.array(magic.astype(np.int32)),
+        "magic_name": names(magic, MAGICS.text),
+        "opcode": pa.array(opcode.astype(np.int32)),
+        "opcode_name": names(pair, lambda k: opcode_name(k >> 8, k & 0xFF)),
+        "request": pa.array(request),
+        "vbucket": pa.array(specific, mask=~request),
+        "status": pa.array(specific, mask=request),
+        "status_name": names(specific, STATUS.text, mask=request),
+        "opaque": pa.array(h["opaque"].astype(np.int64)),
+        "cas": pa.array(h["cas"].astype(np.uint64)),
+        "datatype": pa.array(h["datatype"].astype(np.int32)),
+        "framing_len": pa.array(framing.astype(np.int32)),
+        "extlen": pa.array(extlen.astype(np.int32)),
+        "keylen": pa.array(keylen.astype(np.int32)),
+        "bodylen": pa.array(bodylen),
+        "value_len": pa.array(bodylen - framing - extlen - keylen),
+    }
+
+
+_HEADER = [("magic", "u1"), ("opcode", "u1"), ("keylen", ">u2"), ("extlen", "u1"),
+           ("datatype", "u1"), ("specific", ">u2"), ("bodylen", ">u4"), ("opaque", ">u4"),
+           ("cas", ">u8")]
 
 
 def _message_batch(cols: dict, schema):
     """One Arrow record batch of ``messages`` rows from :class:`core.MessageColumns`
-    (``time``, when missing, formatted here from ``ts_ns`` like :func:`iso_time`)."""
+    (``time`` when missing made here from ``ts_ns``, the header columns from ``header``)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
+    if "header" in cols:
+        cols = dict(cols, **_header_columns(cols["header"]))
     arrays = []
     for f in schema:
         values = cols[f.name]
         if f.name == "time" and values is None:
             ts = cols["ts_ns"]
-            if ts and 0 <= min(ts) and max(ts) <= _MAX_TS:
-                stamps = pa.array(ts, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
-                arrays.append(pc.binary_join_element_wise(
-                    pc.strftime(stamps, format="%Y-%m-%dT%H:%M:%S"), "Z", ""))
+            if ts and min(ts) >= 0:
+                arrays.append(_iso_times(ts))
                 continue
             values = [iso_time(t) for t in ts]
-        if pa.types.is_decimal(f.type):         # cas: unsigned 64-bit
+        if isinstance(values, pa.Array):
+            arrays.append(values if values.type == f.type else values.cast(f.type))
+        elif pa.types.is_decimal(f.type):         # cas: unsigned 64-bit
             arrays.append(pa.array(values, pa.uint64()).cast(f.type))
         else:
             arrays.append(pa.array(values, f.type))
@@ -463,7 +524,8 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
                 writer = None if where is None else _PartWriter(
                     os.path.join(where, f"part-{i:05d}-whole.parquet"), message_schema)
                 result: list = []
-                for cols in core.analyze_whole(path, options, result, time=False):
+                for cols in core.analyze_whole(path, options, result, time=False,
+                                               header=False):
                     b = _message_batch(cols, message_schema)
                     if writer is None:
                         yield b
