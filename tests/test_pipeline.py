@@ -412,6 +412,29 @@ def test_spark_whole_files_and_chunks(spark, tmp_path):
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+def test_spark_writes_the_tables_when_tasks_cannot(spark, tmp_path, monkeypatch):
+    """When --out is not a local directory, Spark writes every table, the whole-file
+    results coming back through an accumulator."""
+    import pyarrow.parquet as pq
+
+    from dcpdissect.pipeline import spark as sp
+    monkeypatch.setattr(sp, "_local_dir", lambda _spark, _out: None)
+    paths = make_corpus(tmp_path / "corpus") + [str(ROOT / "samples" / "clean-replication.pcap")]
+    res, results = spark_results(spark, paths, tmp_path / "out", chunk_size=4000)
+    check_equal(results, paths)
+    assert res.whole and set(paths) - res.whole
+    out = tmp_path / "out"
+    assert pq.read_table(out / "messages").num_rows == sum(r[2] for r in results.values())
+    assert pq.read_table(out / "findings").num_rows == sum(len(r[0]) for r in results.values())
+    assert pq.read_table(out / "connections").num_rows == \
+        sum(r[1].connections for r in results.values())
+    assert pq.read_table(out / "files").num_rows == len(paths)
+    assert pq.read_table(out / "streams").num_rows > 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
 def test_cli_runs_the_pipeline(tmp_path):
     import pyarrow.parquet as pq
 
