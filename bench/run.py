@@ -68,7 +68,7 @@ def scapy_slice(path: Path, frames: int) -> list[str]:
     return [PY, "-c", code]
 
 
-def run(sizes: list[int], workdir: Path) -> list[dict]:
+def run(sizes: list[int], workdir: Path, lua_max: int) -> list[dict]:
     workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     lua = ROOT / "lua" / "dcpdissect.lua"
@@ -90,7 +90,7 @@ def run(sizes: list[int], workdir: Path) -> list[dict]:
             ("dcpdissect dissect --format jsonl", [PY, "-m", "dcpdissect.cli", "dissect", str(path),
                                                    "--format", "jsonl"]),
         ]
-        if lua.exists():
+        if lua.exists() and size <= lua_max:
             runs.append(("tshark + dcpdissect.lua", [TSHARK, "-r", str(path), "-o",
                                                       "tcp.reassemble_out_of_order:TRUE", "-X",
                                                       f"lua_script:{lua}", "-T", "fields",
@@ -178,10 +178,12 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default="/tmp/dcpbench", type=Path)
     p.add_argument("--corpus-file-size", default="50MB", type=parse_size)
     p.add_argument("--no-spark", action="store_true")
+    p.add_argument("--lua-max-size", default="100MB", type=parse_size,
+                   help="run the Lua plugin only on captures up to this size (it is slow)")
     p.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
-    rows = run(sizes, args.workdir)
+    rows = run(sizes, args.workdir, args.lua_max_size)
     spark_rows = [] if args.no_spark else spark_vs_local(args.workdir, args.corpus_file_size)
     command = "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = markdown(rows, spark_rows, command.strip())
