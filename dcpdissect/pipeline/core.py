@@ -23,7 +23,8 @@ Departures from one shared connection table (documented in docs/pipeline.md): th
 ``max_connections`` cap and the bounded memory of closed and TLS 4-tuples apply per flow.
 
 :func:`run_local` chains the stages in one process (the reference for engine drivers and
-for tests).
+for tests). :func:`analyze_whole` is the path for a file read whole in one task: the
+``analyze`` pass itself, plus the rows of the ``messages`` and ``streams`` tables.
 """
 
 from __future__ import annotations

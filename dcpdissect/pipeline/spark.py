@@ -1,5 +1,11 @@
 """Spark driver of the pipeline stages in :mod:`.core`.
 
+Files that are compressed or fit in one chunk are analysed whole, one task per file and no
+shuffle: :func:`core.analyze_whole` gives findings, summary, connection and stream rows
+(back through an accumulator) and the messages rows, which the task writes to Parquet
+itself when ``--out`` is a local directory and the master local (else Spark writes them).
+Larger files go through the chunked stages:
+
 ::
 
     index    headers only → chunk descriptors (on the driver, or one task per file when
@@ -460,7 +466,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if whole:
         t1 = time.monotonic()
         say(f"pipeline: {len(whole)} file(s) analysed whole, one task each")
-        _run_whole(spark, whole, out, local, options, sch, state)
+        _run_whole(spark, whole, out, local, options, sch, state, timings)
         timings["whole files"] = time.monotonic() - t1
     if split:
         _run_chunked(spark, split, out, options, chunk_size, sch, state, say, timings,
@@ -505,10 +511,11 @@ class _State:
 
 
 def _run_whole(spark, files: list[str], out: str, local: str | None, options: Options,
-               sch: dict, state: _State) -> None:
+               sch: dict, state: _State, timings: dict) -> None:
     """One task per file, the largest first: :func:`core.analyze_whole`. The messages go
     straight to Parquet (written by the task when ``out`` is local, else by Spark); the
-    rest comes back through an accumulator."""
+    rest comes back through an accumulator, with each task's CPU and wall time (summed in
+    ``timings``)."""
     sc = spark.sparkContext
     files = sorted(files, key=lambda p: -os.path.getsize(p))
     message_schema = sch["message"][1]
@@ -521,6 +528,7 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 path = files[i]
+                cpu, wall = time.process_time(), time.monotonic()
                 writer = None if where is None else _PartWriter(
                     os.path.join(where, f"part-{i:05d}-whole.parquet"), message_schema)
                 result: list = []
@@ -533,14 +541,17 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
                         writer.add(b)
                 if writer is not None:
                     writer.close()
-                collected.add([core.dumps(result[0])])
+                collected.add([(core.dumps(result[0]), time.process_time() - cpu,
+                                 time.monotonic() - wall)])
 
     df = spark.range(len(files), numPartitions=len(files)).mapInArrow(per_file, sch["message"][0])
     if where is None:
         df.write.mode("overwrite").parquet(f"{out}/messages")
     else:
         df.collect()
-    for blob in collected.value:
+    timings["task CPU"] = sum(c for _b, c, _w in collected.value)
+    timings["task wall"] = sum(w for _b, _c, w in collected.value)
+    for blob, _cpu, _wall in collected.value:
         w = core.loads(blob)
         state.whole[w.path] = w
         state.findings[w.path] = w.findings
