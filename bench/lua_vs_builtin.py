@@ -1,6 +1,6 @@
 """Time tshark with the generated Lua dissector against tshark's built-in Couchbase dissector.
 
-    python bench/lua_vs_builtin.py [--size-mb 80] [--workdir /tmp/dcp-lua-bench] [--repeat 3]
+    python bench/lua_vs_builtin.py [--size-mb 100] [--workdir /tmp/dcp-lua-bench] [--repeat 3]
 
 Builds a large replication capture (snapshot markers V1/V2.0 and many mutations, coalesced
 and split across 1448-byte segments, server port 11209) with the sample builder's helpers,
@@ -9,8 +9,9 @@ then runs, in the same process and on the same file:
 * built-in:  tshark -r big.pcap -d tcp.port==11209,couchbase -T fields -e couchbase.opcode
 * lua:       tshark -r big.pcap -X lua_script:lua/dcpdissect.lua -T fields -e dcp.opcode
 
-all with ``-o tcp.reassemble_out_of_order:TRUE``, and prints wall and CPU times (best of
-``--repeat`` runs) and the ratios.
+all with ``-o tcp.reassemble_out_of_order:TRUE``, alternating the two (so that a change in
+the load of the machine hits both alike), and prints wall and CPU times (best of
+``--repeat`` runs), the CPU time per message and the ratios.
 V2.2 markers are left out: the built-in dissector reports them as Malformed and skips the
 rest of their segment, which would make it look faster.
 """
@@ -123,7 +124,7 @@ def count_values(cmd: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=80)
+    ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--workdir", default="/tmp/dcp-lua-bench")
     ap.add_argument("--repeat", type=int, default=3, help="runs per variant (best is kept)")
     args = ap.parse_args(argv)
@@ -145,16 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         "lua": [TSHARK, "-r", str(big), "-X", f"lua_script:{LUA}", *COMMON,
                 "-T", "fields", "-e", "dcp.opcode"],
     }
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(args.repeat):
+        for name, cmd in runs.items():
+            results[name].append(timed(cmd))
+    pdus = {name: count_values([*cmd, "-E", "occurrence=a", "-E", "aggregator=,"])
+            for name, cmd in runs.items()}
     best, cpu = {}, {}
     for name, cmd in runs.items():
-        results = [timed(cmd) for _ in range(args.repeat)]
-        best[name] = min(w for w, _ in results)
-        cpu[name] = min(c for _, c in results)
-        print(f"{name:9s} wall {best[name]:7.2f} s  cpu {cpu[name]:7.2f} s   {' '.join(cmd[1:])}")
-    pdus = {
-        "built-in": count_values([*runs["built-in"], "-E", "occurrence=a", "-E", "aggregator=,"]),
-        "lua": count_values([*runs["lua"], "-E", "occurrence=a", "-E", "aggregator=,"]),
-    }
+        best[name] = min(w for w, _ in results[name])
+        cpu[name] = min(c for _, c in results[name])
+        print(f"{name:9s} wall {best[name]:7.2f} s  cpu {cpu[name]:7.2f} s  "
+              f"({cpu[name] / max(pdus[name], 1) * 1e6:5.1f} us/message)   {' '.join(cmd[1:])}")
     print(f"PDUs shown: built-in {pdus['built-in']}, lua {pdus['lua']}")
     print(f"ratio lua / built-in: wall {best['lua'] / best['built-in']:.2f}x, "
           f"cpu {cpu['lua'] / cpu['built-in']:.2f}x")

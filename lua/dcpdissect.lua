@@ -723,7 +723,8 @@ local function layout_matches(lay, m)
 end
 
 -- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
--- A flags field gets its flag names appended and one boolean item per set bit.
+-- A flags field gets its flag names appended and one boolean item per set bit (every mask
+-- is a single bit, tested with arithmetic rather than a bit32 call).
 local function add_fields(tvb, tree, base, lay, vals)
   local fields = lay.fields
   for i = 1, #fields do
@@ -738,7 +739,8 @@ local function add_fields(tvb, tree, base, lay, vals)
       local v = r_uint(r)
       ti_append_text(item, " (" .. fd[7](v) .. ")")
       for j = 1, #bits do
-        if band(v, bits[j][2]) ~= 0 then ti_add(item, bits[j][1], r) end
+        local mask = bits[j][2]
+        if v % (mask + mask) >= mask then ti_add(item, bits[j][1], r) end
       end
     end
   end
@@ -899,7 +901,8 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
   if datatype ~= 0 then
     for i = 1, #DATATYPE_BITS do
       local bit = DATATYPE_BITS[i]
-      if band(datatype, bit[2]) ~= 0 then ti_add(dt, bit[1], dtr) end
+      local mask = bit[2]
+      if datatype % (mask + mask) >= mask then ti_add(dt, bit[1], dtr) end
     end
   end
   ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
@@ -1031,7 +1034,7 @@ function dcp.dissector(tvb, pinfo, tree)
       pinfo.desegment_offset, pinfo.desegment_len = off, plen - avail
       break
     end
-    local ok, text = pcall(dissect_message, tvb, tree, off, math.min(avail, plen), plen, head)
+    local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head)
     if not ok then
       ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
       text = "[dissector error]"

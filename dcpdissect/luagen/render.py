@@ -341,6 +341,7 @@ class FieldSet:
         if fd.flags is not None:
             bits = []
             for mask, name in fd.flags.bits.items():
+                assert mask & (mask - 1) == 0, f"{abbrev}.{name}: not a single bit"
                 title = fd.flags.titles.get(mask, name)
                 b_abbrev = f"{abbrev}.{name}"
                 var = self.add(b_abbrev, f"ProtoField.bool({lua_str(b_abbrev)}, "
@@ -479,6 +480,7 @@ def render() -> str:
         fs.add(f"dcp.{name}", ctor)
     dt_bits = []
     for mask, name in DATATYPE.bits.items():
+        assert mask & (mask - 1) == 0, f"dcp.datatype.{name}: not a single bit"
         var = fs.add(f"dcp.datatype.{name}", f"ProtoField.bool(\"dcp.datatype.{name}\", "
                      f"{lua_str(name.upper())}, 8, nil, 0x{mask:x})")
         dt_bits.append(f"{{{var}, 0x{mask:x}}}")
@@ -638,7 +640,8 @@ local function layout_matches(lay, m)
 end
 
 -- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
--- A flags field gets its flag names appended and one boolean item per set bit.
+-- A flags field gets its flag names appended and one boolean item per set bit (every mask
+-- is a single bit, tested with arithmetic rather than a bit32 call).
 local function add_fields(tvb, tree, base, lay, vals)
   local fields = lay.fields
   for i = 1, #fields do
@@ -653,7 +656,8 @@ local function add_fields(tvb, tree, base, lay, vals)
       local v = r_uint(r)
       ti_append_text(item, " (" .. fd[7](v) .. ")")
       for j = 1, #bits do
-        if band(v, bits[j][2]) ~= 0 then ti_add(item, bits[j][1], r) end
+        local mask = bits[j][2]
+        if v % (mask + mask) >= mask then ti_add(item, bits[j][1], r) end
       end
     end
   end
@@ -814,7 +818,8 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
   if datatype ~= 0 then
     for i = 1, #DATATYPE_BITS do
       local bit = DATATYPE_BITS[i]
-      if band(datatype, bit[2]) ~= 0 then ti_add(dt, bit[1], dtr) end
+      local mask = bit[2]
+      if datatype % (mask + mask) >= mask then ti_add(dt, bit[1], dtr) end
     end
   end
   ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
@@ -946,7 +951,7 @@ function dcp.dissector(tvb, pinfo, tree)
       pinfo.desegment_offset, pinfo.desegment_len = off, plen - avail
       break
     end
-    local ok, text = pcall(dissect_message, tvb, tree, off, math.min(avail, plen), plen, head)
+    local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head)
     if not ok then
       ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
       text = "[dissector error]"
