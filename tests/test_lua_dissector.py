@@ -325,6 +325,27 @@ def test_v22_marker_decodes_fully():
 
 
 @pytest.mark.tshark
+def test_extras_fields_sit_in_the_message_subtree():
+    """Decoded extras have no dcp.extras item around them; extras no layout fits keep it."""
+    decoded = undecoded = 0
+    for spec in SPECS:
+        path = SAMPLES / spec.filename
+        lua = lua_pdus(path)[0]
+        for frame, msgs in py_pdus(path).items():
+            got = lua.get(frame, [])
+            for m, p in zip(msgs[len(msgs) - len(got):], got):
+                if not m.extlen or m.spec is None or m.fields is None:
+                    continue
+                if any(t.startswith("extras length") for t in m.problems):
+                    undecoded += 1
+                    assert "dcp.extras" in p.fields, (spec.name, frame, m)
+                elif m.extlen + m.framing_len + m.keylen <= m.bodylen:
+                    decoded += 1
+                    assert "dcp.extras" not in p.fields, (spec.name, frame, m)
+    assert decoded > 100 and undecoded > 0
+
+
+@pytest.mark.tshark
 def test_multi_pdu_segment_info_column_lists_every_pdu():
     out, _ = run_tshark(SAMPLES / "clean-replication.pcap", "-T", "fields", "-e", "frame.number",
                         "-e", "_ws.col.Info")
@@ -465,6 +486,9 @@ def test_installed_plugin_is_loaded_from_home(tmp_path):
     ("dcp.expert.marker_mvs_beyond_end", "violations-marker.pcap", 1),
     ("dcp.stream_id == 7", "clean-replication.pcap", 1),
     ("dcp.opcode == 0x56 && dcp.snapshot.flags.disk == 1", "clean-replication.pcap", 2),
+    ("dcp.opcode == 0x56 && dcp.snapshot.flags.disk", "clean-replication.pcap", 2),
+    ("dcp.opcode == 0x56 && !dcp.snapshot.flags.disk", "clean-replication.pcap", 3),
+    ("dcp.snapshot.flags.disk == 0", "clean-replication.pcap", 0),   # unset bits have no item
     ('dcp.snapshot.layout == "V2.2"', "clean-replication.pcap", 1),
 ])
 def test_documented_display_filters(flt, sample, count):
