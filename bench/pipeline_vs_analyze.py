@@ -6,7 +6,8 @@ file after file in one process, on a generated corpus of equal-sized captures.
                                         [--workdir /tmp/dcp-pipeline-bench]
 
 Without CAPTURE arguments, a corpus of ``--files`` generated captures is used. Prints the
-corpus, the wall time of ``analyze`` (one process, file after file), the Spark session start,
+corpus, the wall time of ``analyze`` (one process, file after file, then as many processes
+side by side as the master has cores: the ceiling on this machine), the Spark session start,
 and two pipeline jobs in that session (the first pays for starting Python workers and
 warming up the JVM) with their speed-up over ``analyze``, and checks that both found the
 same findings and message counts per file.
@@ -20,6 +21,7 @@ import platform
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -57,10 +59,20 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
-    t = time.monotonic()
+    t, cpu = time.monotonic(), time.process_time()
     local = {x: analyze_file(x) for x in paths}
     t_local = time.monotonic() - t
-    print(f"analyze, one process, file after file: {t_local:.1f} s")
+    print(f"analyze, one process, file after file: {t_local:.1f} s "
+          f"(CPU {time.process_time() - cpu:.1f} s)")
+    cores = args.master[6:-1] if args.master.startswith("local[") else ""
+    cores = int(cores) if cores.isdigit() else os.cpu_count() or 1
+    with ProcessPoolExecutor(cores) as pool:
+        list(pool.map(len, [()] * cores))            # workers started
+        t = time.monotonic()
+        list(pool.map(analyze_file, paths))
+        t_pool = time.monotonic() - t
+    print(f"analyze in {cores} processes side by side (what {cores} cores give here): "
+          f"{t_pool:.1f} s; speed-up {t_local / t_pool:.2f}x")
 
     from dcpdissect.pipeline.spark import run_pipeline, spark_session
     out = args.workdir / "tables"
