@@ -2,8 +2,9 @@
 
 Files that are compressed or fit in one chunk are analysed whole, one task per file and no
 shuffle: :func:`core.analyze_whole` gives findings, summary, connection and stream rows
-(back through an accumulator) and the messages rows, which the task writes to Parquet
-itself when ``--out`` is a local directory and the master local (else Spark writes them).
+and the messages rows. When ``--out`` is a local directory and the master local, the task
+writes the messages to Parquet itself (pyarrow) and returns the rest (a plain RDD job);
+otherwise Spark writes them and the rest comes back through an accumulator.
 Larger files go through the chunked stages:
 
 ::
@@ -512,46 +513,53 @@ class _State:
 
 def _run_whole(spark, files: list[str], out: str, local: str | None, options: Options,
                sch: dict, state: _State, timings: dict) -> None:
-    """One task per file, the largest first: :func:`core.analyze_whole`. The messages go
-    straight to Parquet (written by the task when ``out`` is local, else by Spark); the
-    rest comes back through an accumulator, with each task's CPU and wall time (summed in
-    ``timings``)."""
+    """One task per file, the largest first: :func:`core.analyze_whole`. When ``out`` is
+    local, a plain RDD job: each task writes its messages Parquet file and returns the
+    rest. Otherwise mapInArrow hands the messages to Spark's writer and the rest comes back
+    through an accumulator. Each task's CPU and wall time are summed in ``timings``."""
     sc = spark.sparkContext
     files = sorted(files, key=lambda p: -os.path.getsize(p))
     message_schema = sch["message"][1]
-    collected = sc.accumulator([], _collector())
     where = os.path.join(local, "messages") if local is not None else None
 
-    def per_file(batches):
+    def one(i):
+        """Yields the message batches of file ``i``; returns (WholeFile pickled, CPU, wall)."""
         import gc
         gc.set_threshold(50_000, *gc.get_threshold()[1:])    # fewer collections in the pass
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                path = files[i]
-                cpu, wall = time.process_time(), time.monotonic()
-                writer = None if where is None else _PartWriter(
-                    os.path.join(where, f"part-{i:05d}-whole.parquet"), message_schema)
-                result: list = []
-                for cols in core.analyze_whole(path, options, result, time=False,
-                                               header=False):
-                    b = _message_batch(cols, message_schema)
-                    if writer is None:
-                        yield b
-                    else:
-                        writer.add(b)
-                if writer is not None:
-                    writer.close()
-                collected.add([(core.dumps(result[0]), time.process_time() - cpu,
-                                 time.monotonic() - wall)])
+        cpu, wall = time.process_time(), time.monotonic()
+        result: list = []
+        for cols in core.analyze_whole(files[i], options, result, time=False, header=False):
+            yield _message_batch(cols, message_schema)
+        return core.dumps(result[0]), time.process_time() - cpu, time.monotonic() - wall
 
-    df = spark.range(len(files), numPartitions=len(files)).mapInArrow(per_file, sch["message"][0])
-    if where is None:
-        df.write.mode("overwrite").parquet(f"{out}/messages")
+    if where is not None:
+        def write_one(i):
+            writer = _PartWriter(os.path.join(where, f"part-{i:05d}-whole.parquet"),
+                                 message_schema)
+            batches = one(i)
+            while True:
+                try:
+                    writer.add(next(batches))
+                except StopIteration as done:
+                    writer.close()
+                    return done.value
+
+        got = sc.parallelize(range(len(files)), len(files)).map(write_one).collect()
     else:
-        df.collect()
-    timings["task CPU"] = sum(c for _b, c, _w in collected.value)
-    timings["task wall"] = sum(w for _b, _c, w in collected.value)
-    for blob, _cpu, _wall in collected.value:
+        collected = sc.accumulator([], _collector())
+
+        def per_file(batches):
+            for batch in batches:
+                for i in batch.column(0).to_pylist():
+                    collected.add([(yield from one(i))])
+
+        (spark.range(len(files), numPartitions=len(files))
+         .mapInArrow(per_file, sch["message"][0]).write.mode("overwrite")
+         .parquet(f"{out}/messages"))
+        got = collected.value
+    timings["task CPU"] = sum(c for _b, c, _w in got)
+    timings["task wall"] = sum(w for _b, _c, w in got)
+    for blob, _cpu, _wall in got:
         w = core.loads(blob)
         state.whole[w.path] = w
         state.findings[w.path] = w.findings
