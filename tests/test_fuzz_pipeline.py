@@ -13,6 +13,8 @@ import pytest
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.fuzz.gen import mutate_file, seed_files
 
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
