@@ -2,6 +2,8 @@
 
     python bench/run.py [--sizes 100MB,1GB] [--workdir /tmp/dcpbench] [--out bench/RESULTS.md]
 
+Needs GNU time (`apt-get install time`) for the peak RSS of each child.
+
 For each size it generates a capture (bench/gen_capture.py) and measures, one child
 process each: `dcpdissect analyze` (all rules), `dcpdissect dissect --format jsonl`, tshark
 with the built-in Couchbase dissector extracting the equivalent fields, tshark with our Lua
@@ -18,6 +20,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,16 +31,19 @@ from gen_capture import generate, parse_size  # noqa: E402
 
 PY = sys.executable
 TSHARK = shutil.which("tshark") or "tshark"
+TIME = "/usr/bin/time"          # GNU time (Debian package "time") for the peak RSS
 TSHARK_OPTS = ["-o", "tcp.reassemble_out_of_order:TRUE", "-d", "tcp.port==11209,couchbase"]
 
 
 def measure(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in KiB, exit code) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL, cwd=ROOT)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    return wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status)
+    """(wall seconds, peak RSS in KiB, exit code) of one child process (GNU time's %M)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        t0 = time.perf_counter()
+        proc = subprocess.run([TIME, "-q", "-f", "%M", "-o", rss.name, *cmd], stdout=stdout,
+                              stderr=subprocess.DEVNULL, cwd=ROOT)
+        wall = time.perf_counter() - t0
+        text = rss.read().strip().splitlines()
+    return wall, int(text[-1]) if text else 0, proc.returncode
 
 
 def count_messages(path: Path) -> int:
