@@ -19,10 +19,6 @@ EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 
 
-class UsageError(Exception):
-    """Bad command-line value: reported in one line, exit code 2."""
-
-
 def parse_opcode(text: str) -> int:
     try:
         return int(text, 0)

@@ -7,7 +7,7 @@ Rewrite the golden file after an intended change of findings with
 import ast
 import json
 import os
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
