@@ -7,18 +7,14 @@
 
 local dcp = Proto("dcp", "Couchbase DCP (dcpdissect)")
 local fmt, sbyte = string.format, string.byte
-local band, rshift = bit32.band, bit32.rshift
-local U0 = UInt64(0, 0)
-
-local function nonzero(v) return v ~= nil and v ~= U0 end
-local function or0(v) if v == nil then return "0" end return tostring(v) end
+local band, bnot, rshift = bit32.band, bit32.bnot, bit32.rshift
 
 local function flagtext(bits, mask, v)
   local out = {}
   for i = 1, #bits do
     if band(v, bits[i][1]) ~= 0 then out[#out + 1] = bits[i][2] end
   end
-  local unknown = band(v, bit32.bnot(mask))
+  local unknown = band(v, bnot(mask))
   if unknown ~= 0 then out[#out + 1] = fmt("unknown:0x%x", unknown) end
   if #out == 0 then return "none" end
   return table.concat(out, "+")
@@ -26,7 +22,7 @@ end
 
 -- Value strings
 local MAGIC_NAMES = {[8] = "AltClientRequest", [24] = "AltClientResponse", [128] = "ClientRequest", [129] = "ClientResponse", [130] = "ServerRequest", [131] = "ServerResponse"}
-local OPCODE_NAMES = {[0] = "Get", [1] = "Set", [2] = "Add", [3] = "Replace", [4] = "Delete", [5] = "Increment", [6] = "Decrement", [7] = "Quit", [8] = "Flush", [9] = "GetQ", [10] = "Noop", [11] = "Version", [12] = "GetK", [13] = "GetKQ", [14] = "Append", [15] = "Prepend", [16] = "Stat", [17] = "SetQ", [18] = "AddQ", [19] = "ReplaceQ", [20] = "DeleteQ", [21] = "IncrementQ", [22] = "DecrementQ", [23] = "QuitQ", [24] = "FlushQ", [25] = "AppendQ", [26] = "PrependQ", [27] = "Verbosity", [28] = "Touch", [29] = "Gat", [30] = "Gatq", [31] = "Hello", [32] = "SaslListMechs", [33] = "SaslAuth", [34] = "SaslStep", [35] = "IoctlGet", [36] = "IoctlSet", [37] = "ConfigValidate", [38] = "ConfigReload", [39] = "AuditPut", [40] = "AuditConfigReload", [41] = "Shutdown", [61] = "SetVbucket", [62] = "GetVbucket", [63] = "DelVbucket", [72] = "GetAllVbSeqnos", [80] = "DcpOpen", [81] = "DcpAddStream", [82] = "DcpCloseStream", [83] = "DcpStreamReq", [84] = "DcpGetFailoverLog", [85] = "DcpStreamEnd", [86] = "DcpSnapshotMarker", [87] = "DcpMutation", [88] = "DcpDeletion", [89] = "DcpExpiration", [90] = "DcpFlush", [91] = "DcpSetVbucketState", [92] = "DcpNoop", [93] = "DcpBufferAcknowledgement", [94] = "DcpControl", [95] = "DcpSystemEvent", [96] = "DcpPrepare", [97] = "DcpSeqnoAcknowledged", [98] = "DcpCommit", [99] = "DcpAbort", [100] = "DcpSeqnoAdvanced", [101] = "DcpOsoSnapshot", [102] = "DcpCacheTransfer", [103] = "DcpCacheTransferEnd", [131] = "GetReplica", [133] = "CreateBucket", [134] = "DeleteBucket", [135] = "ListBuckets", [137] = "SelectBucket", [145] = "ObserveSeqno", [146] = "Observe", [147] = "EvictKey", [148] = "GetLocked", [149] = "UnlockKey", [150] = "GetFailoverLog", [151] = "LastClosedCheckpoint", [160] = "GetMeta", [161] = "GetqMeta", [162] = "SetWithMeta", [163] = "SetqWithMeta", [164] = "AddWithMeta", [165] = "AddqWithMeta", [168] = "DelWithMeta", [169] = "DelqWithMeta", [175] = "Ifconfig", [179] = "CompactDb", [180] = "SetClusterConfig", [181] = "GetClusterConfig", [182] = "GetRandomKey", [183] = "SeqnoPersistence", [184] = "GetKeys", [185] = "CollectionsSetManifest", [186] = "CollectionsGetManifest", [187] = "CollectionsGetID", [188] = "CollectionsGetScopeID", [197] = "SubdocGet", [198] = "SubdocExists", [199] = "SubdocDictAdd", [200] = "SubdocDictUpsert", [201] = "SubdocDelete", [202] = "SubdocReplace", [203] = "SubdocArrayPushLast", [204] = "SubdocArrayPushFirst", [205] = "SubdocArrayInsert", [206] = "SubdocArrayAddUnique", [207] = "SubdocCounter", [208] = "SubdocMultiLookup", [209] = "SubdocMultiMutation", [210] = "SubdocGetCount", [211] = "SubdocReplaceBodyWithXattr", [241] = "IsaslRefresh", [243] = "GetCmdTimer", [244] = "SetCtrlToken", [245] = "GetCtrlToken", [246] = "UpdateExternalUserPermissions", [247] = "RbacRefresh", [248] = "AuthProvider", [251] = "DropPrivilege", [252] = "AdjustTimeofday", [253] = "EwouldblockCtl", [254] = "GetErrorMap"}
+local OPCODE_NAMES = {[0] = "Get", [1] = "Set", [2] = "Add", [3] = "Replace", [4] = "Delete", [5] = "Increment", [6] = "Decrement", [7] = "Quit", [8] = "Flush_Unsupported", [9] = "Getq", [10] = "Noop", [11] = "Version", [12] = "Getk", [13] = "Getkq", [14] = "Append", [15] = "Prepend", [16] = "Stat", [17] = "Setq", [18] = "Addq", [19] = "Replaceq", [20] = "Deleteq", [21] = "Incrementq", [22] = "Decrementq", [23] = "Quitq", [24] = "Flushq_Unsupported", [25] = "Appendq", [26] = "Prependq", [27] = "Verbosity", [28] = "Touch", [29] = "Gat", [30] = "Gatq", [31] = "Hello", [32] = "SaslListMechs", [33] = "SaslAuth", [34] = "SaslStep", [35] = "IoctlGet", [36] = "IoctlSet", [37] = "ConfigValidate", [38] = "ConfigReload", [39] = "AuditPut", [40] = "AuditConfigReload", [41] = "Shutdown", [42] = "SetBucketThrottleProperties", [43] = "SetBucketDataLimitExceeded", [44] = "SetNodeThrottleProperties_Unsupported", [45] = "SetActiveEncryptionKeys", [46] = "PruneEncryptionKeys", [47] = "RegisterAuthToken", [48] = "Rget_Unsupported", [49] = "Rset_Unsupported", [50] = "Rsetq_Unsupported", [51] = "Rappend_Unsupported", [52] = "Rappendq_Unsupported", [53] = "Rprepend_Unsupported", [54] = "Rprependq_Unsupported", [55] = "Rdelete_Unsupported", [56] = "Rdeleteq_Unsupported", [57] = "Rincr_Unsupported", [58] = "Rincrq_Unsupported", [59] = "Rdecr_Unsupported", [60] = "Rdecrq_Unsupported", [61] = "SetVbucket", [62] = "GetVbucket", [63] = "DelVbucket", [64] = "TapConnect_Unsupported", [65] = "TapMutation_Unsupported", [66] = "TapDelete_Unsupported", [67] = "TapFlush_Unsupported", [68] = "TapOpaque_Unsupported", [69] = "TapVbucketSet_Unsupported", [70] = "TapCheckpointStart_Unsupported", [71] = "TapCheckpointEnd_Unsupported", [72] = "GetAllVbSeqnos", [73] = "GetEx", [74] = "GetExReplica", [75] = "MutateWithMeta", [80] = "DcpOpen", [81] = "DcpAddStream", [82] = "DcpCloseStream", [83] = "DcpStreamReq", [84] = "DcpGetFailoverLog", [85] = "DcpStreamEnd", [86] = "DcpSnapshotMarker", [87] = "DcpMutation", [88] = "DcpDeletion", [89] = "DcpExpiration", [90] = "DcpFlush_Unsupported", [91] = "DcpSetVbucketState", [92] = "DcpNoop", [93] = "DcpBufferAcknowledgement", [94] = "DcpControl", [95] = "DcpSystemEvent", [96] = "DcpPrepare", [97] = "DcpSeqnoAcknowledged", [98] = "DcpCommit", [99] = "DcpAbort", [100] = "DcpSeqnoAdvanced", [101] = "DcpOsoSnapshot", [102] = "DcpCacheTransfer", [103] = "DcpCacheTransferEnd", [112] = "GetFusionStorageSnapshot", [113] = "ReleaseFusionStorageSnapshot", [114] = "MountFusionVbucket", [115] = "UnmountFusionVbucket", [116] = "SyncFusionLogstore", [117] = "StartFusionUploader", [118] = "StopFusionUploader", [119] = "DeleteFusionNamespace", [120] = "GetFusionNamespaces", [121] = "CreateFusionNamespace", [128] = "StopPersistence", [129] = "StartPersistence", [130] = "SetParam", [131] = "GetReplica", [132] = "SetChronicleAuthToken", [133] = "CreateBucket", [134] = "DeleteBucket", [135] = "ListBuckets", [137] = "SelectBucket", [138] = "PauseBucket", [139] = "ResumeBucket", [140] = "ValidateBucketConfig", [145] = "ObserveSeqno", [146] = "Observe", [147] = "EvictKey", [148] = "GetLocked", [149] = "UnlockKey", [150] = "GetFailoverLog", [151] = "LastClosedCheckpoint_Unsupported", [158] = "DeregisterTapClient_Unsupported", [159] = "ResetReplicationChain_Unsupported", [160] = "GetMeta", [161] = "GetqMeta", [162] = "SetWithMeta", [163] = "SetqWithMeta", [164] = "AddWithMeta", [165] = "AddqWithMeta", [166] = "SnapshotVbStates_Unsupported", [167] = "VbucketBatchCount_Unsupported", [168] = "DelWithMeta", [169] = "DelqWithMeta", [170] = "CreateCheckpoint_Unsupported", [172] = "NotifyVbucketUpdate_Unsupported", [173] = "EnableTraffic", [174] = "DisableTraffic", [175] = "Ifconfig", [176] = "ChangeVbFilter_Unsupported", [177] = "CheckpointPersistence_Unsupported", [178] = "ReturnMeta", [179] = "CompactDb", [180] = "SetClusterConfig", [181] = "GetClusterConfig", [182] = "GetRandomKey", [183] = "SeqnoPersistence", [184] = "GetKeys", [185] = "CollectionsSetManifest", [186] = "CollectionsGetManifest", [187] = "CollectionsGetID", [188] = "CollectionsGetScopeID", [193] = "SetDriftCounterState_Unsupported", [194] = "GetAdjustedTime_Unsupported", [197] = "SubdocGet", [198] = "SubdocExists", [199] = "SubdocDictAdd", [200] = "SubdocDictUpsert", [201] = "SubdocDelete", [202] = "SubdocReplace", [203] = "SubdocArrayPushLast", [204] = "SubdocArrayPushFirst", [205] = "SubdocArrayInsert", [206] = "SubdocArrayAddUnique", [207] = "SubdocCounter", [208] = "SubdocMultiLookup", [209] = "SubdocMultiMutation", [210] = "SubdocGetCount", [211] = "SubdocReplaceBodyWithXattr", [218] = "RangeScanCreate", [219] = "RangeScanContinue", [220] = "RangeScanCancel", [224] = "PrepareSnapshot", [225] = "ReleaseSnapshot", [226] = "DownloadSnapshot", [227] = "GetFileFragment", [240] = "Scrub_Unsupported", [241] = "IsaslRefresh", [242] = "SslCertsRefresh_Unsupported", [243] = "GetCmdTimer", [244] = "SetCtrlToken", [245] = "GetCtrlToken", [246] = "UpdateExternalUserPermissions", [247] = "RbacRefresh", [248] = "AuthProvider", [251] = "DropPrivilege", [252] = "AdjustTimeofday", [253] = "EwouldblockCtl", [254] = "GetErrorMap"}
 local SERVER_OPCODE_NAMES = {[1] = "ClustermapChangeNotification", [2] = "Authenticate", [3] = "ActiveExternalUsers", [4] = "GetAuthorization"}
 local STATUS_NAMES = {[0] = "Success", [1] = "KeyEnoent", [2] = "KeyEexists", [3] = "E2big", [4] = "Einval", [5] = "NotStored", [6] = "DeltaBadval", [7] = "NotMyVbucket", [8] = "NoBucket", [9] = "Locked", [10] = "DcpStreamNotFound", [11] = "OpaqueNoMatch", [12] = "EWouldThrottle", [13] = "EConfigOnly", [14] = "NotLocked", [15] = "CasValueInvalid", [31] = "AuthStale", [32] = "AuthError", [33] = "AuthContinue", [34] = "Erange", [35] = "Rollback", [36] = "Eaccess", [37] = "NotInitialized", [38] = "EncryptionKeyNotAvailable", [39] = "ChecksumMismatch", [40] = "ExpiryOverflow", [41] = "LockExpiryOverflow", [48] = "RateLimitedNetworkIngress", [49] = "RateLimitedNetworkEgress", [50] = "RateLimitedMaxConnections", [51] = "RateLimitedMaxCommands", [52] = "ScopeSizeLimitExceeded", [53] = "BucketSizeLimitExceeded", [54] = "BucketResidentRatioTooLow", [55] = "BucketDataSizeTooBig", [56] = "BucketDiskSpaceTooLow", [80] = "BucketPaused", [81] = "Cancelled", [128] = "UnknownFrameInfo", [129] = "UnknownCommand", [130] = "Enomem", [131] = "NotSupported", [132] = "Einternal", [133] = "Ebusy", [134] = "Etmpfail", [135] = "XattrEinval", [136] = "UnknownCollection", [138] = "CannotApplyCollectionsManifest", [140] = "UnknownScope", [141] = "DcpStreamIdInvalid", [160] = "DurabilityInvalidLevel", [161] = "DurabilityImpossible", [162] = "SyncWriteInProgress", [163] = "SyncWriteAmbiguous", [164] = "SyncWriteReCommitInProgress", [165] = "RangeScanCancelled", [166] = "RangeScanMore", [167] = "RangeScanComplete", [168] = "VbUuidNotEqual"}
 local REQUEST_FRAME_INFO_NAMES = {[0] = "Barrier", [1] = "DurabilityRequirement", [2] = "DcpStreamId", [3] = "OpenTracingContext", [4] = "Impersonate", [5] = "PreserveTtl", [6] = "ImpersonateExtraPrivilege", [7] = "ImpersonateWithTokenAuthDataId"}
@@ -35,11 +31,8 @@ local VS_STREAM_END_REASON = {[0] = "Ok", [1] = "Closed", [2] = "StateChanged", 
 local VS_MARKER_VERSION = {[0] = "V2.0", [1] = "V2.1 (removed)", [2] = "V2.2"}
 local VS_VBUCKET_STATE = {[1] = "active", [2] = "replica", [3] = "pending", [4] = "dead"}
 local VS_SYSTEM_EVENT = {[0] = "BeginCollection", [1] = "EndCollection", [2] = "Reserved", [3] = "CreateScope", [4] = "DropScope", [5] = "ModifyCollection"}
+local VS_SYSTEM_EVENT_VERSION = {[0] = "version0", [1] = "version1", [2] = "version2"}
 local VS_DURABILITY_LEVEL = {[0] = "None", [1] = "Majority", [2] = "MajorityAndPersistOnMaster", [3] = "PersistToMajority"}
-local REQUEST_MAGIC = {[8] = true, [128] = true, [130] = true}
-local SERVER_MAGIC = {[130] = true, [131] = true}
-local FLEX_MAGIC = {[8] = true, [24] = true}
-local HEADER_SIZE, MAX_FRAME_SIZE, STREAM_ID_INFO = 24, 31457280, 2
 
 -- Flag texts (as FlagSet.text)
 local FLAGBITS_DATATYPE = {{1, "json"}, {2, "snappy"}, {4, "xattr"}}
@@ -53,6 +46,19 @@ local function flagtext_snapshot_flags(v) return flagtext(FLAGBITS_SNAPSHOT_FLAG
 local FLAGBITS_OSO_FLAGS = {{1, "start"}, {2, "end"}}
 local function flagtext_oso_flags(v) return flagtext(FLAGBITS_OSO_FLAGS, 3, v) end
 
+-- Protocol constants
+local REQUEST_MAGIC = {[8] = true, [128] = true, [130] = true}
+local SERVER_MAGIC = {[130] = true, [131] = true}
+local FLEX_MAGIC = {[8] = true, [24] = true}
+local HEADER_SIZE, MAX_FRAME_SIZE, STREAM_ID_INFO = 24, 31457280, 2
+local FRAME_INFO_SIZES = {[0] = {[0] = true}, [1] = {[1] = true, [3] = true}, [2] = {[2] = true}, [4] = "+", [5] = {[0] = true}, [6] = "+", [7] = {[2] = true}}
+local FRAME_INFOS_NOT_FOR_DCP = {[1] = true, [5] = true}
+local FEATURE_COLLECTIONS = 18
+local DATATYPE_FEATURES = {[11] = 1, [10] = 2, [6] = 4}
+local OPEN_PRODUCER, OPEN_DELETE_TIMES = 1, 32
+local MAX_KEY_LENGTH, MAX_COLLECTIONS_KEY_LENGTH = 250, 251
+local MAX_COLLECTIONS_LOGICAL_KEY_LENGTH = 246
+
 -- Fields
 local F = {}
 F.magic = ProtoField.uint8("dcp.magic", "Magic", base.HEX, MAGIC_NAMES)
@@ -62,9 +68,6 @@ F.keylen = ProtoField.uint16("dcp.keylen", "Key length", base.DEC)
 F.framing_len = ProtoField.uint8("dcp.framing_len", "Framing extras length", base.DEC)
 F.extlen = ProtoField.uint8("dcp.extlen", "Extras length", base.DEC)
 F.datatype = ProtoField.uint8("dcp.datatype", "Datatype", base.HEX)
-F.datatype_json = ProtoField.bool("dcp.datatype.json", "JSON", 8, nil, 0x1)
-F.datatype_snappy = ProtoField.bool("dcp.datatype.snappy", "SNAPPY", 8, nil, 0x2)
-F.datatype_xattr = ProtoField.bool("dcp.datatype.xattr", "XATTR", 8, nil, 0x4)
 F.vbucket = ProtoField.uint16("dcp.vbucket", "vBucket", base.DEC)
 F.status = ProtoField.uint16("dcp.status", "Status", base.HEX, STATUS_NAMES)
 F.bodylen = ProtoField.uint32("dcp.bodylen", "Total body length", base.DEC)
@@ -80,6 +83,7 @@ F.key = ProtoField.string("dcp.key", "Key")
 F.value_len = ProtoField.int32("dcp.value_len", "Value length", base.DEC)
 F.value = ProtoField.bytes("dcp.value", "Value")
 F.garbage = ProtoField.bytes("dcp.garbage", "Not MCBP (skipped to the end of the segment)")
+F.failover_log_count = ProtoField.uint32("dcp.failover_log.count", "Failover log entries", base.DEC)
 F.open_layout = ProtoField.string("dcp.open.layout", "Layout")
 F.open_seqno = ProtoField.uint32("dcp.open.seqno", "Seqno (reserved)", base.DEC, nil)
 F.open_flags = ProtoField.uint32("dcp.open.flags", "Flags", base.HEX, nil)
@@ -105,6 +109,7 @@ F.add_stream_flags_from_latest = ProtoField.bool("dcp.add_stream.flags.from_late
 F.add_stream_flags_ignore_purged_tombstones = ProtoField.bool("dcp.add_stream.flags.ignore_purged_tombstones", "ignore_purged_tombstones", 32, nil, 0x80)
 F.add_stream_flags_cache_transfer = ProtoField.bool("dcp.add_stream.flags.cache_transfer", "cache_transfer", 32, nil, 0x100)
 F.add_stream_new_opaque = ProtoField.uint32("dcp.add_stream.new_opaque", "New stream opaque", base.HEX, nil)
+F.close_stream_layout = ProtoField.string("dcp.close_stream.layout", "Layout")
 F.stream_req_layout = ProtoField.string("dcp.stream_req.layout", "Layout")
 F.stream_req_flags = ProtoField.uint32("dcp.stream_req.flags", "Flags", base.HEX, nil)
 F.stream_req_flags_takeover = ProtoField.bool("dcp.stream_req.flags.takeover", "takeover", 32, nil, 0x1)
@@ -161,14 +166,17 @@ F.expiration_layout = ProtoField.string("dcp.expiration.layout", "Layout")
 F.expiration_by_seqno = ProtoField.uint64("dcp.expiration.by_seqno", "By seqno", base.DEC, nil)
 F.expiration_rev_seqno = ProtoField.uint64("dcp.expiration.rev_seqno", "Rev seqno", base.DEC, nil)
 F.expiration_delete_time = ProtoField.uint32("dcp.expiration.delete_time", "Delete time", base.DEC, nil)
+F.flush_layout = ProtoField.string("dcp.flush.layout", "Layout")
 F.set_vbucket_state_layout = ProtoField.string("dcp.set_vbucket_state.layout", "Layout")
 F.set_vbucket_state_state = ProtoField.uint8("dcp.set_vbucket_state.state", "State", base.DEC, VS_VBUCKET_STATE)
+F.noop_layout = ProtoField.string("dcp.noop.layout", "Layout")
 F.buffer_ack_layout = ProtoField.string("dcp.buffer_ack.layout", "Layout")
 F.buffer_ack_bytes_to_ack = ProtoField.uint32("dcp.buffer_ack.bytes_to_ack", "Bytes to ack", base.DEC, nil)
+F.control_layout = ProtoField.string("dcp.control.layout", "Layout")
 F.system_event_layout = ProtoField.string("dcp.system_event.layout", "Layout")
 F.system_event_by_seqno = ProtoField.uint64("dcp.system_event.by_seqno", "By seqno", base.DEC, nil)
 F.system_event_event = ProtoField.uint32("dcp.system_event.event", "Event", base.DEC, VS_SYSTEM_EVENT)
-F.system_event_version = ProtoField.uint8("dcp.system_event.version", "Version", base.DEC, nil)
+F.system_event_version = ProtoField.uint8("dcp.system_event.version", "Version", base.DEC, VS_SYSTEM_EVENT_VERSION)
 F.prepare_layout = ProtoField.string("dcp.prepare.layout", "Layout")
 F.prepare_by_seqno = ProtoField.uint64("dcp.prepare.by_seqno", "By seqno", base.DEC, nil)
 F.prepare_rev_seqno = ProtoField.uint64("dcp.prepare.rev_seqno", "Rev seqno", base.DEC, nil)
@@ -192,508 +200,800 @@ F.oso_snapshot_layout = ProtoField.string("dcp.oso_snapshot.layout", "Layout")
 F.oso_snapshot_flags = ProtoField.uint32("dcp.oso_snapshot.flags", "Flags", base.HEX, nil)
 F.oso_snapshot_flags_start = ProtoField.bool("dcp.oso_snapshot.flags.start", "start", 32, nil, 0x1)
 F.oso_snapshot_flags_end = ProtoField.bool("dcp.oso_snapshot.flags.end", "end", 32, nil, 0x2)
-F.failover_log_count = ProtoField.uint32("dcp.failover_log.count", "Failover log entries", base.DEC)
+F.cache_transfer_layout = ProtoField.string("dcp.cache_transfer.layout", "Layout")
+F.cache_transfer_end_layout = ProtoField.string("dcp.cache_transfer_end.layout", "Layout")
+F.datatype_json = ProtoField.bool("dcp.datatype.json", "JSON", 8, nil, 0x1)
+F.datatype_snappy = ProtoField.bool("dcp.datatype.snappy", "SNAPPY", 8, nil, 0x2)
+F.datatype_xattr = ProtoField.bool("dcp.datatype.xattr", "XATTR", 8, nil, 0x4)
 local DATATYPE_BITS = {{F.datatype_json, 0x1}, {F.datatype_snappy, 0x2}, {F.datatype_xattr, 0x4}}
-dcp.fields = {F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len, F.extlen, F.datatype, F.datatype_json, F.datatype_snappy, F.datatype_xattr, F.vbucket, F.status, F.bodylen, F.opaque, F.cas, F.frame_info, F.frame_info_id, F.frame_info_len, F.frame_info_data, F.stream_id, F.extras, F.key, F.value_len, F.value, F.garbage, F.open_layout, F.open_seqno, F.open_flags, F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill, F.add_stream_layout, F.add_stream_flags, F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer, F.add_stream_new_opaque, F.stream_req_layout, F.stream_req_flags, F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer, F.stream_req_reserved, F.stream_req_start_seqno, F.stream_req_end_seqno, F.stream_req_vbucket_uuid, F.stream_req_snap_start_seqno, F.stream_req_snap_end_seqno, F.failover_log_vbucket_uuid, F.failover_log_seqno, F.rollback_seqno, F.get_failover_log_layout, F.stream_end_layout, F.stream_end_reason, F.snapshot_layout, F.snapshot_start_seqno, F.snapshot_end_seqno, F.snapshot_flags, F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates, F.snapshot_version, F.snapshot_max_visible_seqno, F.snapshot_high_completed_seqno, F.snapshot_purge_seqno, F.snapshot_high_prepared_seqno, F.mutation_layout, F.mutation_by_seqno, F.mutation_rev_seqno, F.mutation_flags, F.mutation_expiration, F.mutation_lock_time, F.mutation_nmeta, F.mutation_nru, F.deletion_layout, F.deletion_by_seqno, F.deletion_rev_seqno, F.deletion_nmeta, F.deletion_delete_time, F.deletion_unused, F.expiration_layout, F.expiration_by_seqno, F.expiration_rev_seqno, F.expiration_delete_time, F.set_vbucket_state_layout, F.set_vbucket_state_state, F.buffer_ack_layout, F.buffer_ack_bytes_to_ack, F.system_event_layout, F.system_event_by_seqno, F.system_event_event, F.system_event_version, F.prepare_layout, F.prepare_by_seqno, F.prepare_rev_seqno, F.prepare_flags, F.prepare_expiration, F.prepare_lock_time, F.prepare_nru, F.prepare_deleted, F.prepare_durability_level, F.seqno_ack_layout, F.seqno_ack_prepared_seqno, F.commit_layout, F.commit_prepared_seqno, F.commit_commit_seqno, F.abort_layout, F.abort_prepared_seqno, F.abort_abort_seqno, F.seqno_advanced_layout, F.seqno_advanced_by_seqno, F.oso_snapshot_layout, F.oso_snapshot_flags, F.oso_snapshot_flags_start, F.oso_snapshot_flags_end, F.failover_log_count}
+dcp.fields = {F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len, F.extlen, F.datatype, F.vbucket, F.status, F.bodylen, F.opaque, F.cas, F.frame_info, F.frame_info_id, F.frame_info_len, F.frame_info_data, F.stream_id, F.extras, F.key, F.value_len, F.value, F.garbage, F.failover_log_count, F.open_layout, F.open_seqno, F.open_flags, F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill, F.add_stream_layout, F.add_stream_flags, F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer, F.add_stream_new_opaque, F.close_stream_layout, F.stream_req_layout, F.stream_req_flags, F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer, F.stream_req_reserved, F.stream_req_start_seqno, F.stream_req_end_seqno, F.stream_req_vbucket_uuid, F.stream_req_snap_start_seqno, F.stream_req_snap_end_seqno, F.failover_log_vbucket_uuid, F.failover_log_seqno, F.rollback_seqno, F.get_failover_log_layout, F.stream_end_layout, F.stream_end_reason, F.snapshot_layout, F.snapshot_start_seqno, F.snapshot_end_seqno, F.snapshot_flags, F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates, F.snapshot_version, F.snapshot_max_visible_seqno, F.snapshot_high_completed_seqno, F.snapshot_purge_seqno, F.snapshot_high_prepared_seqno, F.mutation_layout, F.mutation_by_seqno, F.mutation_rev_seqno, F.mutation_flags, F.mutation_expiration, F.mutation_lock_time, F.mutation_nmeta, F.mutation_nru, F.deletion_layout, F.deletion_by_seqno, F.deletion_rev_seqno, F.deletion_nmeta, F.deletion_delete_time, F.deletion_unused, F.expiration_layout, F.expiration_by_seqno, F.expiration_rev_seqno, F.expiration_delete_time, F.flush_layout, F.set_vbucket_state_layout, F.set_vbucket_state_state, F.noop_layout, F.buffer_ack_layout, F.buffer_ack_bytes_to_ack, F.control_layout, F.system_event_layout, F.system_event_by_seqno, F.system_event_event, F.system_event_version, F.prepare_layout, F.prepare_by_seqno, F.prepare_rev_seqno, F.prepare_flags, F.prepare_expiration, F.prepare_lock_time, F.prepare_nru, F.prepare_deleted, F.prepare_durability_level, F.seqno_ack_layout, F.seqno_ack_prepared_seqno, F.commit_layout, F.commit_prepared_seqno, F.commit_commit_seqno, F.abort_layout, F.abort_prepared_seqno, F.abort_abort_seqno, F.seqno_advanced_layout, F.seqno_advanced_by_seqno, F.oso_snapshot_layout, F.oso_snapshot_flags, F.oso_snapshot_flags_start, F.oso_snapshot_flags_end, F.cache_transfer_layout, F.cache_transfer_end_layout, F.datatype_json, F.datatype_snappy, F.datatype_xattr}
 
--- Expert infos: one per single-PDU rule of the analyzer, plus framing problems
+-- Expert infos: one per single-message rule of the analyzer, plus framing problems
 local EXPERTS = {}
-EXPERTS["add-stream-datatype"] = ProtoExpert.new("dcp.expert.add_stream_datatype", "[add-stream-datatype] add stream request datatype is not RAW", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["add-stream-extras-length"] = ProtoExpert.new("dcp.expert.add_stream_extras_length", "[add-stream-extras-length] add stream request extras are not 4 bytes", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["add-stream-key-or-value"] = ProtoExpert.new("dcp.expert.add_stream_key_or_value", "[add-stream-key-or-value] add stream request carries a key or a value", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["add-stream-response-extras"] = ProtoExpert.new("dcp.expert.add_stream_response_extras", "[add-stream-response-extras] add stream response without its 4-byte new-opaque extras", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["failover-log-length"] = ProtoExpert.new("dcp.expert.failover_log_length", "[failover-log-length] successful stream request / failover log response value is empty or not a multiple of 16", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["add-stream-response-extras"] = ProtoExpert.new("dcp.expert.add_stream_response_extras", "[add-stream-response-extras] successful add stream response without its 4-byte stream opaque", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["cas-invalid"] = ProtoExpert.new("dcp.expert.cas_invalid", "[cas-invalid] CAS set where it must be 0, or 0 where it must be set", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["datatype-invalid"] = ProtoExpert.new("dcp.expert.datatype_invalid", "[datatype-invalid] datatype the opcode does not allow", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["datatype-not-negotiated"] = ProtoExpert.new("dcp.expert.datatype_not_negotiated", "[datatype-not-negotiated] datatype bit the connection did not enable with HELLO", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["dcp-not-open"] = ProtoExpert.new("dcp.expert.dcp_not_open", "[dcp-not-open] a DCP command on a connection that was never opened with DcpOpen", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["dcp-open-twice"] = ProtoExpert.new("dcp.expert.dcp_open_twice", "[dcp-open-twice] DcpOpen on a connection already opened for DCP", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["document-key-invalid"] = ProtoExpert.new("dcp.expert.document_key_invalid", "[document-key-invalid] document key without a valid collection prefix", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["durability-level-invalid"] = ProtoExpert.new("dcp.expert.durability_level_invalid", "[durability-level-invalid] prepare without a valid durability level", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["extras-length"] = ProtoExpert.new("dcp.expert.extras_length", "[extras-length] extras length the opcode does not allow", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["failover-log-empty"] = ProtoExpert.new("dcp.expert.failover_log_empty", "[failover-log-empty] successful stream request / failover log response without entries", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["frame-info-invalid"] = ProtoExpert.new("dcp.expert.frame_info_invalid", "[frame-info-invalid] a request frame info with a size the server refuses", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["frame-info-not-supported"] = ProtoExpert.new("dcp.expert.frame_info_not_supported", "[frame-info-not-supported] a frame info the DCP opcode does not support", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["frame-info-unknown"] = ProtoExpert.new("dcp.expert.frame_info_unknown", "[frame-info-unknown] a request frame info id the server does not know", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["framing-extras-encoding"] = ProtoExpert.new("dcp.expert.framing_extras_encoding", "[framing-extras-encoding] framing extras run past their end", expert.group.MALFORMED, expert.severity.ERROR)
 EXPERTS["header-invariant"] = ProtoExpert.new("dcp.expert.header_invariant", "[header-invariant] framing extras + extras + key exceed the body length", expert.group.MALFORMED, expert.severity.ERROR)
-EXPERTS["marker-datatype"] = ProtoExpert.new("dcp.expert.marker_datatype", "[marker-datatype] snapshot marker datatype is not RAW", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-extras-length"] = ProtoExpert.new("dcp.expert.marker_extras_length", "[marker-extras-length] snapshot marker extras length is neither 20 (V1) nor 1 (V2)", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-hcs-beyond-end"] = ProtoExpert.new("dcp.expert.marker_hcs_beyond_end", "[marker-hcs-beyond-end] high completed seqno is greater than the snapshot end", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-hcs-hps-without-disk"] = ProtoExpert.new("dcp.expert.marker_hcs_hps_without_disk", "[marker-hcs-hps-without-disk] HCS or HPS non-zero on a marker without Disk", expert.group.PROTOCOL, expert.severity.WARN)
-EXPERTS["marker-hps-out-of-range"] = ProtoExpert.new("dcp.expert.marker_hps_out_of_range", "[marker-hps-out-of-range] high prepared seqno is non-zero and outside [start, end]", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-key"] = ProtoExpert.new("dcp.expert.marker_key", "[marker-key] snapshot marker carries a key", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-memory-disk"] = ProtoExpert.new("dcp.expert.marker_memory_disk", "[marker-memory-disk] snapshot marker has neither or both of Memory and Disk", expert.group.PROTOCOL, expert.severity.WARN)
+EXPERTS["key-presence"] = ProtoExpert.new("dcp.expert.key_presence", "[key-presence] key missing where required, or present where forbidden", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["key-too-long"] = ProtoExpert.new("dcp.expert.key_too_long", "[key-too-long] key longer than the server accepts", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["marker-hcs-beyond-end"] = ProtoExpert.new("dcp.expert.marker_hcs_beyond_end", "[marker-hcs-beyond-end] high completed seqno is greater than the snapshot end", expert.group.PROTOCOL, expert.severity.NOTE)
+EXPERTS["marker-hcs-without-disk"] = ProtoExpert.new("dcp.expert.marker_hcs_without_disk", "[marker-hcs-without-disk] HCS non-zero on a marker without Disk", expert.group.PROTOCOL, expert.severity.NOTE)
+EXPERTS["marker-hps-beyond-end"] = ProtoExpert.new("dcp.expert.marker_hps_beyond_end", "[marker-hps-beyond-end] high prepared seqno of a disk snapshot is above its end", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["marker-hps-without-disk"] = ProtoExpert.new("dcp.expert.marker_hps_without_disk", "[marker-hps-without-disk] HPS non-zero on a marker without Disk", expert.group.PROTOCOL, expert.severity.NOTE)
+EXPERTS["marker-memory-disk"] = ProtoExpert.new("dcp.expert.marker_memory_disk", "[marker-memory-disk] snapshot marker has neither or both of Memory and Disk", expert.group.PROTOCOL, expert.severity.NOTE)
 EXPERTS["marker-mvs-beyond-end"] = ProtoExpert.new("dcp.expert.marker_mvs_beyond_end", "[marker-mvs-beyond-end] max visible seqno is greater than the snapshot end", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-purge-beyond-end"] = ProtoExpert.new("dcp.expert.marker_purge_beyond_end", "[marker-purge-beyond-end] purge seqno is greater than the snapshot end", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["marker-purge-beyond-end"] = ProtoExpert.new("dcp.expert.marker_purge_beyond_end", "[marker-purge-beyond-end] purge seqno of a disk snapshot is above its end", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["marker-start-after-end"] = ProtoExpert.new("dcp.expert.marker_start_after_end", "[marker-start-after-end] snapshot marker start is greater than its end", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-unknown-flags"] = ProtoExpert.new("dcp.expert.marker_unknown_flags", "[marker-unknown-flags] snapshot marker has flag bits outside the six defined", expert.group.PROTOCOL, expert.severity.WARN)
-EXPERTS["marker-v1-value"] = ProtoExpert.new("dcp.expert.marker_v1_value", "[marker-v1-value] V1 snapshot marker carries a value", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-v22-documented-44"] = ProtoExpert.new("dcp.expert.marker_v22_documented_44", "[marker-v22-documented-44] V2.2 snapshot marker uses the documented 44-byte value (no HPS), which servers reject", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["marker-value-length"] = ProtoExpert.new("dcp.expert.marker_value_length", "[marker-value-length] V2 snapshot marker value is not 36 (V2.0) or 52 (V2.2) bytes", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["marker-unknown-flags"] = ProtoExpert.new("dcp.expert.marker_unknown_flags", "[marker-unknown-flags] snapshot marker has flag bits outside the six defined", expert.group.PROTOCOL, expert.severity.NOTE)
+EXPERTS["marker-v22-documented-44"] = ProtoExpert.new("dcp.expert.marker_v22_documented_44", "[marker-v22-documented-44] DcpSnapshotMarker uses the V2.2-doc44 layout, which servers reject", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["marker-version"] = ProtoExpert.new("dcp.expert.marker_version", "[marker-version] snapshot marker version byte is neither 0 (V2.0) nor 2 (V2.2)", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["rollback-value-length"] = ProtoExpert.new("dcp.expert.rollback_value_length", "[rollback-value-length] rollback response value is not exactly 8 bytes", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["stream-flags-cache-transfer"] = ProtoExpert.new("dcp.expert.stream_flags_cache_transfer", "[stream-flags-cache-transfer] CacheTransfer combined with flags other than TakeOver/ActiveVbOnly", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["nmeta-not-zero"] = ProtoExpert.new("dcp.expert.nmeta_not_zero", "[nmeta-not-zero] extended metadata length (nmeta) is not 0", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["open-flags-combination"] = ProtoExpert.new("dcp.expert.open_flags_combination", "[open-flags-combination] DcpOpen flags the server refuses together", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["open-flags-invalid"] = ProtoExpert.new("dcp.expert.open_flags_invalid", "[open-flags-invalid] DcpOpen flags outside the defined set", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["open-value-datatype"] = ProtoExpert.new("dcp.expert.open_value_datatype", "[open-value-datatype] DcpOpen datatype does not match its value", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["open-value-invalid"] = ProtoExpert.new("dcp.expert.open_value_invalid", "[open-value-invalid] DcpOpen value is not a JSON object of known keys", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["seqno-zero"] = ProtoExpert.new("dcp.expert.seqno_zero", "[seqno-zero] a mutation or prepare with by_seqno 0", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["stream-flags-cache-transfer"] = ProtoExpert.new("dcp.expert.stream_flags_cache_transfer", "[stream-flags-cache-transfer] CacheTransfer combined with flags other than TakeOver / ActiveVbOnly", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["stream-flags-no-value"] = ProtoExpert.new("dcp.expert.stream_flags_no_value", "[stream-flags-no-value] obsolete NoValue flag 0x08 on add stream / stream request", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["stream-flags-unknown"] = ProtoExpert.new("dcp.expert.stream_flags_unknown", "[stream-flags-unknown] add stream / stream request flags outside the allowed mask 0x1F7", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["stream-request-datatype"] = ProtoExpert.new("dcp.expert.stream_request_datatype", "[stream-request-datatype] stream request datatype is not RAW", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["stream-request-extras-length"] = ProtoExpert.new("dcp.expert.stream_request_extras_length", "[stream-request-extras-length] stream request extras are not 48 bytes", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["stream-request-key"] = ProtoExpert.new("dcp.expert.stream_request_key", "[stream-request-key] stream request carries a key", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["stream-flags-unknown"] = ProtoExpert.new("dcp.expert.stream_flags_unknown", "[stream-flags-unknown] add stream / stream request flags outside the defined 0x1F7", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["stream-id-on-consumer"] = ProtoExpert.new("dcp.expert.stream_id_on_consumer", "[stream-id-on-consumer] a stream id frame info sent to a consumer connection", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["stream-request-snapshot-range"] = ProtoExpert.new("dcp.expert.stream_request_snapshot_range", "[stream-request-snapshot-range] stream request violates snap_start <= start <= snap_end", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["stream-request-start-after-end"] = ProtoExpert.new("dcp.expert.stream_request_start_after_end", "[stream-request-start-after-end] stream request start seqno is greater than end", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["stream-request-start-after-end"] = ProtoExpert.new("dcp.expert.stream_request_start_after_end", "[stream-request-start-after-end] stream request start seqno is greater than its end", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["stream-request-uuid-zero"] = ProtoExpert.new("dcp.expert.stream_request_uuid_zero", "[stream-request-uuid-zero] stream request with vbucket uuid 0 and start > 0", expert.group.PROTOCOL, expert.severity.ERROR)
-EXPERTS["unknown-opcode"] = ProtoExpert.new("dcp.expert.unknown_opcode", "[unknown-opcode] opcode not in the protocol tables", expert.group.PROTOCOL, expert.severity.WARN)
+EXPERTS["system-event-invalid"] = ProtoExpert.new("dcp.expert.system_event_invalid", "[system-event-invalid] system event id or version the server does not know", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["unknown-opcode"] = ProtoExpert.new("dcp.expert.unknown_opcode", "[unknown-opcode] opcode not in kv_engine's opcode table", expert.group.PROTOCOL, expert.severity.WARN)
+EXPERTS["unsupported-on-server"] = ProtoExpert.new("dcp.expert.unsupported_on_server", "[unsupported-on-server] an opcode memcached does not accept from a client", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["value-length"] = ProtoExpert.new("dcp.expert.value_length", "[value-length] value length that matches no layout of the opcode", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["value-presence"] = ProtoExpert.new("dcp.expert.value_presence", "[value-presence] value missing where required, or present where forbidden", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["vbucket-state-invalid"] = ProtoExpert.new("dcp.expert.vbucket_state_invalid", "[vbucket-state-invalid] set vbucket state to a state that does not exist", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["unknown-magic"] = ProtoExpert.new("dcp.expert.unknown_magic", "[unknown-magic] a header with an illegal magic byte", expert.group.MALFORMED, expert.severity.ERROR)
 EXPERTS["frame-too-large"] = ProtoExpert.new("dcp.expert.frame_too_large", "[frame-too-large] frame larger than the server's 30 MiB max_packet_size", expert.group.MALFORMED, expert.severity.ERROR)
 local e_truncated = ProtoExpert.new("dcp.expert.truncated", "PDU cut by the capture (snap length)", expert.group.MALFORMED, expert.severity.WARN)
 local e_internal = ProtoExpert.new("dcp.expert.internal", "dissector error", expert.group.UNDECODED, expert.severity.ERROR)
-local e_extras_length = ProtoExpert.new("dcp.expert.extras_length", "extras length matches no layout of the opcode", expert.group.MALFORMED, expert.severity.WARN)
-local e_value_length = ProtoExpert.new("dcp.expert.value_length", "value length matches no layout of the opcode", expert.group.MALFORMED, expert.severity.WARN)
-do local list = {e_truncated, e_internal, e_extras_length, e_value_length}
-  for _, id in ipairs({"add-stream-datatype", "add-stream-extras-length", "add-stream-key-or-value", "add-stream-response-extras", "failover-log-length", "framing-extras-encoding", "header-invariant", "marker-datatype", "marker-extras-length", "marker-hcs-beyond-end", "marker-hcs-hps-without-disk", "marker-hps-out-of-range", "marker-key", "marker-memory-disk", "marker-mvs-beyond-end", "marker-purge-beyond-end", "marker-start-after-end", "marker-unknown-flags", "marker-v1-value", "marker-v22-documented-44", "marker-value-length", "marker-version", "rollback-value-length", "stream-flags-cache-transfer", "stream-flags-no-value", "stream-flags-unknown", "stream-request-datatype", "stream-request-extras-length", "stream-request-key", "stream-request-snapshot-range", "stream-request-start-after-end", "stream-request-uuid-zero", "unknown-opcode", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
+do local list = {e_truncated, e_internal}
+  for _, id in ipairs({"add-stream-response-extras", "cas-invalid", "datatype-invalid", "datatype-not-negotiated", "dcp-not-open", "dcp-open-twice", "document-key-invalid", "durability-level-invalid", "extras-length", "failover-log-empty", "frame-info-invalid", "frame-info-not-supported", "frame-info-unknown", "framing-extras-encoding", "header-invariant", "key-presence", "key-too-long", "marker-hcs-beyond-end", "marker-hcs-without-disk", "marker-hps-beyond-end", "marker-hps-without-disk", "marker-memory-disk", "marker-mvs-beyond-end", "marker-purge-beyond-end", "marker-start-after-end", "marker-unknown-flags", "marker-v22-documented-44", "marker-version", "nmeta-not-zero", "open-flags-combination", "open-flags-invalid", "open-value-datatype", "open-value-invalid", "seqno-zero", "stream-flags-cache-transfer", "stream-flags-no-value", "stream-flags-unknown", "stream-id-on-consumer", "stream-request-snapshot-range", "stream-request-start-after-end", "stream-request-uuid-zero", "system-event-invalid", "unknown-opcode", "unsupported-on-server", "value-length", "value-presence", "vbucket-state-invalid", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
   dcp.experts = list end
 
--- Shapes: extras layouts (by size) and value layouts (by `when` and size) per opcode
+-- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
 local SHAPES = {}
-SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil,
-  req = {extras_sizes = "(8,)",
+SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(8,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
-      fields = {{"seqno", 0, 4, F.open_seqno, nil, false, nil},
-        {"flags", 4, 4, F.open_flags, {{F.open_flags_producer, 0x1}, {F.open_flags_invalid, 0x2}, {F.open_flags_include_xattrs, 0x4}, {F.open_flags_no_value, 0x8}, {F.open_flags_unused, 0x10}, {F.open_flags_include_delete_times, 0x20}, {F.open_flags_no_value_with_underlying_datatype, 0x40}, {F.open_flags_pitr_unsupported, 0x80}, {F.open_flags_include_deleted_user_xattrs, 0x100}, {F.open_flags_skip_deletes_in_initial_backfill, 0x200}}, false, flagtext_dcp_open_flags}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "seqno", offset = 0, width = 4, field = F.open_seqno, bits = nil, kept = false, text = nil},
+        {name = "flags", offset = 4, width = 4, field = F.open_flags, bits = {{F.open_flags_producer, 0x1}, {F.open_flags_invalid, 0x2}, {F.open_flags_include_xattrs, 0x4}, {F.open_flags_no_value, 0x8}, {F.open_flags_unused, 0x10}, {F.open_flags_include_delete_times, 0x20}, {F.open_flags_no_value_with_underlying_datatype, 0x40}, {F.open_flags_pitr_unsupported, 0x80}, {F.open_flags_include_deleted_user_xattrs, 0x100}, {F.open_flags_skip_deletes_in_initial_backfill, 0x200}}, kept = true, text = flagtext_dcp_open_flags}}}},
+    values = {},
+    checks = {{rule = "open-flags-invalid", text = "invalid flag bits in {flags:x}", test = {"mask", "flags", 877}, when = {}},
+    {rule = "open-flags-combination", text = "flags {flags:x}: no_value with no_value_with_underlying_datatype", test = {"not_both", "flags", 8, 64}, when = {}},
+    {rule = "open-flags-combination", text = "flags {flags:x}: include_deleted_user_xattrs without include_xattrs", test = {"needs", "flags", 256, 4}, when = {}},
+    {rule = "open-flags-combination", text = "flags {flags:x}: skip_deletes_in_initial_backfill without producer", test = {"needs", "flags", 512, 1}, when = {}},
+    {rule = "open-value-datatype", text = "datatype {datatype} without a value", test = {"in", "datatype", {0}}, when = {{"eq", "value_len", 0}}},
+    {rule = "open-value-datatype", text = "datatype {datatype} with a value (JSON required)", test = {"in", "datatype", {1}}, when = {{"ne", "value_len", 0}}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil,
-  req = {extras_sizes = "(4,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(4,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
-      fields = {{"flags", 0, 4, F.add_stream_flags, {{F.add_stream_flags_takeover, 0x1}, {F.add_stream_flags_disk_only, 0x2}, {F.add_stream_flags_to_latest, 0x4}, {F.add_stream_flags_no_value, 0x8}, {F.add_stream_flags_active_vb_only, 0x10}, {F.add_stream_flags_strict_vbuuid, 0x20}, {F.add_stream_flags_from_latest, 0x40}, {F.add_stream_flags_ignore_purged_tombstones, 0x80}, {F.add_stream_flags_cache_transfer, 0x100}}, true, flagtext_stream_flags}}}},
-    values = {}},
-  rsp = {extras_sizes = "(4,)",
+      fields = {{name = "flags", offset = 0, width = 4, field = F.add_stream_flags, bits = {{F.add_stream_flags_takeover, 0x1}, {F.add_stream_flags_disk_only, 0x2}, {F.add_stream_flags_to_latest, 0x4}, {F.add_stream_flags_no_value, 0x8}, {F.add_stream_flags_active_vb_only, 0x10}, {F.add_stream_flags_strict_vbuuid, 0x20}, {F.add_stream_flags_from_latest, 0x40}, {F.add_stream_flags_ignore_purged_tombstones, 0x80}, {F.add_stream_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags}}}},
+    values = {},
+    checks = {{rule = "stream-flags-no-value", text = "flag 0x08 NoValue is no longer used (DcpOpen carries NoValue)", test = {"mask", "flags", 4294967287}, when = {}},
+    {rule = "stream-flags-unknown", text = "invalid flag bits in {flags:x}", test = {"mask", "flags", 511}, when = {}},
+    {rule = "stream-flags-cache-transfer", text = "cache_transfer combined with other flags in {flags:x}", test = {"only_with", "flags", 256, 17}, when = {}}}},
+  rsp = {extras_sizes = "(4,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
-      fields = {{"new_opaque", 0, 4, F.add_stream_new_opaque, nil, true, nil}}}},
-    values = {}}}
-SHAPES[0x52] = {name = "DcpCloseStream", layout_field = nil, seqno = nil,
-  req = {extras_sizes = "(0,)",
+      fields = {{name = "new_opaque", offset = 0, width = 4, field = F.add_stream_new_opaque, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {{rule = "add-stream-response-extras", text = "success with {extlen} bytes of extras, not the 4-byte stream opaque", test = {"in", "extlen", {4}}, when = {{"eq", "status", 0}}}}}}
+SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil,
-  req = {extras_sizes = "(48,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(48,)", validated = true, key = "forbidden", value = "optional", value_context = "collections", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
-      fields = {{"flags", 0, 4, F.stream_req_flags, {{F.stream_req_flags_takeover, 0x1}, {F.stream_req_flags_disk_only, 0x2}, {F.stream_req_flags_to_latest, 0x4}, {F.stream_req_flags_no_value, 0x8}, {F.stream_req_flags_active_vb_only, 0x10}, {F.stream_req_flags_strict_vbuuid, 0x20}, {F.stream_req_flags_from_latest, 0x40}, {F.stream_req_flags_ignore_purged_tombstones, 0x80}, {F.stream_req_flags_cache_transfer, 0x100}}, true, flagtext_stream_flags},
-        {"reserved", 4, 4, F.stream_req_reserved, nil, true, nil},
-        {"start_seqno", 8, 8, F.stream_req_start_seqno, nil, true, nil},
-        {"end_seqno", 16, 8, F.stream_req_end_seqno, nil, true, nil},
-        {"vbucket_uuid", 24, 8, F.stream_req_vbucket_uuid, nil, true, nil},
-        {"snap_start_seqno", 32, 8, F.stream_req_snap_start_seqno, nil, true, nil},
-        {"snap_end_seqno", 40, 8, F.stream_req_snap_end_seqno, nil, true, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "flags", offset = 0, width = 4, field = F.stream_req_flags, bits = {{F.stream_req_flags_takeover, 0x1}, {F.stream_req_flags_disk_only, 0x2}, {F.stream_req_flags_to_latest, 0x4}, {F.stream_req_flags_no_value, 0x8}, {F.stream_req_flags_active_vb_only, 0x10}, {F.stream_req_flags_strict_vbuuid, 0x20}, {F.stream_req_flags_from_latest, 0x40}, {F.stream_req_flags_ignore_purged_tombstones, 0x80}, {F.stream_req_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags},
+        {name = "reserved", offset = 4, width = 4, field = F.stream_req_reserved, bits = nil, kept = false, text = nil},
+        {name = "start_seqno", offset = 8, width = 8, field = F.stream_req_start_seqno, bits = nil, kept = true, text = nil},
+        {name = "end_seqno", offset = 16, width = 8, field = F.stream_req_end_seqno, bits = nil, kept = true, text = nil},
+        {name = "vbucket_uuid", offset = 24, width = 8, field = F.stream_req_vbucket_uuid, bits = nil, kept = true, text = nil},
+        {name = "snap_start_seqno", offset = 32, width = 8, field = F.stream_req_snap_start_seqno, bits = nil, kept = true, text = nil},
+        {name = "snap_end_seqno", offset = 40, width = 8, field = F.stream_req_snap_end_seqno, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {{rule = "stream-flags-no-value", text = "flag 0x08 NoValue is no longer used (DcpOpen carries NoValue)", test = {"mask", "flags", 4294967287}, when = {}},
+    {rule = "stream-flags-unknown", text = "invalid flag bits in {flags:x}", test = {"mask", "flags", 511}, when = {}},
+    {rule = "stream-flags-cache-transfer", text = "cache_transfer combined with other flags in {flags:x}", test = {"only_with", "flags", 256, 17}, when = {}},
+    {rule = "stream-request-start-after-end", text = "start {start_seqno} > end {end_seqno}", test = {"le", "start_seqno", "end_seqno"}, when = {{"clear", "flags", 64}}},
+    {rule = "stream-request-snapshot-range", text = "snapshot [{snap_start_seqno}, {snap_end_seqno}] does not contain start {start_seqno}", test = {"range", "snap_start_seqno", "start_seqno", "snap_end_seqno"}, when = {{"clear", "flags", 64}}},
+    {rule = "stream-request-uuid-zero", text = "vbucket uuid 0 with start {start_seqno}: the server must roll back to 0", test = {"in", "start_seqno", {0}}, when = {{"eq", "vbucket_uuid", 0}, {"clear", "flags", 64}}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
-      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true, nil},
-        {"seqno", 8, 8, F.failover_log_seqno, nil, true, nil}}},
+      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
+        {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}},
     {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil, text = "Value (rollback, 8 bytes)",
-      fields = {{"rollback_seqno", 0, 8, F.rollback_seqno, nil, true, nil}}}}}}
-SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil,
-  req = {extras_sizes = "(0,)",
+      fields = {{name = "rollback_seqno", offset = 0, width = 8, field = F.rollback_seqno, bits = nil, kept = true, text = nil}}}},
+    checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
+SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
-      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true, nil},
-        {"seqno", 8, 8, F.failover_log_seqno, nil, true, nil}}}}}}
-SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil,
-  req = {extras_sizes = "(4,)",
+      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
+        {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
+    checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
+SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(4,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
-      fields = {{"reason", 0, 4, F.stream_end_reason, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "reason", offset = 0, width = 4, field = F.stream_end_reason, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil,
-  req = {extras_sizes = "(20, 1)",
-    extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true, nil},
-        {"flags", 16, 4, F.snapshot_flags, {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, true, flagtext_snapshot_flags}}},
-    {label = "V2", size = 1, when = {}, rep = nil, text = "Extras (V2, 1 bytes)",
-      fields = {{"version", 0, 1, F.snapshot_version, nil, true, nil}}}},
+    values = {},
+    checks = {}}}
+SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(20, 1)", validated = true, key = "forbidden", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+    extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)", value = "forbidden",
+      fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
+        {name = "end_seqno", offset = 8, width = 8, field = F.snapshot_end_seqno, bits = nil, kept = true, text = nil},
+        {name = "flags", offset = 16, width = 4, field = F.snapshot_flags, bits = {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, kept = true, text = flagtext_snapshot_flags}}},
+    {label = "V2", size = 1, when = {}, rep = nil, text = "Extras (V2, 1 bytes)", value = "required",
+      fields = {{name = "version", offset = 0, width = 1, field = F.snapshot_version, bits = nil, kept = true, text = nil}}}},
     values = {{label = "V2.0", size = 36, when = {{"version", 0}}, rep = nil, text = "Value (V2.0, 36 bytes)",
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true, nil},
-        {"flags", 16, 4, F.snapshot_flags, {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, true, flagtext_snapshot_flags},
-        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true, nil},
-        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true, nil}}},
+      fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
+        {name = "end_seqno", offset = 8, width = 8, field = F.snapshot_end_seqno, bits = nil, kept = true, text = nil},
+        {name = "flags", offset = 16, width = 4, field = F.snapshot_flags, bits = {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, kept = true, text = flagtext_snapshot_flags},
+        {name = "max_visible_seqno", offset = 20, width = 8, field = F.snapshot_max_visible_seqno, bits = nil, kept = true, text = nil},
+        {name = "high_completed_seqno", offset = 28, width = 8, field = F.snapshot_high_completed_seqno, bits = nil, kept = true, text = nil}}},
     {label = "V2.2", size = 52, when = {{"version", 2}}, rep = nil, text = "Value (V2.2, 52 bytes)",
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true, nil},
-        {"flags", 16, 4, F.snapshot_flags, {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, true, flagtext_snapshot_flags},
-        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true, nil},
-        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true, nil},
-        {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil, true, nil},
-        {"high_prepared_seqno", 44, 8, F.snapshot_high_prepared_seqno, nil, true, nil}}},
-    {label = "V2.2-doc44", size = 44, when = {{"version", 2}}, rep = nil, text = "Value (V2.2-doc44, 44 bytes)",
-      fields = {{"start_seqno", 0, 8, F.snapshot_start_seqno, nil, true, nil},
-        {"end_seqno", 8, 8, F.snapshot_end_seqno, nil, true, nil},
-        {"flags", 16, 4, F.snapshot_flags, {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, true, flagtext_snapshot_flags},
-        {"max_visible_seqno", 20, 8, F.snapshot_max_visible_seqno, nil, true, nil},
-        {"high_completed_seqno", 28, 8, F.snapshot_high_completed_seqno, nil, true, nil},
-        {"purge_seqno", 36, 8, F.snapshot_purge_seqno, nil, true, nil}}}}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
+        {name = "end_seqno", offset = 8, width = 8, field = F.snapshot_end_seqno, bits = nil, kept = true, text = nil},
+        {name = "flags", offset = 16, width = 4, field = F.snapshot_flags, bits = {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, kept = true, text = flagtext_snapshot_flags},
+        {name = "max_visible_seqno", offset = 20, width = 8, field = F.snapshot_max_visible_seqno, bits = nil, kept = true, text = nil},
+        {name = "high_completed_seqno", offset = 28, width = 8, field = F.snapshot_high_completed_seqno, bits = nil, kept = true, text = nil},
+        {name = "purge_seqno", offset = 36, width = 8, field = F.snapshot_purge_seqno, bits = nil, kept = true, text = nil},
+        {name = "high_prepared_seqno", offset = 44, width = 8, field = F.snapshot_high_prepared_seqno, bits = nil, kept = true, text = nil}}},
+    {label = "V2.2-doc44", size = 44, when = {{"version", 2}}, rep = nil, text = "Value (V2.2-doc44, 44 bytes)", rule = "marker-v22-documented-44", note = "a 44-byte V2.2 value (no HPS), as pre-release drafts of snapshot-marker.md listed it (2024-07 to 2025-01); servers send and accept 52 bytes (purge seqno then HPS)",
+      fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
+        {name = "end_seqno", offset = 8, width = 8, field = F.snapshot_end_seqno, bits = nil, kept = true, text = nil},
+        {name = "flags", offset = 16, width = 4, field = F.snapshot_flags, bits = {{F.snapshot_flags_memory, 0x1}, {F.snapshot_flags_disk, 0x2}, {F.snapshot_flags_checkpoint, 0x4}, {F.snapshot_flags_ack, 0x8}, {F.snapshot_flags_history, 0x10}, {F.snapshot_flags_may_contain_duplicates, 0x20}}, kept = true, text = flagtext_snapshot_flags},
+        {name = "max_visible_seqno", offset = 20, width = 8, field = F.snapshot_max_visible_seqno, bits = nil, kept = true, text = nil},
+        {name = "high_completed_seqno", offset = 28, width = 8, field = F.snapshot_high_completed_seqno, bits = nil, kept = true, text = nil},
+        {name = "purge_seqno", offset = 36, width = 8, field = F.snapshot_purge_seqno, bits = nil, kept = true, text = nil}}}},
+    checks = {{rule = "marker-version", text = "version byte {version}", test = {"in", "version", {0, 2}}, when = {}},
+    {rule = "marker-unknown-flags", text = "unknown flag bits in {flags:x}", test = {"mask", "flags", 63}, when = {}},
+    {rule = "marker-memory-disk", text = "flags {flags:x}: not exactly one of Memory and Disk", test = {"one_bit", "flags", 3}, when = {}},
+    {rule = "marker-start-after-end", text = "start {start_seqno} > end {end_seqno}", test = {"le", "start_seqno", "end_seqno"}, when = {}},
+    {rule = "marker-mvs-beyond-end", text = "max visible seqno {max_visible_seqno} > end {end_seqno}", test = {"le", "max_visible_seqno", "end_seqno"}, when = {}},
+    {rule = "marker-hps-beyond-end", text = "high prepared seqno {high_prepared_seqno} > end {end_seqno}", test = {"le", "high_prepared_seqno", "end_seqno"}, when = {{"set", "flags", 2}}},
+    {rule = "marker-purge-beyond-end", text = "purge seqno {purge_seqno} > end {end_seqno}", test = {"le", "purge_seqno", "end_seqno"}, when = {{"set", "flags", 2}}},
+    {rule = "marker-hcs-beyond-end", text = "high completed seqno {high_completed_seqno} > end {end_seqno}", test = {"le", "high_completed_seqno", "end_seqno"}, when = {{"set", "flags", 2}}},
+    {rule = "marker-hcs-without-disk", text = "high completed seqno {high_completed_seqno} set without Disk", test = {"in", "high_completed_seqno", {0}}, when = {{"clear", "flags", 2}}},
+    {rule = "marker-hps-without-disk", text = "high prepared seqno {high_prepared_seqno} set without Disk", test = {"in", "high_prepared_seqno", {0}}, when = {{"clear", "flags", 2}}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno",
-  req = {extras_sizes = "(31,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil,
+  req = {extras_sizes = "(31,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
-      fields = {{"by_seqno", 0, 8, F.mutation_by_seqno, nil, true, nil},
-        {"rev_seqno", 8, 8, F.mutation_rev_seqno, nil, false, nil},
-        {"flags", 16, 4, F.mutation_flags, nil, false, nil},
-        {"expiration", 20, 4, F.mutation_expiration, nil, false, nil},
-        {"lock_time", 24, 4, F.mutation_lock_time, nil, false, nil},
-        {"nmeta", 28, 2, F.mutation_nmeta, nil, false, nil},
-        {"nru", 30, 1, F.mutation_nru, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.mutation_by_seqno, bits = nil, kept = true, text = nil},
+        {name = "rev_seqno", offset = 8, width = 8, field = F.mutation_rev_seqno, bits = nil, kept = false, text = nil},
+        {name = "flags", offset = 16, width = 4, field = F.mutation_flags, bits = nil, kept = true, text = nil},
+        {name = "expiration", offset = 20, width = 4, field = F.mutation_expiration, bits = nil, kept = false, text = nil},
+        {name = "lock_time", offset = 24, width = 4, field = F.mutation_lock_time, bits = nil, kept = false, text = nil},
+        {name = "nmeta", offset = 28, width = 2, field = F.mutation_nmeta, bits = nil, kept = true, text = nil},
+        {name = "nru", offset = 30, width = 1, field = F.mutation_nru, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {{rule = "seqno-zero", text = "mutation with by_seqno 0", test = {"ne", "by_seqno", 0}, when = {}},
+    {rule = "nmeta-not-zero", text = "mutation with nmeta {nmeta}", test = {"in", "nmeta", {0}}, when = {}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno",
-  req = {extras_sizes = "(18, 21)",
-    extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)",
-      fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil, true, nil},
-        {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil, false, nil},
-        {"nmeta", 16, 2, F.deletion_nmeta, nil, false, nil}}},
-    {label = "V2", size = 21, when = {}, rep = nil, text = "Extras (V2, 21 bytes)",
-      fields = {{"by_seqno", 0, 8, F.deletion_by_seqno, nil, true, nil},
-        {"rev_seqno", 8, 8, F.deletion_rev_seqno, nil, false, nil},
-        {"delete_time", 16, 4, F.deletion_delete_time, nil, false, nil},
-        {"unused", 20, 1, F.deletion_unused, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil,
+  req = {extras_sizes = "(18, 21)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [2] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
+    extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)", context = "!delete_v2",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.deletion_by_seqno, bits = nil, kept = true, text = nil},
+        {name = "rev_seqno", offset = 8, width = 8, field = F.deletion_rev_seqno, bits = nil, kept = false, text = nil},
+        {name = "nmeta", offset = 16, width = 2, field = F.deletion_nmeta, bits = nil, kept = true, text = nil}}},
+    {label = "V2", size = 21, when = {}, rep = nil, text = "Extras (V2, 21 bytes)", context = "delete_v2",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.deletion_by_seqno, bits = nil, kept = true, text = nil},
+        {name = "rev_seqno", offset = 8, width = 8, field = F.deletion_rev_seqno, bits = nil, kept = false, text = nil},
+        {name = "delete_time", offset = 16, width = 4, field = F.deletion_delete_time, bits = nil, kept = false, text = nil},
+        {name = "unused", offset = 20, width = 1, field = F.deletion_unused, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {{rule = "nmeta-not-zero", text = "deletion with nmeta {nmeta}", test = {"in", "nmeta", {0}}, when = {}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno",
-  req = {extras_sizes = "(20,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil,
+  req = {extras_sizes = "(20,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
-      fields = {{"by_seqno", 0, 8, F.expiration_by_seqno, nil, true, nil},
-        {"rev_seqno", 8, 8, F.expiration_rev_seqno, nil, false, nil},
-        {"delete_time", 16, 4, F.expiration_delete_time, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.expiration_by_seqno, bits = nil, kept = true, text = nil},
+        {name = "rev_seqno", offset = 8, width = 8, field = F.expiration_rev_seqno, bits = nil, kept = false, text = nil},
+        {name = "delete_time", offset = 16, width = 4, field = F.expiration_delete_time, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x5a] = {name = "DcpFlush", layout_field = nil, seqno = nil,
-  req = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported",
+  req = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil,
-  req = {extras_sizes = "(1,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(1,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
-      fields = {{"state", 0, 1, F.set_vbucket_state_state, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "state", offset = 0, width = 1, field = F.set_vbucket_state_state, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {{rule = "vbucket-state-invalid", text = "state {state}", test = {"in", "state", {1, 2, 3, 4}}, when = {}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x5c] = {name = "DcpNoop", layout_field = nil, seqno = nil,
-  req = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil,
-  req = {extras_sizes = "(4,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(4,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
-      fields = {{"bytes_to_ack", 0, 4, F.buffer_ack_bytes_to_ack, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "bytes_to_ack", offset = 0, width = 4, field = F.buffer_ack_bytes_to_ack, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x5e] = {name = "DcpControl", layout_field = nil, seqno = nil,
-  req = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "required", value = "required", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno",
-  req = {extras_sizes = "(13,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil,
+  req = {extras_sizes = "(13,)", validated = true, key = "optional", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
-      fields = {{"by_seqno", 0, 8, F.system_event_by_seqno, nil, true, nil},
-        {"event", 8, 4, F.system_event_event, nil, false, nil},
-        {"version", 12, 1, F.system_event_version, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.system_event_by_seqno, bits = nil, kept = true, text = nil},
+        {name = "event", offset = 8, width = 4, field = F.system_event_event, bits = nil, kept = true, text = nil},
+        {name = "version", offset = 12, width = 1, field = F.system_event_version, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {{rule = "system-event-invalid", text = "event id {event}", test = {"in", "event", {0, 1, 3, 4, 5}}, when = {}},
+    {rule = "system-event-invalid", text = "event version {version}", test = {"in", "version", {0, 1, 2}}, when = {}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno",
-  req = {extras_sizes = "(31,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil,
+  req = {extras_sizes = "(31,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "required", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
-      fields = {{"by_seqno", 0, 8, F.prepare_by_seqno, nil, true, nil},
-        {"rev_seqno", 8, 8, F.prepare_rev_seqno, nil, false, nil},
-        {"flags", 16, 4, F.prepare_flags, nil, false, nil},
-        {"expiration", 20, 4, F.prepare_expiration, nil, false, nil},
-        {"lock_time", 24, 4, F.prepare_lock_time, nil, false, nil},
-        {"nru", 28, 1, F.prepare_nru, nil, false, nil},
-        {"deleted", 29, 1, F.prepare_deleted, nil, false, nil},
-        {"durability_level", 30, 1, F.prepare_durability_level, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.prepare_by_seqno, bits = nil, kept = true, text = nil},
+        {name = "rev_seqno", offset = 8, width = 8, field = F.prepare_rev_seqno, bits = nil, kept = false, text = nil},
+        {name = "flags", offset = 16, width = 4, field = F.prepare_flags, bits = nil, kept = true, text = nil},
+        {name = "expiration", offset = 20, width = 4, field = F.prepare_expiration, bits = nil, kept = false, text = nil},
+        {name = "lock_time", offset = 24, width = 4, field = F.prepare_lock_time, bits = nil, kept = false, text = nil},
+        {name = "nru", offset = 28, width = 1, field = F.prepare_nru, bits = nil, kept = false, text = nil},
+        {name = "deleted", offset = 29, width = 1, field = F.prepare_deleted, bits = nil, kept = false, text = nil},
+        {name = "durability_level", offset = 30, width = 1, field = F.prepare_durability_level, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {{rule = "seqno-zero", text = "prepare with by_seqno 0", test = {"ne", "by_seqno", 0}, when = {}},
+    {rule = "durability-level-invalid", text = "durability level {durability_level}", test = {"in", "durability_level", {1, 2, 3}}, when = {}}}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil,
-  req = {extras_sizes = "(8,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(8,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
-      fields = {{"prepared_seqno", 0, 8, F.seqno_ack_prepared_seqno, nil, false, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.seqno_ack_prepared_seqno, bits = nil, kept = false, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno",
-  req = {extras_sizes = "(16,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil,
+  req = {extras_sizes = "(16,)", validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
-      fields = {{"prepared_seqno", 0, 8, F.commit_prepared_seqno, nil, false, nil},
-        {"commit_seqno", 8, 8, F.commit_commit_seqno, nil, true, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.commit_prepared_seqno, bits = nil, kept = false, text = nil},
+        {name = "commit_seqno", offset = 8, width = 8, field = F.commit_commit_seqno, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno",
-  req = {extras_sizes = "(16,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil,
+  req = {extras_sizes = "(16,)", validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
-      fields = {{"prepared_seqno", 0, 8, F.abort_prepared_seqno, nil, false, nil},
-        {"abort_seqno", 8, 8, F.abort_abort_seqno, nil, true, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.abort_prepared_seqno, bits = nil, kept = false, text = nil},
+        {name = "abort_seqno", offset = 8, width = 8, field = F.abort_abort_seqno, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno",
-  req = {extras_sizes = "(8,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand",
+  req = {extras_sizes = "(8,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
-      fields = {{"by_seqno", 0, 8, F.seqno_advanced_by_seqno, nil, true, nil}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "by_seqno", offset = 0, width = 8, field = F.seqno_advanced_by_seqno, bits = nil, kept = true, text = nil}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil,
-  req = {extras_sizes = "(4,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand",
+  req = {extras_sizes = "(4,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
-      fields = {{"flags", 0, 4, F.oso_snapshot_flags, {{F.oso_snapshot_flags_start, 0x1}, {F.oso_snapshot_flags_end, 0x2}}, false, flagtext_oso_flags}}}},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+      fields = {{name = "flags", offset = 0, width = 4, field = F.oso_snapshot_flags, bits = {{F.oso_snapshot_flags_start, 0x1}, {F.oso_snapshot_flags_end, 0x2}}, kept = true, text = flagtext_oso_flags}}}},
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = nil, seqno = nil,
-  req = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "required", value_min = 41, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = nil, seqno = nil,
-  req = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}}}
-SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil,
-  req = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}}}
+SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
-    values = {}},
-  rsp = {extras_sizes = "(0,)",
+    values = {},
+    checks = {}},
+  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
-      fields = {{"vbucket_uuid", 0, 8, F.failover_log_vbucket_uuid, nil, true, nil},
-        {"seqno", 8, 8, F.failover_log_seqno, nil, true, nil}}}}}}
+      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
+        {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
+    checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
 
--- Single-PDU rules (same logic as dcpdissect.analysis.structural)
-local function stream_flag_checks(m, f, add)
-  if f.flags == nil then return end
-  -- stream-flags-no-value
-  if band(f.flags, 8) ~= 0 then
-    add("stream-flags-no-value", "flag 0x08 NoValue is no longer used (use DcpOpen NoValue)")
+local tvb_raw = Tvb.raw
+local owned = {}      -- TCP port -> the dissector that had it before (false: none)
+
+-- Single-message rules ----------------------------------------------------------------------
+-- The same table data as dcpdissect.analysis.rules.structure, interpreted the same way:
+-- generic header rules (kv_engine McbpValidator::verify_header) from each opcode's shape,
+-- then the shape's checks. Rules that depend on the connection's negotiation (HELLO,
+-- DcpOpen) apply to messages the client sent, and only when the capture showed it.
+
+local function num(v)
+  if type(v) == "number" then return v end
+  return v:tonumber()
+end
+
+local HEADER_NAMES = {extlen = true, keylen = true, value_len = true, datatype = true, status = true}
+
+local function val(m, name)
+  local v = m.f[name]
+  if v ~= nil then return v end
+  if HEADER_NAMES[name] then return m[name] end
+  return nil
+end
+
+local function render_text(text, m)
+  return (string.gsub(text, "{([%w_]+)(:?x?)}", function(name, hex)
+    local v = val(m, name)
+    if v == nil then return "?" end
+    if hex == ":x" then return fmt("0x%x", num(v)) end
+    return tostring(v)
+  end))
+end
+
+local function le(a, b)
+  if type(a) == type(b) then return a <= b end
+  return num(a) <= num(b)
+end
+
+local function one_of(v, list)
+  local n = num(v)
+  for i = 1, #list do if list[i] == n then return true end end
+  return false
+end
+
+local function holds(cond, m)
+  local v = val(m, cond[2])
+  if v == nil then return nil end
+  local kind, arg = cond[1], cond[3]
+  if kind == "set" then return band(num(v), arg) ~= 0 end
+  if kind == "clear" then return band(num(v), arg) == 0 end
+  if kind == "eq" then return num(v) == arg end
+  return num(v) ~= arg
+end
+
+local function check_passes(c, m)
+  for i = 1, #c.when do
+    if not holds(c.when[i], m) then return true end
   end
-  -- stream-flags-unknown
-  if band(f.flags, 4294966784) ~= 0 then
-    add("stream-flags-unknown", fmt("invalid flag bits 0x%x", band(f.flags, 4294966784)))
+  local t = c.test
+  local kind, v = t[1], val(m, t[2])
+  if v == nil then return true end
+  if kind == "le" then
+    local other = val(m, t[3])
+    return other == nil or le(v, other)
+  elseif kind == "range" then
+    local x, hi = val(m, t[3]), val(m, t[4])
+    return x == nil or hi == nil or (le(v, x) and le(x, hi))
+  elseif kind == "ne" then return num(v) ~= t[3]
+  elseif kind == "in" then return one_of(v, t[3])
+  elseif kind == "mask" then return band(num(v), bnot(t[3])) == 0
+  elseif kind == "only_with" then
+    v = num(v)
+    return band(v, t[3]) == 0 or band(v, bnot(bit32.bor(t[3], t[4]))) == 0
+  elseif kind == "not_both" then
+    v = num(v)
+    return not (band(v, t[3]) ~= 0 and band(v, t[4]) ~= 0)
+  elseif kind == "needs" then
+    v = num(v)
+    return band(v, t[3]) == 0 or band(v, t[4]) ~= 0
+  elseif kind == "one_bit" then
+    local bits = band(num(v), t[3])
+    return bits ~= 0 and band(bits, bits - 1) == 0
   end
-  -- stream-flags-cache-transfer
-  if band(f.flags, 256) ~= 0 then
-    local others = band(f.flags, 238)
-    if others ~= 0 then
-      add("stream-flags-cache-transfer", "cache_transfer with " .. flagtext_stream_flags(others))
+  error("unknown check " .. tostring(kind))
+end
+
+-- Negotiation (HELLO, DcpOpen) per connection. A context is never changed in place: a new
+-- one replaces it, and each frame keeps the one in force when it was first dissected, so a
+-- later re-dissection (Wireshark's GUI) judges it the same way.
+local contexts = {}   -- "client-server" -> {ctx = ..., pending = {}}
+local ctx_at = {}     -- frame number -> context at the start of the frame
+
+local function ctx_with(ctx, key, value)
+  local new = {}
+  for k, v in pairs(ctx) do new[k] = v end
+  new[key] = value
+  return new
+end
+
+local function collections(ctx)
+  if ctx.features == nil then return nil end
+  return ctx.features[FEATURE_COLLECTIONS] == true
+end
+
+local function enabled_datatypes(ctx)
+  if ctx.features == nil then return nil end
+  local bits = 0
+  for feature, bit in pairs(DATATYPE_FEATURES) do
+    if ctx.features[feature] then bits = bits + bit end
+  end
+  return bits
+end
+
+local function is_consumer(ctx)
+  if ctx.open_flags == nil then return nil end
+  return band(ctx.open_flags, OPEN_PRODUCER) == 0
+end
+
+local function delete_v2(ctx)
+  if collections(ctx) or band(ctx.open_flags or 0, OPEN_DELETE_TIMES) ~= 0 then return true end
+  if collections(ctx) == nil or ctx.open_flags == nil then return nil end
+  return false
+end
+
+local function negotiate(conn, m, from_client)
+  if SERVER_MAGIC[m.magic] then return end
+  local key = m.opcode * 4294967296 + m.opaque
+  if m.request and from_client then
+    if m.opcode == 0x1f then
+      conn.pending[key] = {}
+    elseif m.opcode == 0x50 then
+      conn.pending[key] = {flags = m.f.flags, dcp = conn.ctx.dcp}
+      conn.ctx = ctx_with(conn.ctx, "dcp", true)
+    end
+  elseif not m.request and not from_client then
+    local info = conn.pending[key]
+    if info == nil then return end
+    conn.pending[key] = nil
+    if m.opcode == 0x1f and m.status == 0 then
+      local features, v = {}, m.value_bytes or ""
+      for i = 1, #v - 1, 2 do features[sbyte(v, i) * 256 + sbyte(v, i + 1)] = true end
+      conn.ctx = ctx_with(conn.ctx, "features", features)
+    elseif m.opcode == 0x50 then
+      if m.status == 0 then
+        conn.ctx = ctx_with(conn.ctx, "open_flags", info.flags)
+      else
+        conn.ctx = ctx_with(conn.ctx, "dcp", info.dcp)
+      end
     end
   end
 end
 
-local OPCODE_CHECKS = {}
-OPCODE_CHECKS[173] = function(m, f, add)
-  -- marker-extras-length
-  if m.extlen ~= 20 and m.extlen ~= 1 then
-    add("marker-extras-length", fmt("extras length %d (V1 is 20, V2 is 1)", m.extlen))
-    return
-  end
-  -- marker-key
-  if m.keylen ~= 0 then add("marker-key", fmt("key of %d bytes on a snapshot marker", m.keylen)) end
-  -- marker-datatype
-  if m.datatype ~= 0 then add("marker-datatype", fmt("datatype 0x%02x, must be RAW", m.datatype)) end
-  -- marker-v1-value
-  if m.extlen == 20 and m.value_len ~= 0 then
-    add("marker-v1-value", fmt("V1 marker with a %d-byte value", m.value_len))
-  end
-  -- marker-version
-  if m.extlen == 1 and f.version ~= 0 and f.version ~= 2 then
-    add("marker-version", fmt("version byte %s%s", f.version == nil and "None" or tostring(f.version),
-        f.version == 1 and " (the removed V2.1)" or ""))
-    return
-  end
-  -- marker-v22-documented-44
-  if m.extlen == 1 and m.layout == "V2.2-doc44" then
-    add("marker-v22-documented-44", "V2.2 value of 44 bytes as the spec document lists it; " ..
-        "servers send and accept 52 bytes (purge seqno then HPS)")
-  end
-  -- marker-value-length
-  if m.extlen == 1 and m.layout ~= "V2.2-doc44" and m.layout ~= "V2.0" and m.layout ~= "V2.2" then
-    add("marker-value-length", fmt("V2 version %d value of %d bytes, expected %d", f.version,
-        m.value_len, f.version == 0 and 36 or 52))
-    return
-  end
-  if f.flags == nil then return end
-  local flags, start, stop = f.flags, f.start_seqno or U0, f.end_seqno or U0
-  local mvs, hcs = f.max_visible_seqno, f.high_completed_seqno
-  local hps, purge = f.high_prepared_seqno, f.purge_seqno
-  local disk = band(flags, 2) ~= 0
-  -- marker-unknown-flags
-  if band(flags, 4294967232) ~= 0 then
-    add("marker-unknown-flags", fmt("unknown flag bits 0x%x", band(flags, 4294967232)))
-  end
-  -- marker-memory-disk
-  local kind = band(flags, 3)
-  if kind == 0 or kind == 3 then
-    add("marker-memory-disk", fmt("flags %s: %s Memory and Disk", flagtext_snapshot_flags(flags),
-        kind == 0 and "neither" or "both"))
-  end
-  -- marker-start-after-end
-  if start > stop then add("marker-start-after-end", fmt("start %s > end %s", tostring(start), tostring(stop))) end
-  -- marker-hcs-hps-without-disk
-  if not disk and (nonzero(hcs) or nonzero(hps)) then
-    add("marker-hcs-hps-without-disk", fmt("HCS %s / HPS %s set without Disk", or0(hcs), or0(hps)))
-  end
-  -- marker-mvs-beyond-end
-  if mvs and mvs > stop then
-    add("marker-mvs-beyond-end", fmt("max visible seqno %s > end %s", tostring(mvs), tostring(stop)))
-  end
-  -- marker-hcs-beyond-end
-  if hcs and hcs > stop and disk then
-    add("marker-hcs-beyond-end", fmt("high completed seqno %s > end %s", tostring(hcs), tostring(stop)))
-  end
-  -- marker-hps-out-of-range
-  if nonzero(hps) and (hps < start or hps > stop) then
-    add("marker-hps-out-of-range", fmt("high prepared seqno %s outside [%s, %s]", tostring(hps),
-        tostring(start), tostring(stop)))
-  end
-  -- marker-purge-beyond-end
-  if purge and purge > stop then
-    add("marker-purge-beyond-end", fmt("purge seqno %s > end %s", tostring(purge), tostring(stop)))
-  end
+local function layout_allowed(lay, ctx)
+  if lay.context == nil or ctx == nil or delete_v2(ctx) == nil then return true end
+  return delete_v2(ctx) == (lay.context == "delete_v2")
 end
-OPCODE_CHECKS[163] = function(m, f, add)
-  -- add-stream-extras-length
-  if m.extlen ~= 4 then add("add-stream-extras-length", fmt("extras length %d, must be 4", m.extlen)) end
-  -- add-stream-key-or-value
-  if m.keylen ~= 0 or m.value_len ~= 0 then
-    add("add-stream-key-or-value", fmt("key %d bytes, value %d bytes", m.keylen, m.value_len))
-  end
-  -- add-stream-datatype
-  if m.datatype ~= 0 then add("add-stream-datatype", fmt("datatype 0x%02x, must be RAW", m.datatype)) end
-  stream_flag_checks(m, f, add)
-end
-OPCODE_CHECKS[162] = function(m, f, add)
-  -- add-stream-response-extras
-  if m.extlen ~= 4 then
-    add("add-stream-response-extras", fmt("response extras length %d, must be 4 (the new stream opaque)", m.extlen))
-  end
-end
-OPCODE_CHECKS[167] = function(m, f, add)
-  -- stream-request-extras-length
-  if m.extlen ~= 48 then
-    add("stream-request-extras-length", fmt("extras length %d, must be 48", m.extlen))
-    return
-  end
-  -- stream-request-key
-  if m.keylen ~= 0 then add("stream-request-key", fmt("key of %d bytes", m.keylen)) end
-  -- stream-request-datatype
-  if m.datatype ~= 0 then add("stream-request-datatype", fmt("datatype 0x%02x, must be RAW", m.datatype)) end
-  stream_flag_checks(m, f, add)
-  local start, stop = f.start_seqno, f.end_seqno
-  local s0, s1, uuid = f.snap_start_seqno, f.snap_end_seqno, f.vbucket_uuid
-  if start == nil then return end
-  -- stream-request-start-after-end
-  if start > stop then
-    add("stream-request-start-after-end", fmt("start %s > end %s", tostring(start), tostring(stop)))
-  end
-  -- stream-request-snapshot-range
-  if s0 > start or start > s1 then
-    local sig = ""
-    if s0 == start + 1 then
-      sig = " (signature of adopting a marker before its first item, JDCP-95/241)"
-    elseif s1 < start then
-      sig = " (signature of snap_end < start, MB-11502)"
+
+-- leb128 collection prefix (McbpValidator::is_document_key_valid)
+local function document_key_problem(key)
+  if #key <= 1 then return "key length must be >= 2 on a collection-aware connection" end
+  local cid, prefix = 0, nil
+  for i = 1, math.min(#key, 5) do
+    local b = sbyte(key, i)
+    cid = cid + band(b, 0x7f) * 2 ^ (7 * (i - 1))
+    if b < 0x80 then
+      if i > 1 and b == 0 then return "collection prefix: non-canonical leb128" end
+      prefix = i
+      break
     end
-    add("stream-request-snapshot-range", fmt("snapshot [%s, %s] does not contain start %s%s",
-        tostring(s0), tostring(s1), tostring(start), sig))
   end
-  -- stream-request-uuid-zero
-  if uuid == U0 and start > U0 then
-    add("stream-request-uuid-zero", fmt("vbucket uuid 0 with start %s: the server must roll back to 0",
-        tostring(start)))
-  end
+  if prefix == nil then return "collection prefix: no stop byte" end
+  local logical = #key - prefix
+  if logical == 0 then return "no logical key after the collection prefix" end
+  if cid >= 1 and cid <= 7 then return fmt("reserved collection id %d", cid) end
+  local limit = cid == 0 and MAX_KEY_LENGTH or MAX_COLLECTIONS_LOGICAL_KEY_LENGTH
+  if logical > limit then return fmt("logical key of %d bytes exceeds %d", logical, limit) end
+  return nil
 end
-OPCODE_CHECKS[166] = function(m, f, add)
-  -- failover-log-length
-  if m.status == 0 and (m.value_len == 0 or m.value_len % 16 ~= 0) then
-    add("failover-log-length", fmt("success value of %d bytes", m.value_len))
-  -- rollback-value-length
-  elseif m.status == 35 and m.opcode == 0x53 and m.value_len ~= 8 then
-    add("rollback-value-length", fmt("rollback value of %d bytes", m.value_len))
+
+-- A small JSON reader for the DcpOpen value: objects keep their keys in order.
+local function json_value(s, i)
+  i = string.find(s, "[^ \t\r\n]", i)
+  if i == nil then return nil end
+  local c = string.sub(s, i, i)
+  if c == "{" then
+    local obj = {}
+    i = string.find(s, "[^ \t\r\n]", i + 1)
+    if i and string.sub(s, i, i) == "}" then return obj, i + 1 end
+    while i do
+      local k
+      k, i = json_value(s, i)
+      if type(k) ~= "string" then return nil end
+      i = string.find(s, "[^ \t\r\n]", i)
+      if not i or string.sub(s, i, i) ~= ":" then return nil end
+      local v
+      v, i = json_value(s, i + 1)
+      if i == nil then return nil end
+      obj[#obj + 1] = {k, v}
+      i = string.find(s, "[^ \t\r\n]", i)
+      if not i then return nil end
+      local sep = string.sub(s, i, i)
+      if sep == "}" then return obj, i + 1 end
+      if sep ~= "," then return nil end
+      i = i + 1
+    end
+    return nil
+  elseif c == "[" then
+    local arr = {is_array = true}
+    i = string.find(s, "[^ \t\r\n]", i + 1)
+    if i and string.sub(s, i, i) == "]" then return arr, i + 1 end
+    while i do
+      local v
+      v, i = json_value(s, i)
+      if i == nil then return nil end
+      arr[#arr + 1] = v
+      i = string.find(s, "[^ \t\r\n]", i)
+      if not i then return nil end
+      local sep = string.sub(s, i, i)
+      if sep == "]" then return arr, i + 1 end
+      if sep ~= "," then return nil end
+      i = i + 1
+    end
+    return nil
+  elseif c == '"' then
+    local j = i + 1
+    while true do
+      local k = string.find(s, '["\\]', j)
+      if k == nil then return nil end
+      if string.sub(s, k, k) == '"' then return string.sub(s, i + 1, k - 1), k + 1 end
+      j = k + 2
+    end
   end
-end
-OPCODE_CHECKS[168] = function(m, f, add)
-  -- failover-log-length
-  if m.status == 0 and (m.value_len == 0 or m.value_len % 16 ~= 0) then
-    add("failover-log-length", fmt("success value of %d bytes", m.value_len))
-  -- rollback-value-length
-  elseif m.status == 35 and m.opcode == 0x53 and m.value_len ~= 8 then
-    add("rollback-value-length", fmt("rollback value of %d bytes", m.value_len))
+  local lit = string.match(s, "^-?%d+%.?%d*[eE]?[-+]?%d*", i)
+  if lit and #lit > 0 then return tonumber(lit), i + #lit end
+  for word, v in pairs({["true"] = true, ["false"] = false, ["null"] = "null"}) do
+    if string.sub(s, i, i + #word - 1) == word then return v, i + #word end
   end
+  return nil
 end
-OPCODE_CHECKS[300] = function(m, f, add)
-  -- failover-log-length
-  if m.status == 0 and (m.value_len == 0 or m.value_len % 16 ~= 0) then
-    add("failover-log-length", fmt("success value of %d bytes", m.value_len))
-  -- rollback-value-length
-  elseif m.status == 35 and m.opcode == 0x53 and m.value_len ~= 8 then
-    add("rollback-value-length", fmt("rollback value of %d bytes", m.value_len))
+
+local function open_value_problem(m)
+  local doc, i = json_value(m.value_bytes or "", 1)
+  if doc ~= nil and i ~= nil and string.find(m.value_bytes, "[^ \t\r\n]", i) then doc = nil end
+  if type(doc) ~= "table" or doc.is_array then return "value is not a JSON object" end
+  for n = 1, #doc do
+    local k, v = doc[n][1], doc[n][2]
+    if k ~= "consumer_name" then return "unsupported JSON property " .. k end
+    if band(m.f.flags or 0, OPEN_PRODUCER) ~= 0 then return "consumer_name on a producer connection" end
+    if type(v) ~= "string" then return "consumer_name must be a string" end
+  end
+  return nil
+end
+
+local function join_sizes(sizes)
+  table.sort(sizes)
+  local out = {}
+  for i = 1, #sizes do out[i] = tostring(sizes[i]) end
+  return table.concat(out, " or ")
+end
+
+local function verify_header(m, shape, ctx, add)
+  local name = m.spec.name
+  local sizes, seen, extras = {}, {}, nil
+  for i = 1, #shape.extras do
+    local lay = shape.extras[i]
+    if layout_allowed(lay, ctx) then
+      if not seen[lay.size] then sizes[#sizes + 1], seen[lay.size] = lay.size, true end
+      if lay.size == m.extlen then extras = lay end
+    end
+  end
+  if #sizes == 0 then sizes, seen = {0}, {[0] = true} end
+  if not seen[m.extlen] then
+    add("extras-length", fmt("%s: extras length %d, must be %s", name, m.extlen, join_sizes(sizes)))
+    return
+  end
+  -- key
+  local coll = nil
+  if ctx then coll = collections(ctx) end
+  if shape.key == "required" and m.keylen == 0 then
+    add("key-presence", name .. ": no key, one is required")
+  elseif shape.key == "forbidden" and m.keylen ~= 0 then
+    add("key-presence", fmt("%s: a %d-byte key is not allowed", name, m.keylen))
+  else
+    local limit = MAX_COLLECTIONS_KEY_LENGTH
+    if coll == false then limit = MAX_KEY_LENGTH end
+    if m.keylen > limit then
+      add("key-too-long", fmt("%s: key of %d bytes, at most %d", name, m.keylen, limit))
+    elseif shape.document_key and coll then
+      local problem = document_key_problem(tvb_raw(m.tvb, m.key_at, m.keylen))
+      if problem then add("document-key-invalid", name .. ": " .. problem) end
+    end
+  end
+  -- value
+  local value = shape.value
+  if extras and extras.value then value = extras.value end
+  if shape.value_context == "collections" and ctx and coll == false then value = "forbidden" end
+  if value == "required" and m.value_len == 0 then
+    add("value-presence", name .. ": no value, one is required")
+  elseif value == "forbidden" and m.value_len ~= 0 then
+    local why = ""
+    if shape.value ~= "forbidden" and shape.value_context then why = " (HELLO did not enable Collections)" end
+    add("value-presence", fmt("%s: a %d-byte value is not allowed%s", name, m.value_len, why))
+  elseif shape.value_min > 0 and m.value_len < shape.value_min then
+    add("value-length", fmt("%s: value of %d bytes, at least %d required", name, m.value_len, shape.value_min))
+  end
+  if m.value_problem then add("value-length", name .. ": " .. m.value_problem) end
+  -- CAS
+  if shape.cas == "required" and m.cas_zero then
+    add("cas-invalid", name .. ": CAS 0, the request must carry one")
+  elseif shape.cas == "forbidden" and not m.cas_zero then
+    add("cas-invalid", fmt("%s: CAS %s, must be 0", name, m.cas_text))
+  end
+  -- datatype
+  if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then
+    add("datatype-invalid", fmt("%s: datatype 0x%02x not allowed", name, m.datatype))
+  elseif ctx and enabled_datatypes(ctx) and band(m.datatype, bnot(enabled_datatypes(ctx))) ~= 0 then
+    add("datatype-not-negotiated", fmt("%s: datatype bits 0x%02x not enabled by HELLO", name,
+        band(m.datatype, bnot(enabled_datatypes(ctx)))))
+  end
+  -- frame infos: the first one the server refuses
+  for i = 1, #m.infos do
+    local id, len = m.infos[i][1], m.infos[i][2]
+    local what = fmt("%s: frame info %d (%s)", name, id, REQUEST_FRAME_INFO_NAMES[id] or "unknown")
+    local legal = FRAME_INFO_SIZES[id]
+    if legal == nil then
+      add("frame-info-unknown", what .. " is not one the server knows") break
+    elseif FRAME_INFOS_NOT_FOR_DCP[id] then
+      add("frame-info-not-supported", what .. " is not supported by this opcode") break
+    elseif (legal == "+" and len == 0) or (legal ~= "+" and not legal[len]) then
+      add("frame-info-invalid", fmt("%s with %d bytes of data", what, len)) break
+    end
+  end
+  -- a documented layout the server rejects
+  if m.layout then
+    local lays = {shape.extras, shape.values}
+    for j = 1, 2 do
+      for i = 1, #lays[j] do
+        local lay = lays[j][i]
+        if lay.label == m.layout and lay.rule then add(lay.rule, name .. ": " .. lay.note) end
+      end
+    end
+  end
+  if m.opcode == 0x50 and m.value_len > 0 then
+    local problem = open_value_problem(m)
+    if problem then add("open-value-invalid", "DcpOpen: " .. problem) end
   end
 end
 
-local function check_message(m, add)
-  local f = m.f
-  -- header-invariant
-  if m.k_end > m.bodylen then
+-- verify_common_dcp_restrictions and the opcodes memcached refuses from clients
+local function connection_rules(m, spec, ctx, add)
+  if spec.server_rejects then
+    add("unsupported-on-server", fmt("%s sent to the server (answered %s)", spec.name, spec.server_rejects))
+    return
+  end
+  if m.stream_id and is_consumer(ctx) then
+    add("stream-id-on-consumer", fmt("%s with stream id %d on a consumer connection", spec.name, m.stream_id))
+  end
+  if m.opcode == 0x50 then
+    if ctx.dcp then add("dcp-open-twice", "DcpOpen on a connection already opened for DCP") end
+  elseif m.opcode ~= 0x96 and ctx.dcp == false then
+    add("dcp-not-open", spec.name .. " on a connection that sent no DcpOpen since its start")
+  end
+end
+
+local function check_message(m, ctx, from_client, add)
+  if m.overrun then
     add("header-invariant", fmt("framing extras %d + extras %d + key %d exceed body length %d",
         m.framing_len, m.extlen, m.keylen, m.bodylen))
   end
-  -- framing-extras-encoding
   if m.frame_error then add("framing-extras-encoding", "bad framing extras: " .. m.frame_error) end
-  -- unknown-opcode
-  if not m.spec or SERVER_MAGIC[m.magic] then
+  local spec = m.spec
+  if not spec then
     if not SERVER_MAGIC[m.magic] and not OPCODE_NAMES[m.opcode] then
       add("unknown-opcode", fmt("opcode 0x%02x is not a known opcode", m.opcode))
     end
     return
   end
-  if m.k_end > m.bodylen then return end
-  local check = OPCODE_CHECKS[m.opcode * 2 + (m.request and 1 or 0)]
-  if check then check(m, f, add) end
+  if m.overrun or m.truncated then return end
+  local shape = m.request and spec.req or spec.rsp
+  local rctx = nil
+  if from_client then rctx = ctx end
+  if m.request and shape.validated then
+    verify_header(m, shape, rctx, add)
+    if from_client then connection_rules(m, spec, ctx, add) end
+  else
+    if m.extras_problem then add("extras-length", spec.name .. ": " .. m.extras_problem) end
+    if m.value_problem then add("value-length", spec.name .. ": " .. m.value_problem) end
+    if m.request and from_client and spec.server_rejects then connection_rules(m, spec, ctx, add) end
+  end
+  local checks = shape.checks
+  for i = 1, #checks do
+    local c = checks[i]
+    if not check_passes(c, m) then add(c.rule, render_text(c.text, m)) end
+  end
 end
-
 
 -- Decoding ---------------------------------------------------------------------------------
 -- Each tree item leaves two userdata (TreeItem, TvbRange) to collect. The collector runs
@@ -706,11 +1006,12 @@ collectgarbage("setstepmul", 1000)
 -- through each object's metatable.
 local ti_add, ti_set_text, ti_append_text = TreeItem.add, TreeItem.set_text, TreeItem.append_text
 local ti_set_generated, ti_expert = TreeItem.set_generated, TreeItem.add_proto_expert_info
-local tvb_range, tvb_raw, tvb_len, tvb_reported_len = Tvb.range, Tvb.raw, Tvb.len, Tvb.reported_len
+local tvb_range, tvb_len, tvb_reported_len = Tvb.range, Tvb.len, Tvb.reported_len
 local r_uint, r_uint64 = TvbRange.uint, TvbRange.uint64
 local f_magic, f_opcode, f_server_opcode, f_keylen, f_framing_len = F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len
 local f_extlen, f_datatype, f_vbucket, f_status, f_bodylen = F.extlen, F.datatype, F.vbucket, F.status, F.bodylen
 local f_opaque, f_cas, f_extras, f_key, f_value_len, f_value = F.opaque, F.cas, F.extras, F.key, F.value_len, F.value
+local tcp_completeness = Field.new("tcp.completeness")
 
 local function layout_matches(lay, m)
   for i = 1, #lay.when do
@@ -729,15 +1030,15 @@ local function add_fields(tvb, tree, base, lay, vals)
   local fields = lay.fields
   for i = 1, #fields do
     local fd = fields[i]
-    local r = tvb_range(tvb, base + fd[2], fd[3])
-    if fd[6] then
-      if fd[3] == 8 then vals[fd[1]] = r_uint64(r) else vals[fd[1]] = r_uint(r) end
+    local r = tvb_range(tvb, base + fd.offset, fd.width)
+    if fd.kept then
+      if fd.width == 8 then vals[fd.name] = r_uint64(r) else vals[fd.name] = r_uint(r) end
     end
-    local item = ti_add(tree, fd[4], r)
-    local bits = fd[5]
+    local item = ti_add(tree, fd.field, r)
+    local bits = fd.bits
     if bits then
       local v = r_uint(r)
-      ti_append_text(item, " (" .. fd[7](v) .. ")")
+      ti_append_text(item, " (" .. fd.text(v) .. ")")
       for j = 1, #bits do
         local mask = bits[j][2]
         if v % (mask + mask) >= mask then ti_add(item, bits[j][1], r) end
@@ -751,7 +1052,7 @@ local function dissect_frame_infos(tvb, tree, m, start, stop)
   local names = m.request and REQUEST_FRAME_INFO_NAMES or RESPONSE_FRAME_INFO_NAMES
   local sub = tree:add(F.frame_info, tvb(start, stop - start))
   sub:set_text(fmt("Framing extras (%d bytes)", stop - start))
-  local pos, sid, sid_at, err = start, nil, nil, nil
+  local pos, sid, sid_at, err, infos = start, nil, nil, nil, {}
   while pos < stop do
     local tag_at = pos
     local tag = tvb(pos, 1):uint()
@@ -776,6 +1077,7 @@ local function dissect_frame_infos(tvb, tree, m, start, stop)
     t:add(F.frame_info_id, tvb(tag_at, 1), fid):append_text(" (" .. (names[fid] or "unknown") .. ")")
     t:add(F.frame_info_len, tvb(tag_at, 1), flen)
     if flen > 0 then t:add(F.frame_info_data, tvb(pos, flen)) end
+    infos[#infos + 1] = {fid, flen}
     if fid == STREAM_ID_INFO and flen == 2 and sid == nil then
       sid = tvb(pos, 2):uint()
       sid_at = pos
@@ -783,9 +1085,12 @@ local function dissect_frame_infos(tvb, tree, m, start, stop)
     pos = pos + flen
   end
   m.frame_error = err
-  if err == nil and sid ~= nil then
-    m.stream_id = sid
-    tree:add(F.stream_id, tvb(sid_at, 2))
+  if err == nil then
+    m.infos = infos
+    if sid ~= nil then
+      m.stream_id = sid
+      tree:add(F.stream_id, tvb(sid_at, 2))
+    end
   end
 end
 
@@ -846,7 +1151,7 @@ local function dissect_garbage(tvb, tree, off, cap, plen, problem, rule)
   return "[not MCBP: " .. problem .. "]"
 end
 
-local expert_node = nil   -- the PDU node that check_message's findings go to
+local expert_node = nil   -- the message node that check_message's findings go to
 
 local function add_expert(rule, msg)
   ti_expert(expert_node, EXPERTS[rule], "[" .. rule .. "] " .. msg)
@@ -856,10 +1161,11 @@ end
 local msg = {magic = 0, opcode = 0, bodylen = 0, extlen = 0, datatype = 0, request = false,
              f = false, framing_len = 0, keylen = 0, k_end = 0, value_len = 0, vbucket = 0,
              status = 0, spec = false, layout = false, stream_id = false, frame_error = false}
+local NO_INFOS = {}
 
 -- One message at `off`, of which `cap` bytes are captured (`plen` in all), `head` its first
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
-local function dissect_message(tvb, tree, off, cap, plen, head)
+local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_client)
   if cap < HEADER_SIZE then
     local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
     ti_set_text(node, "Couchbase DCP: header cut by the capture")
@@ -867,8 +1173,18 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
         cap, HEADER_SIZE))
     return "[cut by the capture]"
   end
-  local magic, opcode, b2, b3, extlen, datatype, s1, s2, l1, l2, l3, l4 = sbyte(head, 1, 12)
-  local bodylen = ((l1 * 256 + l2) * 256 + l3) * 256 + l4
+  local h1, h2, h3, h4, h5, h6, h7, h8, h9, h10, h11, h12, h13, h14, h15, h16, h17, h18, h19, h20, h21, h22, h23, h24 = sbyte(head, 1, 24)
+  local magic = h1
+  local opcode = h2
+  local keylen = (h3) * 256 + h4
+  local extlen = h5
+  local datatype = h6
+  local specific = (h7) * 256 + h8
+  local bodylen = (((h9) * 256 + h10) * 256 + h11) * 256 + h12
+  local opaque = (((h13) * 256 + h14) * 256 + h15) * 256 + h16
+  local cas_zero = h17 + h18 + h19 + h20 + h21 + h22 + h23 + h24 == 0
+  local framing_len = 0
+  if FLEX_MAGIC[magic] then framing_len = h3 keylen = h4 end
   if not MAGIC_NAMES[magic] then
     return dissect_garbage(tvb, tree, off, cap, plen, fmt("illegal magic 0x%02x", magic), "unknown-magic")
   end
@@ -877,14 +1193,15 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
         bodylen, MAX_FRAME_SIZE / 1048576), "frame-too-large")
   end
   local request, server = REQUEST_MAGIC[magic] == true, SERVER_MAGIC[magic]
-  local framing_len, keylen = 0, b2 * 256 + b3
-  if FLEX_MAGIC[magic] then framing_len, keylen = b2, b3 end
   local k_end = framing_len + extlen + keylen
   local m = msg
   m.magic, m.opcode, m.bodylen, m.extlen, m.datatype = magic, opcode, bodylen, extlen, datatype
   m.request, m.f, m.framing_len, m.keylen, m.k_end = request, {}, framing_len, keylen, k_end
   m.value_len, m.spec, m.layout, m.stream_id, m.frame_error = bodylen - k_end, nil, nil, nil, nil
-  if request then m.vbucket, m.status = s1 * 256 + s2, nil else m.vbucket, m.status = nil, s1 * 256 + s2 end
+  m.opaque, m.infos, m.overrun, m.truncated = opaque, NO_INFOS, k_end > bodylen, false
+  m.extras_problem, m.value_problem, m.value_bytes = nil, nil, nil
+  m.tvb, m.key_at = tvb, off + HEADER_SIZE + framing_len + extlen
+  if request then m.vbucket, m.status = specific, nil else m.vbucket, m.status = nil, specific end
   if not server then m.spec = SHAPES[opcode] end
   local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
   ti_add(node, f_magic, tvb_range(tvb, off, 1))
@@ -909,9 +1226,13 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
   local r_bodylen = tvb_range(tvb, off + 8, 4)
   ti_add(node, f_bodylen, r_bodylen)
   ti_add(node, f_opaque, tvb_range(tvb, off + 12, 4))
-  ti_add(node, f_cas, tvb_range(tvb, off + 16, 8))
+  local r_cas = tvb_range(tvb, off + 16, 8)
+  ti_add(node, f_cas, r_cas)
+  m.cas_zero = cas_zero
+  if not cas_zero then m.cas_text = fmt("0x%s", string.lower(r_uint64(r_cas):tohex()):gsub("^0+", "")) end
 
   local complete = cap >= HEADER_SIZE + bodylen
+  m.truncated = not complete
   if not complete then
     ti_expert(node, e_truncated, fmt("PDU cut by the capture: %d of %d bytes",
         cap, HEADER_SIZE + bodylen))
@@ -941,17 +1262,17 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
         add_fields(tvb, node, ext_at, lay, m.f)
         m.layout = lay.label
       else
-        local et = ti_add(node, f_extras, tvb_range(tvb, ext_at, extlen))
-        if shape then
-          ti_expert(et, e_extras_length, fmt("extras length %d not in %s", extlen,
-              shape.extras_sizes))
-        end
+        ti_add(node, f_extras, tvb_range(tvb, ext_at, extlen))
+        if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
       end
     end
     if keylen > 0 then ti_add(node, f_key, tvb_range(tvb, body + e_end, keylen)) end
     local n = m.value_len
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end
+    if n > 0 and (opcode == 0x1f or (shape and shape.keep_value)) then
+      m.value_bytes = tvb_raw(tvb, val_at, n)
+    end
     local decoded, wanted = false, nil
     if shape and #shape.values > 0 then
       for i = 1, #shape.values do
@@ -988,7 +1309,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
     end
     if not decoded and n > 0 then ti_add(node, f_value, tvb_range(tvb, val_at, n)) end
     if not decoded and wanted then
-      ti_expert(node, e_value_length, fmt("value length %d does not match %s", n, wanted))
+      m.value_problem = fmt("value length %d does not match %s", n, wanted)
     end
     if m.layout and spec and spec.layout_field then
       ti_set_generated(ti_add(node, spec.layout_field, m.layout))
@@ -1000,11 +1321,27 @@ local function dissect_message(tvb, tree, off, cap, plen, head)
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
   expert_node = node
-  check_message(m, add_expert)
+  check_message(m, conn.ctx, from_client, add_expert)
+  if complete then negotiate(conn, m, from_client) end
   return text
 end
 
 local texts = {}   -- Info texts of the messages of one dissector call
+
+local function conversation(pinfo, from_client)
+  local a, b = tostring(pinfo.src) .. ":" .. pinfo.src_port, tostring(pinfo.dst) .. ":" .. pinfo.dst_port
+  if not from_client then a, b = b, a end
+  local key = a .. "-" .. b
+  local conn = contexts[key]
+  if conn == nil then
+    local start = tcp_completeness()
+    local dcp_state = nil
+    if start and band(start.value, 1) ~= 0 then dcp_state = false end
+    conn = {ctx = {dcp = dcp_state}, pending = {}}
+    contexts[key] = conn
+  end
+  return conn
+end
 
 -- Messages are cut from the TCP stream here rather than with dissect_tcp_pdus (one Lua
 -- call per segment instead of two per message): a message that runs past the segment
@@ -1015,6 +1352,16 @@ function dcp.dissector(tvb, pinfo, tree)
   local captured, reported = tvb_len(tvb), tvb_reported_len(tvb)
   local can_desegment = pinfo.can_desegment > 0
   local n_texts, off = 0, 0
+  local from_client = owned[pinfo.dst_port] ~= nil and owned[pinfo.src_port] == nil
+  local conn = conversation(pinfo, from_client)
+  -- the negotiation in force for this frame: recorded on the first pass, replayed after
+  local frame = pinfo.number
+  local live = conn
+  if pinfo.visited and ctx_at[frame] then
+    conn = {ctx = ctx_at[frame], pending = {}}
+  else
+    ctx_at[frame] = conn.ctx
+  end
   while off < reported do
     local avail = captured - off
     if avail < 0 then break end
@@ -1025,7 +1372,7 @@ function dcp.dissector(tvb, pinfo, tree)
         break
       end
     else
-      head = tvb_raw(tvb, off, 12)
+      head = tvb_raw(tvb, off, 24)
       local magic, _, _, _, _, _, _, _, l1, l2, l3, l4 = sbyte(head, 1, 12)
       local size = HEADER_SIZE + ((l1 * 256 + l2) * 256 + l3) * 256 + l4
       if MAGIC_NAMES[magic] and size <= MAX_FRAME_SIZE then plen = size end
@@ -1034,7 +1381,8 @@ function dcp.dissector(tvb, pinfo, tree)
       pinfo.desegment_offset, pinfo.desegment_len = off, plen - avail
       break
     end
-    local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head)
+    local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head,
+                           conn, from_client)
     if not ok then
       ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
       text = "[dissector error]"
@@ -1049,6 +1397,7 @@ end
 
 function dcp.init()
   info_text = nil
+  contexts, ctx_at = {}, {}
 end
 
 -- Ports ------------------------------------------------------------------------------------
@@ -1056,7 +1405,6 @@ dcp.prefs.tcp_ports = Pref.range("TCP ports", "11210,11209",
     "TCP ports decoded as DCP/MCBP (the built-in couchbase dissector is replaced there)", 65535)
 
 local tcp_table = DissectorTable.get("tcp.port")
-local owned = {}      -- port -> the dissector that had it before (false: none)
 
 local function port_list(ranges)
   local ports = {}

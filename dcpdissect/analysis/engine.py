@@ -9,39 +9,15 @@ rules live in :mod:`.structural`, per-connection/per-stream state machines in
 from __future__ import annotations
 
 from ..codec import decode
+from ..protocol import SERVER_MAGICS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
-from ..reassembly.framing import MAX_PDU_SEGMENTS, LostPdu, Pdu, Resync
+from ..reassembly.framing import ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, LostPdu, Pdu, Resync
 from .findings import Finding, finding_for
-from .rules import ERROR, INFO, WARNING, rule
+from .negotiation import Negotiation
 from .rollback_checks import RollbackTracker
 from .streams import StreamTracker
-from .structural import check_message
+from .rules.structure import check_message
 
-rule("capture-gap", INFO, "bytes missing from the capture (lost segment)",
-     "TCP reassembly: stream semantics are suppressed across the gap", "tcp-loss.pcap")
-rule("lost-pdu", INFO, "a message was cut by a capture gap or the end of the capture",
-     "TCP reassembly: the message header was seen but not all of its bytes", "tcp-loss.pcap")
-rule("resync-after-garbage", WARNING, "bytes that are not MCBP were skipped to find the next header",
-     "MCBP framing: a header must follow the previous frame's body", "violations-garbage.pcap")
-rule("unknown-magic", ERROR, "a header with an illegal magic byte",
-     "magic.h is_legal(): 0x80 0x81 0x08 0x18 0x82 0x83; the server disconnects",
-     "violations-garbage.pcap")
-rule("frame-too-large", ERROR, "frame larger than the server's 30 MiB max_packet_size",
-     "daemon/settings.h max_packet_size default 30 MiB; the server disconnects",
-     "violations-garbage.pcap")
-rule("mid-stream-start", INFO, "the capture starts in the middle of a connection",
-     "no handshake seen: decoding resynchronised on the first plausible header",
-     "tcp-mid-stream.pcap")
-rule("tcp-overlap-mismatch", WARNING, "a retransmission carried different bytes than the original",
-     "TCP reassembly keeps the first bytes seen", "tcp-retransmit.pcap")
-rule("tcp-cap", WARNING, "a reassembly bound was hit (out-of-order buffer or connection table)",
-     "bounded resources: the oldest state is given up and reported", "violations-garbage.pcap")
-rule("tcp-seq-jump", WARNING, "a TCP sequence number jumped farther than any window",
-     "TCP reassembly: no window exceeds 2^30 bytes; the stream continues at the new number",
-     "hostile-seq-jump.pcap")
-rule("findings-capped", INFO, "more findings of one rule than are kept; the rest are counted",
-     "bounded resources: at most MAX_FINDINGS_PER_RULE findings of each rule are kept per "
-     "capture", "hostile-findings-flood.pcap")
 
 MAX_FINDINGS_PER_RULE = 1000
 
@@ -49,6 +25,7 @@ MAX_FINDINGS_PER_RULE = 1000
 class Analyzer:
     def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE):
         self.connections: dict[int, ConnectionOpened] = {}
+        self.negotiated: dict[int, Negotiation] = {}
         self.streams = StreamTracker()
         self.rollback = RollbackTracker()
         self.messages = 0
@@ -93,6 +70,7 @@ class Analyzer:
             return self._pdu(ev)
         if kind is ConnectionOpened:
             self.connections[ev.conn] = ev
+            self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
             out = self.streams.on_open(ev)
             if ev.mid_stream:
                 out.append(Finding("mid-stream-start", f"no TCP handshake for {_ends(ev)}: the "
@@ -121,6 +99,7 @@ class Analyzer:
             out = self.streams.on_close(ev)
             self.rollback.on_close(ev.conn)
             self.connections.pop(ev.conn, None)
+            self.negotiated.pop(ev.conn, None)
             return out
         return []
 
@@ -132,8 +111,15 @@ class Analyzer:
         self.messages += 1
         msg = decode(pdu.data)
         out = []
-        for rid, text, fields in check_message(msg):
+        neg = self.negotiated.get(pdu.conn)
+        from_client = pdu.direction == 0
+        for rid, text, fields in check_message(msg, neg, from_client):
             out.append(finding_for(rid, text, pdu, msg, fields))
+        if neg is not None and msg.magic not in SERVER_MAGICS:
+            if msg.is_request and from_client:
+                neg.request(msg)
+            elif not msg.is_request and not from_client:
+                neg.response(msg)
         opened = self.connections.get(pdu.conn)
         out += self.streams.on_message(pdu, msg, opened)
         out += self.rollback.on_message(pdu, msg, opened)
@@ -142,10 +128,9 @@ class Analyzer:
     def _resync(self, ev: Resync) -> list[Finding]:
         out = []
         if ev.reason == "garbage":
-            if "illegal magic" in ev.detail:
-                out.append(Finding("unknown-magic", ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
-            elif "frame limit" in ev.detail:
-                out.append(Finding("frame-too-large", ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
+            rid = _RESYNC_RULES.get(ev.cause)
+            if rid is not None:
+                out.append(Finding(rid, ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
             out.append(Finding("resync-after-garbage", f"skipped {ev.skipped} bytes to resume at "
                                f"stream offset {ev.offset}", ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
         out += self.streams.on_resync(ev)
@@ -153,6 +138,7 @@ class Analyzer:
 
 
 _ANOMALY_RULES = {"overlap_mismatch": "tcp-overlap-mismatch", "seq_jump": "tcp-seq-jump"}
+_RESYNC_RULES = {ILLEGAL_MAGIC: "unknown-magic", TOO_LARGE: "frame-too-large"}
 _LOST_BY = {"gap": "a gap", "end": "the end of the capture",
             "cap": f"the framing bound (carried by more than {MAX_PDU_SEGMENTS} segments)"}
 

@@ -7,18 +7,6 @@ from .model import FlagSet, ValueNames
 HEADER_SIZE = 24
 MAX_FRAME_SIZE = 30 * 1024 * 1024          # server default max_packet_size (24 + body)
 
-# Header layout (offset, width, name) -- bytes 2-3 differ between classic and flexible framing.
-CLASSIC_HEADER = (
-    (0, 1, "magic"), (1, 1, "opcode"), (2, 2, "keylen"), (4, 1, "extlen"),
-    (5, 1, "datatype"), (6, 2, "vbucket/status"), (8, 4, "bodylen"),
-    (12, 4, "opaque"), (16, 8, "cas"),
-)
-FLEXIBLE_HEADER = (
-    (0, 1, "magic"), (1, 1, "opcode"), (2, 1, "framing_extras_len"), (3, 1, "keylen"),
-    (4, 1, "extlen"), (5, 1, "datatype"), (6, 2, "vbucket/status"), (8, 4, "bodylen"),
-    (12, 4, "opaque"), (16, 8, "cas"),
-)
-
 MAGIC_CLIENT_REQUEST = 0x80
 MAGIC_ALT_CLIENT_REQUEST = 0x08
 MAGIC_CLIENT_RESPONSE = 0x81
@@ -49,6 +37,8 @@ SERVER_OPCODES = ValueNames("server_opcode", {
 DATATYPE = FlagSet("datatype", {0x01: "json", 0x02: "snappy", 0x04: "xattr"})
 DATATYPE_MAX = 0x07
 DATATYPE_RAW = 0x00
+DATATYPE_ALL = frozenset(range(8))         # McbpValidator::AllSupportedDatatypes
+# dcp_deletion_validator valid_dcp_delete_datatype: RAW, snappy, xattr (+snappy, +JSON)
 DELETION_DATATYPES = frozenset({0x00, 0x02, 0x04, 0x05, 0x06, 0x07})
 
 STATUS = ValueNames("status", {
@@ -90,8 +80,34 @@ RESPONSE_FRAME_INFOS = ValueNames("response_frame_info", {
     0: "ServerRecvSendDuration", 1: "ReadUnits", 2: "WriteUnits", 3: "ThrottleDuration",
 })
 FRAME_INFO_STREAM_ID = 2
-# Expected data length per request frame-info id (None: variable, checked elsewhere).
-REQUEST_FRAME_INFO_SIZES = {0: (0,), 1: (1, 3), 2: (2,), 5: (0,), 7: (2,)}
+# mcbp_validators.cc parseFrameExtras: the data sizes the server accepts per request frame
+# info id ("+": any non-empty); any other id is answered UnknownFrameInfo (3, the removed
+# OpenTracingContext, included). Durability and PreserveTtl only go with the opcodes that
+# support them (opcode.cc is_durability_supported / is_preserve_ttl_supported), no DCP one.
+REQUEST_FRAME_INFO_SIZES = {0: (0,), 1: (1, 3), 2: (2,), 4: "+", 5: (0,), 6: "+", 7: (2,)}
+FRAME_INFOS_NOT_FOR_DCP = frozenset({1, 5})
+
+# HELLO features (include/mcbp/protocol/feature.h); the server's HELLO response lists the
+# ones it enabled for the connection.
+HELLO_FEATURES = ValueNames("hello_feature", {
+    0x01: 'Invalid', 0x02: 'TLS', 0x03: 'TcpNoDelay', 0x04: 'MUTATION_SEQNO',
+    0x05: 'TCPDELAY_Unsupported', 0x06: 'XATTR', 0x07: 'XERROR', 0x08: 'SELECT_BUCKET',
+    0x09: 'Invalid2', 0x0A: 'SNAPPY', 0x0B: 'JSON', 0x0C: 'Duplex',
+    0x0D: 'ClustermapChangeNotification', 0x0E: 'UnorderedExecution', 0x0F: 'Tracing',
+    0x10: 'AltRequestSupport', 0x11: 'SyncReplication', 0x12: 'Collections',
+    0x13: 'SnappyEverywhere', 0x14: 'PreserveTtl', 0x15: 'VAttr', 0x16: 'Invalid3',
+    0x17: 'SubdocCreateAsDeleted', 0x18: 'SubdocDocumentMacroSupport',
+    0x19: 'SubdocReplaceBodyWithXattr', 0x1A: 'ReportUnitUsage',
+    0x1B: 'NonBlockingThrottlingMode', 0x1C: 'SubdocReplicaRead',
+    0x1D: 'GetClusterConfigWithKnownVersion', 0x1E: 'DedupeNotMyVbucketClustermap',
+    0x1F: 'ClustermapChangeNotificationBrief', 0x20: 'SubdocAllowsAccessOnMultipleXattrKeys',
+    0x21: 'SubdocBinaryXattr', 0x22: 'RangeScanIncludeXattr',
+    0x23: 'SubdocAllowReplicaReadOnDeletedDocs', 0x24: 'GetRandomKeyIncludeXattr',
+    0x25: 'MutateWithMeta', 0x26: 'DcpSkipDeletesInInitialBackfill',
+})
+FEATURE_COLLECTIONS = 0x12
+# Features that enable a datatype bit (Connection::enableDatatype: JSON, SNAPPY, XATTR).
+DATATYPE_FEATURES = {0x0B: 0x01, 0x0A: 0x02, 0x06: 0x04}
 
 DURABILITY_LEVELS = ValueNames("durability_level", {
     0: "None", 1: "Majority", 2: "MajorityAndPersistOnMaster", 3: "PersistToMajority",
@@ -109,7 +125,6 @@ DCP_OPEN_FLAGS = FlagSet("dcp_open_flags", {
     0x100: "include_deleted_user_xattrs",
     0x200: "skip_deletes_in_initial_backfill",
 })
-DCP_OPEN_REJECTED = 0x002 | 0x010 | 0x080
 
 # Shared by Add Stream (0x51) and Stream Request (0x53).
 STREAM_FLAGS = FlagSet("stream_flags", {
@@ -123,10 +138,6 @@ STREAM_FLAGS = FlagSet("stream_flags", {
     0x080: "ignore_purged_tombstones",
     0x100: "cache_transfer",
 })
-STREAM_FLAGS_ALLOWED = 0x1F7                 # everything but the obsolete no_value 0x08
-STREAM_FLAG_NO_VALUE = 0x008
-STREAM_FLAG_CACHE_TRANSFER = 0x100
-CACHE_TRANSFER_COMPANIONS = 0x001 | 0x010     # takeover, active_vb_only
 
 SNAPSHOT_FLAGS = FlagSet("snapshot_flags", {
     0x01: "memory",
@@ -157,6 +168,17 @@ SYSTEM_EVENTS = ValueNames("system_event", {
     0: "BeginCollection", 1: "EndCollection", 2: "Reserved", 3: "CreateScope",
     4: "DropScope", 5: "ModifyCollection",
 })
+SYSTEM_EVENT_VERSIONS = ValueNames("system_event_version", {0: "version0", 1: "version1",
+                                                             2: "version2"})
+
+# Document keys (include/memcached/limits.h, dockey_view.h; McbpValidator::is_document_key_valid):
+# a key is at most 250 bytes, 251 with the leb128 collection prefix of a collections-aware
+# connection; the logical key of a non-default collection at most 246; collection ids 1-7
+# are reserved.
+MAX_KEY_LENGTH = 250
+MAX_COLLECTIONS_KEY_LENGTH = 251
+MAX_COLLECTIONS_LOGICAL_KEY_LENGTH = 246
+RESERVED_COLLECTION_IDS = range(1, 8)
 
 # TCP ports (conventions, not hard-coded in the server).
 DCP_PORTS = (11210, 11209)

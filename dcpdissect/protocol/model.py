@@ -1,13 +1,17 @@
 """Building blocks of the declarative protocol tables.
 
-Everything that describes the wire format is data made of these classes; the codec,
-the Scapy layers, the Lua generator and the docs are all rendered from it.
+Everything that describes the wire format, and every constraint the server puts on it, is
+data made of these classes: the codec, the Scapy layers, the Lua dissector, the analyzer's
+single-message rules and docs/protocol.md are all rendered from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+
+
+ERROR, WARNING, INFO = "error", "warning", "info"
 
 
 class Presence(str, Enum):
@@ -32,6 +36,10 @@ class FlagSet:
         for bit in self.bits:
             m |= bit
         return m
+
+    def bit(self, name: str) -> int:
+        """The mask of the bit called ``name``."""
+        return next(bit for bit, n in self.bits.items() if n == name)
 
     def names(self, value: int) -> list[str]:
         """Names of the set bits, then ``unknown:0x..`` for bits not in the table."""
@@ -74,6 +82,8 @@ class Field:
 
     ``offset`` counts from the start of the section (extras or value). ``display``
     is ``"dec"`` or ``"hex"``. ``flags`` / ``names`` attach a bit or value table.
+    ``short`` is its name in one-line summaries; ``shown`` says when summaries show it:
+    ``"always"``, ``"if_set"`` (non-zero only) or ``"never"``.
     """
 
     name: str
@@ -83,6 +93,58 @@ class Field:
     display: str = "dec"
     flags: FlagSet | None = None
     names: ValueNames | None = None
+    short: str | None = None
+    shown: str = "always"
+
+    @property
+    def label(self) -> str:
+        return self.short or self.name
+
+
+@dataclass(frozen=True)
+class Check:
+    """A constraint on one message, attached to the shape it constrains (as Spicy's
+    ``&requires``); it is one rule of the analyzer and one expert info of the Lua plugin.
+
+    ``test`` is one of a small closed set, interpreted alike in Python
+    (:mod:`dcpdissect.analysis.rules.structure`) and Lua (``luagen/runtime.lua``):
+
+    - ``("le", a, b)``: field a <= field b
+    - ``("range", lo, x, hi)``: lo <= x <= hi
+    - ``("ne", a, value)``: field a != value
+    - ``("in", a, (values...))``: field a is one of the values
+    - ``("mask", a, allowed)``: field a has no bit outside ``allowed``
+    - ``("only_with", a, bit, allowed)``: if ``bit`` is set, no other bit outside ``allowed``
+    - ``("not_both", a, m1, m2)``: bits m1 and m2 of field a are not both set
+    - ``("needs", a, m1, m2)``: bit m1 set implies bit m2 set
+    - ``("one_bit", a, mask)``: exactly one bit of ``mask`` is set
+
+    Besides decoded fields, tests and conditions may name the header values ``extlen``,
+    ``keylen``, ``value_len``, ``datatype`` and ``status``. ``when`` holds conditions
+    that must all hold for the test to apply: ``("set", a, mask)`` any bit of mask set,
+    ``("clear", a, mask)`` no bit of mask set, ``("eq", a, value)``, ``("ne", a, value)``.
+    Checks of one rule id after the first may leave title and rationale empty. A test or condition naming a field the message did not decode
+    does not apply. ``text`` is the finding's message: ``{field}`` is replaced by the
+    decimal value, ``{field:x}`` by ``0x`` and hex digits.
+    """
+
+    rule: str
+    severity: str
+    title: str
+    rationale: str
+    test: tuple
+    text: str
+    when: tuple = ()
+    sample: str = "violations-validator.pcap"
+
+    @property
+    def fields(self) -> set[str]:
+        names = {self.test[1]}
+        if self.test[0] == "le":
+            names.add(self.test[2])
+        elif self.test[0] == "range":
+            names |= {self.test[2], self.test[3]}
+        return names | {cond[1] for cond in self.when}
 
 
 @dataclass(frozen=True)
@@ -91,8 +153,13 @@ class Layout:
 
     ``label`` names the variant (``"V1"``, ``"V2.2"``...). ``when`` holds conditions
     on already decoded fields (or the header ``status``) that select this layout.
-    ``note`` marks documented-but-not-server variants. ``repeated`` means the value
-    is a list of entries of this layout (size must be a multiple of ``size``).
+    ``repeated`` means the value is a list of entries of this layout (size must be a
+    multiple of ``size``). For an extras layout, ``value`` says whether a value may follow
+    it (the marker's V1 extras forbid one, V2 requires one) and ``context`` names the
+    negotiated feature that selects it (``"delete_v2"``: DcpOpen IncludeDeleteTimes or
+    HELLO Collections; ``"!delete_v2"``: neither). ``rule`` names the rule a message
+    decoded with this layout breaks (a documented variant that servers reject), with
+    ``note`` as its explanation.
     """
 
     label: str
@@ -101,6 +168,10 @@ class Layout:
     when: tuple[tuple[str, int], ...] = ()
     repeated: str | None = None
     note: str | None = None
+    value: Presence | None = None
+    context: str | None = None
+    rule: str | None = None
+    section: str | None = None     # filter section of its fields ("": top level); None: the opcode's
 
     def __post_init__(self):
         end = max((f.offset + f.width for f in self.fields), default=0)
@@ -110,7 +181,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class Shape:
-    """What one direction (request or response) of an opcode carries."""
+    """What one direction (request or response) of an opcode carries, and what the
+    server's validator requires of it (kv_engine ``McbpValidator::verify_header``: extras
+    length, key, value, CAS, datatype, document key)."""
 
     extras: tuple[Layout, ...] = ()          # allowed extras layouts; selected by size
     key: Presence = Presence.FORBIDDEN
@@ -118,15 +191,36 @@ class Shape:
     values: tuple[Layout, ...] = ()          # value layouts, selected by ``when`` and size
     datatypes: frozenset[int] | None = frozenset({0})   # allowed datatypes (None: any valid)
     value_kind: str | None = None            # "json" / "text" / "records" for undecoded values
+    cas: Presence = Presence.OPTIONAL        # REQUIRED: CAS set; FORBIDDEN: CAS must be 0
+    document_key: bool = False               # the key names a document (collection prefix)
+    value_min: int = 0                       # minimum value length when a value is present
+    value_context: str | None = None         # feature a value needs ("collections")
+    checks: tuple[Check, ...] = ()           # field constraints (rules of their own)
+    validated: bool = False                  # the server validates this direction
 
     @property
     def extras_sizes(self) -> tuple[int, ...]:
         return tuple(layout.size for layout in self.extras) or (0,)
 
 
+class Sender(str, Enum):
+    """Which end of a DCP connection sends an opcode's requests."""
+
+    PRODUCER = "producer"      # the end that streams (memcached on a producer connection)
+    CONSUMER = "consumer"      # the end that asks for streams
+    EITHER = "either"
+
+
 @dataclass(frozen=True)
 class Opcode:
-    """One MCBP opcode with its request and response shapes."""
+    """One MCBP opcode with its request and response shapes and its role in DCP.
+
+    ``section`` names its fields for filters (``dcp.<section>.<field>``) and JSON.
+    ``document`` marks opcodes whose key and value carry customer data (redacted),
+    ``stream`` those that belong to a vbucket stream (the stream rules follow them),
+    ``sender`` who sends the request. ``server_rejects`` is the status memcached
+    answers when it receives the request (an opcode it has no validator or executor for).
+    """
 
     code: int
     name: str            # kv_engine's identifier, e.g. "DcpSnapshotMarker"
@@ -134,5 +228,8 @@ class Opcode:
     request: Shape = Shape()
     response: Shape = Shape()
     seqno_field: str | None = None   # field giving the item's seqno for stream checks
-    dcp: bool = True
-    doc: str = ""
+    section: str = ""
+    document: bool = False
+    stream: bool = False
+    sender: Sender = Sender.EITHER
+    server_rejects: str | None = None

@@ -1,203 +1,345 @@
-"""Per-opcode layouts: every DCP opcode 0x50-0x67, GetFailoverLog 0x96, and names of the rest."""
+"""Every DCP opcode 0x50-0x67 and GetFailoverLog 0x96: layouts, roles and server constraints.
+
+The constraints are kv_engine's (commit eba4298981505cdc3371abbfb8be213236f7875a):
+``daemon/mcbp_validators.cc`` (``verify_header`` and each ``dcp_*_validator``) for what
+memcached accepts, ``engines/ep/src/dcp/consumer.cc`` / ``passive_stream.cc`` for what a
+consumer accepts, ``producer.cc`` for what a producer accepts in a stream request.
+"""
 
 from __future__ import annotations
 
 from .constants import (
-    DCP_OPEN_FLAGS, DELETION_DATATYPES, DURABILITY_LEVELS, MARKER_VERSIONS, OSO_FLAGS,
-    SNAPSHOT_FLAGS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_END_REASONS, STREAM_FLAGS,
-    SYSTEM_EVENTS, VBUCKET_STATES,
+    DATATYPE_ALL, DCP_OPEN_FLAGS, DELETION_DATATYPES, DURABILITY_LEVELS, MARKER_VERSIONS,
+    OSO_FLAGS, SNAPSHOT_FLAGS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_END_REASONS,
+    STREAM_FLAGS, SYSTEM_EVENT_VERSIONS, SYSTEM_EVENTS, VBUCKET_STATES,
 )
-from .model import Field, Layout, Opcode, Presence, Shape
+from .model import ERROR, INFO, Check, Field, Layout, Opcode, Presence, Sender, Shape
 
-ANY_DATATYPE = None
 R, O, F = Presence.REQUIRED, Presence.OPTIONAL, Presence.FORBIDDEN
+S, SNAP, OPEN = STREAM_FLAGS.bit, SNAPSHOT_FLAGS.bit, DCP_OPEN_FLAGS.bit
+RAW = frozenset({0})
+VALIDATORS = "daemon/mcbp_validators.cc"
 
 
-def u64(name, offset, title, display="dec"):
-    return Field(name, offset, 8, title, display)
+def u64(name, offset, title, display="dec", **kw):
+    return Field(name, offset, 8, title, display, **kw)
 
 
 def u32(name, offset, title, display="dec", **kw):
     return Field(name, offset, 4, title, display, **kw)
 
 
-def u16(name, offset, title):
-    return Field(name, offset, 2, title)
+def u16(name, offset, title, **kw):
+    return Field(name, offset, 2, title, **kw)
 
 
 def u8(name, offset, title, **kw):
     return Field(name, offset, 1, title, **kw)
 
 
-def extras(label, size, *fields):
-    return Layout(label, tuple(fields), size)
+def extras(label, size, *fields, **kw):
+    return Layout(label, tuple(fields), size, **kw)
 
 
-NO_BODY = Shape()
+def request(*layouts, **kw):
+    """A request the server validates (``verify_header`` semantics)."""
+    return Shape(tuple(layouts), validated=True, **kw)
 
-# --- 0x56 Snapshot Marker -------------------------------------------------------------
-_MARKER_RANGE = (
-    u64("start_seqno", 0, "Start seqno"),
-    u64("end_seqno", 8, "End seqno"),
-    u32("flags", 16, "Snapshot type", display="hex", flags=SNAPSHOT_FLAGS),
+
+# --- stream flags (0x51 Add Stream, 0x53 Stream Request) -------------------------------------
+STREAM_FLAG_CHECKS = (
+    Check("stream-flags-no-value", ERROR, "obsolete NoValue flag 0x08 on add stream / stream request",
+          f"{VALIDATORS} verify_common_dcp_stream_restrictions: 'DCP_ADD_STREAM_FLAG_NO_VALUE{{8}} "
+          "flag is no longer used' (MB-22525), Einval", ("mask", "flags", 0xFFFFFFFF & ~S("no_value")),
+          "flag 0x08 NoValue is no longer used (DcpOpen carries NoValue)",
+          sample="violations-add-stream.pcap"),
+    Check("stream-flags-unknown", ERROR, "add stream / stream request flags outside the defined 0x1F7",
+          f"{VALIDATORS} verify_common_dcp_stream_restrictions: 'Request contains invalid flags', Einval",
+          ("mask", "flags", STREAM_FLAGS.mask), "invalid flag bits in {flags:x}", sample="violations-add-stream.pcap"),
+    Check("stream-flags-cache-transfer", ERROR,
+          "CacheTransfer combined with flags other than TakeOver / ActiveVbOnly",
+          f"{VALIDATORS} verify_common_dcp_stream_restrictions: 'CacheTransfer flag can only be combined "
+          "with TakeOver or ActiveVbOnly', Einval", ("only_with", "flags", S("cache_transfer"), S("takeover") | S("active_vb_only")),
+          "cache_transfer combined with other flags in {flags:x}", sample="violations-add-stream.pcap"),
 )
-_MARKER_V2_0 = _MARKER_RANGE + (
-    u64("max_visible_seqno", 20, "Max visible seqno"),
-    u64("high_completed_seqno", 28, "High completed seqno"),
-)
-MARKER_V1 = extras("V1", 20, *_MARKER_RANGE)
-MARKER_V2_EXTRAS = extras("V2", 1, u8("version", 0, "Version", names=MARKER_VERSIONS))
-MARKER_V2_0 = Layout("V2.0", _MARKER_V2_0, 36, when=(("version", 0),))
-MARKER_V2_2 = Layout("V2.2", _MARKER_V2_0 + (
-    u64("purge_seqno", 36, "Purge seqno"),
-    u64("high_prepared_seqno", 44, "High prepared seqno"),
-), 52, when=(("version", 2),))
-MARKER_V2_2_DOC = Layout("V2.2-doc44", _MARKER_V2_0 + (
-    u64("purge_seqno", 36, "Purge seqno"),
-), 44, when=(("version", 2),),
-    note="44-byte V2.2 as the snapshot-marker spec lists it (no HPS); servers reject it")
 
-# --- 0x53 / 0x54 / 0x96 failover log and rollback ----------------------------------------
-FAILOVER_ENTRY = Layout("failover_log", (
-    u64("vbucket_uuid", 0, "vBucket UUID", display="hex"),
-    u64("seqno", 8, "Seqno"),
-), 16, when=(("status", STATUS_SUCCESS),), repeated="failover_log")
-ROLLBACK = Layout("rollback", (u64("rollback_seqno", 0, "Rollback seqno"),), 8,
-                  when=(("status", STATUS_ROLLBACK),))
-
+# --- 0x53 Stream Request ---------------------------------------------------------------------
+FROM_LATEST = S("from_latest")
 STREAM_REQ_EXTRAS = extras(
     "V1", 48,
     u32("flags", 0, "Flags", display="hex", flags=STREAM_FLAGS),
-    u32("reserved", 4, "Reserved"),
-    u64("start_seqno", 8, "Start seqno"),
-    u64("end_seqno", 16, "End seqno"),
-    u64("vbucket_uuid", 24, "vBucket UUID", display="hex"),
-    u64("snap_start_seqno", 32, "Snapshot start seqno"),
-    u64("snap_end_seqno", 40, "Snapshot end seqno"),
+    u32("reserved", 4, "Reserved", shown="never"),
+    u64("start_seqno", 8, "Start seqno", short="start"),
+    u64("end_seqno", 16, "End seqno", short="end"),
+    u64("vbucket_uuid", 24, "vBucket UUID", display="hex", short="uuid"),
+    u64("snap_start_seqno", 32, "Snapshot start seqno", short="snap_start"),
+    u64("snap_end_seqno", 40, "Snapshot end seqno", short="snap_end"),
+)
+_PRODUCER = "engines/ep/src/dcp/producer.cc DcpProducer::streamRequest"
+STREAM_REQ_CHECKS = STREAM_FLAG_CHECKS + (
+    Check("stream-request-start-after-end", ERROR, "stream request start seqno is greater than its end",
+          f"{_PRODUCER}: start > end is answered Erange (checked after FromLatest replaced start)",
+          ("le", "start_seqno", "end_seqno"), "start {start_seqno} > end {end_seqno}",
+          when=(("clear", "flags", FROM_LATEST),), sample="violations-stream-request.pcap"),
+    Check("stream-request-snapshot-range", ERROR, "stream request violates snap_start <= start <= snap_end",
+          f"{_PRODUCER}: Erange; known client bug signatures: snap_start = start + 1 (JDCP-95/241), "
+          "snap_end < start (MB-11502). FromLatest requests are exempt: the producer replaces start "
+          "and the snapshot with its high seqno first",
+          ("range", "snap_start_seqno", "start_seqno", "snap_end_seqno"),
+          "snapshot [{snap_start_seqno}, {snap_end_seqno}] does not contain start {start_seqno}",
+          when=(("clear", "flags", FROM_LATEST),), sample="violations-stream-request.pcap"),
+    Check("stream-request-uuid-zero", ERROR, "stream request with vbucket uuid 0 and start > 0",
+          "engines/ep/src/failover-table.cc FailoverTable::needsRollback: no entry has uuid 0, so the "
+          "producer must roll back to 0; FromLatest requests are exempt (producer.cc replaces uuid 0 "
+          "with the latest uuid)", ("in", "start_seqno", (0,)),
+          "vbucket uuid 0 with start {start_seqno}: the server must roll back to 0",
+          when=(("eq", "vbucket_uuid", 0), ("clear", "flags", FROM_LATEST)),
+          sample="violations-stream-request.pcap"),
 )
 
-_ITEM = (u64("by_seqno", 0, "By seqno"), u64("rev_seqno", 8, "Rev seqno"))
+# --- 0x56 Snapshot Marker --------------------------------------------------------------------
+_MARKER_RANGE = (
+    u64("start_seqno", 0, "Start seqno", short="start"),
+    u64("end_seqno", 8, "End seqno", short="end"),
+    u32("flags", 16, "Snapshot type", display="hex", flags=SNAPSHOT_FLAGS),
+)
+_MARKER_V2_0 = _MARKER_RANGE + (
+    u64("max_visible_seqno", 20, "Max visible seqno", short="mvs", shown="if_set"),
+    u64("high_completed_seqno", 28, "High completed seqno", short="hcs", shown="if_set"),
+)
+MARKER_V1 = extras("V1", 20, *_MARKER_RANGE, value=F)
+MARKER_V2_EXTRAS = extras("V2", 1, u8("version", 0, "Version", names=MARKER_VERSIONS, shown="never"),
+                          value=R)
+MARKER_V2_0 = Layout("V2.0", _MARKER_V2_0, 36, when=(("version", 0),))
+MARKER_V2_2 = Layout("V2.2", _MARKER_V2_0 + (
+    u64("purge_seqno", 36, "Purge seqno", short="purge", shown="if_set"),
+    u64("high_prepared_seqno", 44, "High prepared seqno", short="hps", shown="if_set"),
+), 52, when=(("version", 2),))
+MARKER_V2_2_DOC = Layout("V2.2-doc44", _MARKER_V2_0 + (
+    u64("purge_seqno", 36, "Purge seqno", short="purge", shown="if_set"),
+), 44, when=(("version", 2),), rule="marker-v22-documented-44",
+    note="a 44-byte V2.2 value (no HPS), as pre-release drafts of snapshot-marker.md listed it "
+         "(2024-07 to 2025-01); servers send and accept 52 bytes (purge seqno then HPS)")
+DISK, MEMORY = SNAP("disk"), SNAP("memory")
+_CONSUMER = "engines/ep/src/dcp/passive_stream.cc PassiveStream::processMarker"
+MARKER_CHECKS = (
+    Check("marker-version", ERROR, "snapshot marker version byte is neither 0 (V2.0) nor 2 (V2.2)",
+          f"{VALIDATORS} dcp_snapshot_marker_validator: 'Unsupported dcp snapshot version', Einval "
+          "(1 was the removed V2.1)", ("in", "version", (0, 2)), "version byte {version}",
+          sample="violations-marker.pcap"),
+    Check("marker-unknown-flags", INFO, "snapshot marker has flag bits outside the six defined",
+          "include/mcbp/protocol/dcp_snapshot_marker_flags.h defines 0x01-0x20; the consumer ignores "
+          "other bits", ("mask", "flags", SNAPSHOT_FLAGS.mask), "unknown flag bits in {flags:x}",
+          sample="violations-marker.pcap"),
+    Check("marker-memory-disk", INFO, "snapshot marker has neither or both of Memory and Disk",
+          "engines/ep/src/dcp/active_stream.cc sets exactly one; the consumer treats a marker without "
+          "Disk as a memory snapshot", ("one_bit", "flags", MEMORY | DISK),
+          "flags {flags:x}: not exactly one of Memory and Disk", sample="violations-marker.pcap"),
+    Check("marker-start-after-end", ERROR, "snapshot marker start is greater than its end",
+          "engines/ep/src/dcp/consumer.cc DcpConsumer::snapshotMarker: start > end is answered "
+          "Einval (MB-16042)", ("le", "start_seqno", "end_seqno"),
+          "start {start_seqno} > end {end_seqno}", sample="violations-marker.pcap"),
+    Check("marker-mvs-beyond-end", ERROR, "max visible seqno is greater than the snapshot end",
+          f"{_CONSUMER}: logic_error 'snapEnd < visibleSnapEnd' (MB-55357), the consumer disconnects",
+          ("le", "max_visible_seqno", "end_seqno"), "max visible seqno {max_visible_seqno} > end "
+          "{end_seqno}", sample="violations-marker.pcap"),
+    Check("marker-hps-beyond-end", ERROR, "high prepared seqno of a disk snapshot is above its end",
+          f"{_CONSUMER}: logic_error 'HPS is out of range' for HPS > end on Disk markers; HPS below "
+          "start is legal and means no HPS (MB-66831)", ("le", "high_prepared_seqno", "end_seqno"),
+          "high prepared seqno {high_prepared_seqno} > end {end_seqno}",
+          when=(("set", "flags", DISK),), sample="violations-marker.pcap"),
+    Check("marker-purge-beyond-end", ERROR, "purge seqno of a disk snapshot is above its end",
+          f"{_CONSUMER}: logic_error 'invalid purgeSeqno' (checked on Disk markers only)",
+          ("le", "purge_seqno", "end_seqno"), "purge seqno {purge_seqno} > end {end_seqno}",
+          when=(("set", "flags", DISK),), sample="violations-marker.pcap"),
+    Check("marker-hcs-beyond-end", INFO, "high completed seqno is greater than the snapshot end",
+          f"no server check ({_CONSUMER} never compares HCS with end); kv_engine's producer "
+          "never sends it", ("le", "high_completed_seqno", "end_seqno"),
+          "high completed seqno {high_completed_seqno} > end {end_seqno}",
+          when=(("set", "flags", DISK),), sample="violations-marker.pcap"),
+    Check("marker-hcs-without-disk", INFO, "HCS non-zero on a marker without Disk",
+          "mcbp/codec/dcp_snapshot_marker.cc: the encoder throws for HCS without Disk and the "
+          "decoder ignores it", ("in", "high_completed_seqno", (0,)),
+          "high completed seqno {high_completed_seqno} set without Disk",
+          when=(("clear", "flags", DISK),), sample="violations-marker.pcap"),
+    Check("marker-hps-without-disk", INFO, "HPS non-zero on a marker without Disk",
+          "mcbp/codec/dcp_snapshot_marker.cc: the encoder throws for HPS without Disk and the "
+          "decoder ignores it", ("in", "high_prepared_seqno", (0,)),
+          "high prepared seqno {high_prepared_seqno} set without Disk",
+          when=(("clear", "flags", DISK),), sample="violations-marker.pcap"),
+)
+
+# --- 0x53 / 0x54 / 0x96 failover log and rollback ----------------------------------------------
+FAILOVER_ENTRY = Layout("failover_log", (
+    u64("vbucket_uuid", 0, "vBucket UUID", display="hex", short="uuid"),
+    u64("seqno", 8, "Seqno", shown="if_set"),
+), 16, when=(("status", STATUS_SUCCESS),), repeated="failover_log")
+ROLLBACK = Layout("rollback", (u64("rollback_seqno", 0, "Rollback seqno"),), 8,
+                  when=(("status", STATUS_ROLLBACK),), section="")
+FAILOVER_LOG_EMPTY = Check(
+    "failover-log-empty", ERROR, "successful stream request / failover log response without entries",
+    "engines/ep/src/dcp/consumer.cc DcpConsumer::handleResponse: a failover log must hold at least "
+    "one entry; kv_engine's producer always sends the vbucket's table", ("ne", "value_len", 0),
+    "success with an empty failover log", when=(("eq", "status", STATUS_SUCCESS),),
+    sample="violations-stream-request.pcap")
+FAILOVER_RESPONSE = Shape(value=O, values=(FAILOVER_ENTRY,), datatypes=None, checks=(FAILOVER_LOG_EMPTY,))
+
+_ITEM = (u64("by_seqno", 0, "By seqno", short="seqno"),
+         u64("rev_seqno", 8, "Rev seqno", short="rev"))
+_DOC = dict(key=R, value=O, datatypes=DATATYPE_ALL, document_key=True)
+
+
+def seqno_not_zero(what: str) -> Check:
+    return Check("seqno-zero", ERROR, "a mutation or prepare with by_seqno 0",
+                 f"{VALIDATORS} dcp_mutation_validator / dcp_prepare_validator: 'Invalid seqno(0)', "
+                 "Einval", ("ne", "by_seqno", 0), f"{what} with by_seqno 0")
+
+
+def no_nmeta(what: str) -> Check:
+    return Check("nmeta-not-zero", ERROR, "extended metadata length (nmeta) is not 0",
+                 f"{VALIDATORS} dcp_mutation_validator / dcp_deletion_validator: 'DCP does not "
+                 "support extended metadata', Einval", ("in", "nmeta", (0,)),
+                 f"{what} with nmeta {{nmeta}}")
+
 
 DCP_OPCODES: tuple[Opcode, ...] = (
-    Opcode(0x50, "DcpOpen", "DCP Open Connection",
-           request=Shape((extras("V1", 8, u32("seqno", 0, "Seqno (reserved)"),
-                                 u32("flags", 4, "Flags", display="hex", flags=DCP_OPEN_FLAGS)),),
-                         key=R, value=O, datatypes=frozenset({0, 1}), value_kind="json")),
-    Opcode(0x51, "DcpAddStream", "DCP Add Stream",
-           request=Shape((extras("V1", 4, u32("flags", 0, "Flags", display="hex",
-                                              flags=STREAM_FLAGS)),)),
-           response=Shape((extras("V1", 4, u32("new_opaque", 0, "New stream opaque",
-                                               display="hex")),))),
-    Opcode(0x52, "DcpCloseStream", "DCP Close Stream", request=NO_BODY),
-    Opcode(0x53, "DcpStreamReq", "DCP Stream Request",
-           request=Shape((STREAM_REQ_EXTRAS,), value=O, value_kind="json"),
-           response=Shape(value=O, values=(FAILOVER_ENTRY, ROLLBACK), datatypes=ANY_DATATYPE)),
-    Opcode(0x54, "DcpGetFailoverLog", "DCP Get Failover Log",
-           response=Shape(value=O, values=(FAILOVER_ENTRY,), datatypes=ANY_DATATYPE)),
-    Opcode(0x55, "DcpStreamEnd", "DCP Stream End",
-           request=Shape((extras("V1", 4, u32("reason", 0, "Reason",
-                                              names=STREAM_END_REASONS)),))),
-    Opcode(0x56, "DcpSnapshotMarker", "DCP Snapshot Marker",
-           request=Shape((MARKER_V1, MARKER_V2_EXTRAS), value=O,
-                         values=(MARKER_V2_0, MARKER_V2_2, MARKER_V2_2_DOC)),
-           seqno_field=None,
-           doc="V1: extlen 20; V2: extlen 1 (version byte) + value 36 (V2.0) or 52 (V2.2)"),
-    Opcode(0x57, "DcpMutation", "DCP Mutation",
-           request=Shape((extras("V1", 31, *_ITEM,
-                                 u32("flags", 16, "Document flags", display="hex"),
-                                 u32("expiration", 20, "Expiration"),
-                                 u32("lock_time", 24, "Lock time"),
-                                 u16("nmeta", 28, "Extended metadata length"),
-                                 u8("nru", 30, "NRU")),),
-                         key=R, value=O, datatypes=ANY_DATATYPE),
-           seqno_field="by_seqno"),
-    Opcode(0x58, "DcpDeletion", "DCP Deletion",
-           request=Shape((extras("V1", 18, *_ITEM, u16("nmeta", 16, "Extended metadata length")),
-                          extras("V2", 21, *_ITEM, u32("delete_time", 16, "Delete time"),
-                                 u8("unused", 20, "Unused"))),
-                         key=R, value=O, datatypes=DELETION_DATATYPES),
-           seqno_field="by_seqno"),
-    Opcode(0x59, "DcpExpiration", "DCP Expiration",
-           request=Shape((extras("V1", 20, *_ITEM, u32("delete_time", 16, "Delete time")),),
-                         key=R, value=O, datatypes=ANY_DATATYPE),
-           seqno_field="by_seqno"),
-    Opcode(0x5A, "DcpFlush", "DCP Flush (obsolete)", request=NO_BODY),
-    Opcode(0x5B, "DcpSetVbucketState", "DCP Set vBucket State",
-           request=Shape((extras("V1", 1, u8("state", 0, "State", names=VBUCKET_STATES)),))),
-    Opcode(0x5C, "DcpNoop", "DCP Noop", request=NO_BODY),
-    Opcode(0x5D, "DcpBufferAcknowledgement", "DCP Buffer Acknowledgement",
-           request=Shape((extras("V1", 4, u32("bytes_to_ack", 0, "Bytes to ack")),))),
-    Opcode(0x5E, "DcpControl", "DCP Control",
-           request=Shape(key=R, value=R, value_kind="text")),
-    Opcode(0x5F, "DcpSystemEvent", "DCP System Event",
-           request=Shape((extras("V1", 13, u64("by_seqno", 0, "By seqno"),
-                                 u32("event", 8, "Event", names=SYSTEM_EVENTS),
-                                 u8("version", 12, "Version")),),
-                         key=O, value=O, datatypes=ANY_DATATYPE),
-           seqno_field="by_seqno"),
-    Opcode(0x60, "DcpPrepare", "DCP Prepare",
-           request=Shape((extras("V1", 31, *_ITEM,
-                                 u32("flags", 16, "Document flags", display="hex"),
-                                 u32("expiration", 20, "Expiration"),
-                                 u32("lock_time", 24, "Lock time"),
-                                 u8("nru", 28, "NRU"),
-                                 u8("deleted", 29, "Deleted"),
-                                 u8("durability_level", 30, "Durability level",
-                                    names=DURABILITY_LEVELS)),),
-                         key=R, value=O, datatypes=ANY_DATATYPE),
-           seqno_field="by_seqno"),
-    Opcode(0x61, "DcpSeqnoAcknowledged", "DCP Seqno Acknowledged",
-           request=Shape((extras("V1", 8, u64("prepared_seqno", 0, "Prepared seqno")),))),
-    Opcode(0x62, "DcpCommit", "DCP Commit",
-           request=Shape((extras("V1", 16, u64("prepared_seqno", 0, "Prepared seqno"),
-                                 u64("commit_seqno", 8, "Commit seqno")),), key=R),
-           seqno_field="commit_seqno"),
-    Opcode(0x63, "DcpAbort", "DCP Abort",
-           request=Shape((extras("V1", 16, u64("prepared_seqno", 0, "Prepared seqno"),
-                                 u64("abort_seqno", 8, "Abort seqno")),), key=R),
-           seqno_field="abort_seqno"),
-    Opcode(0x64, "DcpSeqnoAdvanced", "DCP Seqno Advanced",
-           request=Shape((extras("V1", 8, u64("by_seqno", 0, "Seqno")),)),
-           seqno_field="by_seqno"),
-    Opcode(0x65, "DcpOsoSnapshot", "DCP OSO Snapshot",
-           request=Shape((extras("V1", 4, u32("flags", 0, "Flags", display="hex",
-                                              flags=OSO_FLAGS)),))),
-    Opcode(0x66, "DcpCacheTransfer", "DCP Cache Transfer",
-           request=Shape(value=R, value_kind="records")),
-    Opcode(0x67, "DcpCacheTransferEnd", "DCP Cache Transfer End", request=NO_BODY),
-    Opcode(0x96, "GetFailoverLog", "Get Failover Log",
-           response=Shape(value=O, values=(FAILOVER_ENTRY,), datatypes=ANY_DATATYPE),
-           dcp=False),
+    Opcode(0x50, "DcpOpen", "DCP Open Connection", section="open", sender=Sender.CONSUMER,
+           request=request(extras("V1", 8, u32("seqno", 0, "Seqno (reserved)", shown="never"),
+                                  u32("flags", 4, "Flags", display="hex", flags=DCP_OPEN_FLAGS)),
+                           key=R, value=O, datatypes=frozenset({0, 1}), value_kind="json",
+                           checks=(
+            Check("open-flags-invalid", ERROR, "DcpOpen flags outside the defined set",
+                  f"{VALIDATORS} dcp_open_validator: 'Request contains invalid flags', Einval "
+                  "(0x02, 0x10 and 0x80 are no longer accepted)", ("mask", "flags", DCP_OPEN_FLAGS.mask & ~(OPEN("invalid") | OPEN("unused") | OPEN("pitr_unsupported"))),
+                  "invalid flag bits in {flags:x}"),
+            Check("open-flags-combination", ERROR, "DcpOpen flags the server refuses together",
+                  f"{VALIDATORS} dcp_open_validator: NoValue with NoValueWithUnderlyingDatatype, "
+                  "IncludeDeletedUserXattrs without IncludeXattrs, SkipDeletesInInitialBackfill "
+                  "without Producer: Einval", ("not_both", "flags", OPEN("no_value"), OPEN("no_value_with_underlying_datatype")),
+                  "flags {flags:x}: no_value with no_value_with_underlying_datatype"),
+            Check("open-flags-combination", ERROR, "", "", ("needs", "flags", OPEN("include_deleted_user_xattrs"), OPEN("include_xattrs")),
+                  "flags {flags:x}: include_deleted_user_xattrs without include_xattrs"),
+            Check("open-flags-combination", ERROR, "", "", ("needs", "flags", OPEN("skip_deletes_in_initial_backfill"), OPEN("producer")),
+                  "flags {flags:x}: skip_deletes_in_initial_backfill without producer"),
+            Check("open-value-datatype", ERROR, "DcpOpen datatype does not match its value",
+                  f"{VALIDATORS} dcp_open_validator: RAW without a value, JSON with one, else Einval",
+                  ("in", "datatype", (0,)), "datatype {datatype} without a value",
+                  when=(("eq", "value_len", 0),)),
+            Check("open-value-datatype", ERROR, "", "", ("in", "datatype", (1,)),
+                  "datatype {datatype} with a value (JSON required)", when=(("ne", "value_len", 0),)),
+        ))),
+    Opcode(0x51, "DcpAddStream", "DCP Add Stream", section="add_stream", sender=Sender.CONSUMER,
+           request=request(extras("V1", 4, u32("flags", 0, "Flags", display="hex", flags=STREAM_FLAGS)),
+                           checks=STREAM_FLAG_CHECKS),
+           response=Shape((extras("V1", 4, u32("new_opaque", 0, "New stream opaque", display="hex")),),
+                          checks=(
+            Check("add-stream-response-extras", ERROR,
+                  "successful add stream response without its 4-byte stream opaque",
+                  "daemon/connection.cc Connection::add_stream_rsp sends the stream opaque in the extras "
+                  "of a success; synchronous errors (dcp_add_stream_executor.cc) carry no extras",
+                  ("in", "extlen", (4,)), "success with {extlen} bytes of extras, not the 4-byte stream opaque",
+                  when=(("eq", "status", 0),), sample="violations-add-stream.pcap"),))),
+    Opcode(0x52, "DcpCloseStream", "DCP Close Stream", section="close_stream", sender=Sender.CONSUMER,
+           request=request()),
+    Opcode(0x53, "DcpStreamReq", "DCP Stream Request", section="stream_req", sender=Sender.CONSUMER,
+           request=request(STREAM_REQ_EXTRAS, value=O, value_context="collections", value_kind="json",
+                           checks=STREAM_REQ_CHECKS),
+           response=Shape(value=O, values=(FAILOVER_ENTRY, ROLLBACK), datatypes=None,
+                          checks=(FAILOVER_LOG_EMPTY,))),
+    Opcode(0x54, "DcpGetFailoverLog", "DCP Get Failover Log", section="get_failover_log",
+           sender=Sender.CONSUMER, request=request(), response=FAILOVER_RESPONSE),
+    Opcode(0x55, "DcpStreamEnd", "DCP Stream End", section="stream_end", stream=True,
+           sender=Sender.PRODUCER,
+           request=request(extras("V1", 4, u32("reason", 0, "Reason", names=STREAM_END_REASONS)))),
+    Opcode(0x56, "DcpSnapshotMarker", "DCP Snapshot Marker", section="snapshot", stream=True,
+           sender=Sender.PRODUCER,
+           request=request(MARKER_V1, MARKER_V2_EXTRAS, value=O,
+                           values=(MARKER_V2_0, MARKER_V2_2, MARKER_V2_2_DOC), checks=MARKER_CHECKS)),
+    Opcode(0x57, "DcpMutation", "DCP Mutation", section="mutation", stream=True, document=True,
+           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           request=request(extras("V1", 31, *_ITEM,
+                                  u32("flags", 16, "Document flags", display="hex"),
+                                  u32("expiration", 20, "Expiration", shown="if_set"),
+                                  u32("lock_time", 24, "Lock time", shown="never"),
+                                  u16("nmeta", 28, "Extended metadata length", shown="never"),
+                                  u8("nru", 30, "NRU", shown="never")),
+                           **_DOC, checks=(seqno_not_zero("mutation"), no_nmeta("mutation")))),
+    Opcode(0x58, "DcpDeletion", "DCP Deletion", section="deletion", stream=True, document=True,
+           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           request=request(extras("V1", 18, *_ITEM, u16("nmeta", 16, "Extended metadata length",
+                                                        shown="never"), context="!delete_v2"),
+                           extras("V2", 21, *_ITEM, u32("delete_time", 16, "Delete time", shown="if_set"),
+                                  u8("unused", 20, "Unused", shown="never"), context="delete_v2"),
+                           **{**_DOC, "datatypes": DELETION_DATATYPES}, checks=(no_nmeta("deletion"),))),
+    Opcode(0x59, "DcpExpiration", "DCP Expiration", section="expiration", stream=True, document=True,
+           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           request=request(extras("V1", 20, *_ITEM, u32("delete_time", 16, "Delete time",
+                                                        shown="if_set")), **_DOC)),
+    Opcode(0x5A, "DcpFlush_Unsupported", "DCP Flush (removed)", section="flush",
+           server_rejects="NotSupported"),
+    Opcode(0x5B, "DcpSetVbucketState", "DCP Set vBucket State", section="set_vbucket_state",
+           stream=True, sender=Sender.PRODUCER,
+           request=request(extras("V1", 1, u8("state", 0, "State", names=VBUCKET_STATES)), checks=(
+               Check("vbucket-state-invalid", ERROR, "set vbucket state to a state that does not exist",
+                     f"{VALIDATORS} dcp_set_vbucket_state_validator: 'Request body state invalid' "
+                     "(1 active, 2 replica, 3 pending, 4 dead), Einval", ("in", "state", (1, 2, 3, 4)),
+                     "state {state}"),))),
+    Opcode(0x5C, "DcpNoop", "DCP Noop", section="noop", request=request()),
+    Opcode(0x5D, "DcpBufferAcknowledgement", "DCP Buffer Acknowledgement", section="buffer_ack",
+           sender=Sender.CONSUMER,
+           request=request(extras("V1", 4, u32("bytes_to_ack", 0, "Bytes to ack")))),
+    Opcode(0x5E, "DcpControl", "DCP Control", section="control",
+           request=request(key=R, value=R, value_kind="text")),
+    Opcode(0x5F, "DcpSystemEvent", "DCP System Event", section="system_event", stream=True,
+           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           request=request(extras("V1", 13, u64("by_seqno", 0, "By seqno", short="seqno"),
+                                  u32("event", 8, "Event", names=SYSTEM_EVENTS),
+                                  u8("version", 12, "Version", names=SYSTEM_EVENT_VERSIONS)),
+                           key=O, value=O, datatypes=DATATYPE_ALL, checks=(
+               Check("system-event-invalid", ERROR, "system event id or version the server does not know",
+                     f"{VALIDATORS} dcp_system_event_validator: 'Invalid system event id' "
+                     "(DcpSystemEventPayload::isValidEvent: 0, 1, 3, 4, 5), Einval",
+                     ("in", "event", tuple(k for k in SYSTEM_EVENTS.values if k != 2)), "event id {event}"),
+               Check("system-event-invalid", ERROR, "", "", ("in", "version", (0, 1, 2)),
+                     "event version {version}"),))),
+    Opcode(0x60, "DcpPrepare", "DCP Prepare", section="prepare", stream=True, document=True,
+           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           request=request(extras("V1", 31, *_ITEM,
+                                  u32("flags", 16, "Document flags", display="hex"),
+                                  u32("expiration", 20, "Expiration", shown="if_set"),
+                                  u32("lock_time", 24, "Lock time", shown="never"),
+                                  u8("nru", 28, "NRU", shown="never"),
+                                  u8("deleted", 29, "Deleted"),
+                                  u8("durability_level", 30, "Durability level",
+                                     names=DURABILITY_LEVELS)),
+                           **_DOC, cas=R, checks=(
+               seqno_not_zero("prepare"),
+               Check("durability-level-invalid", ERROR, "prepare without a valid durability level",
+                     f"{VALIDATORS} dcp_prepare_validator: 'Invalid durability specifier' (None is "
+                     "not a level for a prepare), Einval", ("in", "durability_level", (1, 2, 3)),
+                     "durability level {durability_level}"),))),
+    Opcode(0x61, "DcpSeqnoAcknowledged", "DCP Seqno Acknowledged", section="seqno_ack",
+           sender=Sender.CONSUMER,
+           request=request(extras("V1", 8, u64("prepared_seqno", 0, "Prepared seqno")), cas=F)),
+    Opcode(0x62, "DcpCommit", "DCP Commit", section="commit", stream=True, document=True,
+           sender=Sender.PRODUCER, seqno_field="commit_seqno",
+           request=request(extras("V1", 16, u64("prepared_seqno", 0, "Prepared seqno"),
+                                  u64("commit_seqno", 8, "Commit seqno")), key=R, cas=F)),
+    Opcode(0x63, "DcpAbort", "DCP Abort", section="abort", stream=True, document=True,
+           sender=Sender.PRODUCER, seqno_field="abort_seqno",
+           request=request(extras("V1", 16, u64("prepared_seqno", 0, "Prepared seqno"),
+                                  u64("abort_seqno", 8, "Abort seqno")), key=R, cas=F)),
+    Opcode(0x64, "DcpSeqnoAdvanced", "DCP Seqno Advanced", section="seqno_advanced", stream=True,
+           sender=Sender.PRODUCER, seqno_field="by_seqno", server_rejects="UnknownCommand",
+           request=Shape((extras("V1", 8, u64("by_seqno", 0, "Seqno", short="seqno")),))),
+    Opcode(0x65, "DcpOsoSnapshot", "DCP OSO Snapshot", section="oso_snapshot", stream=True,
+           sender=Sender.PRODUCER, server_rejects="UnknownCommand",
+           request=Shape((extras("V1", 4, u32("flags", 0, "Flags", display="hex", flags=OSO_FLAGS)),))),
+    Opcode(0x66, "DcpCacheTransfer", "DCP Cache Transfer", section="cache_transfer", stream=True,
+           document=True, sender=Sender.PRODUCER,
+           request=request(value=R, value_kind="records", cas=F, value_min=41)),
+    Opcode(0x67, "DcpCacheTransferEnd", "DCP Cache Transfer End", section="cache_transfer_end",
+           stream=True, sender=Sender.PRODUCER, request=request(cas=F, datatypes=RAW)),
+    Opcode(0x96, "GetFailoverLog", "Get Failover Log", section="get_failover_log",
+           sender=Sender.CONSUMER, request=request(), response=FAILOVER_RESPONSE),
 )
-
-# Names only: the rest of the client opcodes a DCP capture may carry (resync and display).
-OTHER_OPCODE_NAMES = {
-    0x00: "Get", 0x01: "Set", 0x02: "Add", 0x03: "Replace", 0x04: "Delete",
-    0x05: "Increment", 0x06: "Decrement", 0x07: "Quit", 0x08: "Flush", 0x09: "GetQ",
-    0x0A: "Noop", 0x0B: "Version", 0x0C: "GetK", 0x0D: "GetKQ", 0x0E: "Append",
-    0x0F: "Prepend", 0x10: "Stat", 0x11: "SetQ", 0x12: "AddQ", 0x13: "ReplaceQ",
-    0x14: "DeleteQ", 0x15: "IncrementQ", 0x16: "DecrementQ", 0x17: "QuitQ", 0x18: "FlushQ",
-    0x19: "AppendQ", 0x1A: "PrependQ", 0x1B: "Verbosity", 0x1C: "Touch", 0x1D: "Gat",
-    0x1E: "Gatq", 0x1F: "Hello", 0x20: "SaslListMechs", 0x21: "SaslAuth", 0x22: "SaslStep",
-    0x23: "IoctlGet", 0x24: "IoctlSet", 0x25: "ConfigValidate", 0x26: "ConfigReload",
-    0x27: "AuditPut", 0x28: "AuditConfigReload", 0x29: "Shutdown",
-    0x3D: "SetVbucket", 0x3E: "GetVbucket", 0x3F: "DelVbucket", 0x48: "GetAllVbSeqnos",
-    0x83: "GetReplica", 0x85: "CreateBucket", 0x86: "DeleteBucket", 0x87: "ListBuckets",
-    0x89: "SelectBucket", 0x91: "ObserveSeqno", 0x92: "Observe", 0x93: "EvictKey",
-    0x94: "GetLocked", 0x95: "UnlockKey", 0x97: "LastClosedCheckpoint",
-    0xA0: "GetMeta", 0xA1: "GetqMeta", 0xA2: "SetWithMeta", 0xA3: "SetqWithMeta",
-    0xA4: "AddWithMeta", 0xA5: "AddqWithMeta", 0xA8: "DelWithMeta", 0xA9: "DelqWithMeta",
-    0xAF: "Ifconfig", 0xB3: "CompactDb", 0xB4: "SetClusterConfig", 0xB5: "GetClusterConfig",
-    0xB6: "GetRandomKey", 0xB7: "SeqnoPersistence", 0xB8: "GetKeys",
-    0xB9: "CollectionsSetManifest", 0xBA: "CollectionsGetManifest",
-    0xBB: "CollectionsGetID", 0xBC: "CollectionsGetScopeID",
-    0xC5: "SubdocGet", 0xC6: "SubdocExists", 0xC7: "SubdocDictAdd", 0xC8: "SubdocDictUpsert",
-    0xC9: "SubdocDelete", 0xCA: "SubdocReplace", 0xCB: "SubdocArrayPushLast",
-    0xCC: "SubdocArrayPushFirst", 0xCD: "SubdocArrayInsert", 0xCE: "SubdocArrayAddUnique",
-    0xCF: "SubdocCounter", 0xD0: "SubdocMultiLookup", 0xD1: "SubdocMultiMutation",
-    0xD2: "SubdocGetCount", 0xD3: "SubdocReplaceBodyWithXattr",
-    0xF1: "IsaslRefresh", 0xF3: "GetCmdTimer", 0xF4: "SetCtrlToken", 0xF5: "GetCtrlToken",
-    0xF6: "UpdateExternalUserPermissions", 0xF7: "RbacRefresh", 0xF8: "AuthProvider",
-    0xFB: "DropPrivilege", 0xFC: "AdjustTimeofday", 0xFD: "EwouldblockCtl",
-    0xFE: "GetErrorMap",
-}

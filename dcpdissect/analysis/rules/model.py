@@ -1,30 +1,30 @@
-"""The rule catalogue: stable ids, severity, title, rationale and a triggering sample."""
+"""A rule of the catalogue: stable id, severity, title, rationale and a triggering sample."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-ERROR, WARNING, INFO = "error", "warning", "info"
+from ...protocol.model import ERROR, INFO, WARNING
+
 SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
+__all__ = ["ERROR", "INFO", "WARNING", "SEVERITY_RANK", "Rule", "rule"]
 
 
 @dataclass(frozen=True)
 class Rule:
-    id: str            # stable, kebab-case, e.g. "marker-extras-length"
+    id: str            # stable, kebab-case, e.g. "marker-start-after-end"
     severity: str      # error | warning | info
     title: str         # one line
-    rationale: str     # the spec section or server behaviour it rests on (R-number if any)
+    rationale: str     # the kv_engine code it rests on (file and function)
     sample: str        # sample capture (file name under samples/) that triggers it
-    single_pdu: bool = False   # judged from one PDU alone (also rendered as Lua expert info)
-
-
-RULES: dict[str, Rule] = {}
+    single_pdu: bool = False   # judged from one message and its connection's negotiation;
+    #                            the Lua plugin raises it as an expert info too
+    family: str = ""           # the module of analysis/rules/ that declares it
 
 
 def rule(id: str, severity: str, title: str, rationale: str, sample: str,
          single_pdu: bool = False) -> Rule:
-    """Register a rule (ids are unique) and return it."""
-    if id in RULES:
-        raise ValueError(f"duplicate rule id {id}")
-    r = RULES[id] = Rule(id, severity, title, rationale, sample, single_pdu)
-    return r
+    """A rule (the family is set when the registry collects it)."""
+    if severity not in SEVERITY_RANK:
+        raise ValueError(f"{id}: unknown severity {severity}")
+    return Rule(id, severity, title, rationale, sample, single_pdu)

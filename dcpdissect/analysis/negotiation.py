@@ -1,0 +1,80 @@
+"""What each connection negotiated, as far as the capture shows it.
+
+HELLO (the features the server's response enables), DcpOpen (its flags, once the server
+accepted it) and whether the connection's start was captured at all: a value the capture
+did not show is None, and the rules that depend on it do not apply.
+"""
+
+from __future__ import annotations
+
+from ..protocol import DATATYPE_FEATURES, DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, STATUS_SUCCESS
+
+HELLO, DCP_OPEN = 0x1F, 0x50
+_PRODUCER = DCP_OPEN_FLAGS.bit("producer")
+_DELETE_TIMES = DCP_OPEN_FLAGS.bit("include_delete_times")
+
+
+class Negotiation:
+    """One connection's negotiated state (kv_engine daemon/connection.h)."""
+
+    __slots__ = ("features", "open_flags", "dcp", "_pending")
+
+    def __init__(self, start_seen: bool):
+        self.features: frozenset[int] | None = None   # HELLO features the server enabled
+        self.open_flags: int | None = None             # flags of the accepted DcpOpen
+        self.dcp: bool | None = False if start_seen else None   # opened as a DCP connection
+        self._pending: dict[tuple[int, int], object] = {}
+
+    @property
+    def collections(self) -> bool | None:
+        return None if self.features is None else FEATURE_COLLECTIONS in self.features
+
+    @property
+    def datatypes(self) -> int | None:
+        """Datatype bits the connection may use (Connection::isDatatypeEnabled)."""
+        if self.features is None:
+            return None
+        return sum(bit for feature, bit in DATATYPE_FEATURES.items() if feature in self.features)
+
+    @property
+    def consumer(self) -> bool | None:
+        """A consumer connection (DcpOpen without Producer): memcached receives the stream."""
+        return None if self.open_flags is None else not self.open_flags & _PRODUCER
+
+    @property
+    def delete_v2(self) -> bool | None:
+        """Deletions carry the 21-byte V2 extras (Connection::isDcpDeleteV2)."""
+        if self.collections or (self.open_flags or 0) & _DELETE_TIMES:
+            return True
+        if self.collections is None or self.open_flags is None:
+            return None
+        return False
+
+    def request(self, msg) -> None:
+        """A request the client sent (the server acts on requests in order)."""
+        if msg.opcode == HELLO:
+            self._remember(msg, None)
+        elif msg.opcode == DCP_OPEN:
+            self._remember(msg, (msg.fields.get("flags"), self.dcp))
+            self.dcp = True
+
+    def response(self, msg) -> None:
+        info = self._pending.pop((msg.opcode, msg.opaque), False)
+        if info is False:
+            return
+        ok = msg.status == STATUS_SUCCESS
+        if msg.opcode == HELLO and ok:
+            v = bytes(msg.value)
+            self.features = frozenset(int.from_bytes(v[i:i + 2], "big")
+                                      for i in range(0, len(v) - 1, 2))
+        elif msg.opcode == DCP_OPEN:
+            flags, before = info
+            if ok:
+                self.open_flags = flags
+            else:
+                self.dcp = before
+
+    def _remember(self, msg, info) -> None:
+        if len(self._pending) >= 64:
+            del self._pending[next(iter(self._pending))]
+        self._pending[(msg.opcode, msg.opaque)] = info

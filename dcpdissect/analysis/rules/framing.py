@@ -1,0 +1,34 @@
+"""Framing and TCP rules: what reassembly and MCBP framing report.
+
+Judged by :mod:`dcpdissect.analysis.engine` from the reassembly events.
+"""
+
+from .model import ERROR, INFO, WARNING, rule
+
+RULES = (
+    rule("capture-gap", INFO, "bytes missing from the capture (lost segment)",
+         "TCP reassembly: stream semantics are suppressed across the gap", "tcp-loss.pcap"),
+    rule("lost-pdu", INFO, "a message was cut by a capture gap or the end of the capture",
+         "TCP reassembly: the message header was seen but not all of its bytes", "tcp-loss.pcap"),
+    rule("resync-after-garbage", WARNING, "bytes that are not MCBP were skipped to find the next header",
+         "MCBP framing: a header must follow the previous frame's body", "violations-garbage.pcap"),
+    rule("unknown-magic", ERROR, "a header with an illegal magic byte",
+         "magic.h is_legal(): 0x80 0x81 0x08 0x18 0x82 0x83; the server disconnects",
+         "violations-garbage.pcap"),
+    rule("frame-too-large", ERROR, "frame larger than the server's 30 MiB max_packet_size",
+         "daemon/settings.h max_packet_size default 30 MiB; the server disconnects",
+         "violations-garbage.pcap"),
+    rule("mid-stream-start", INFO, "the capture starts in the middle of a connection",
+         "no handshake seen: decoding resynchronised on the first plausible header",
+         "tcp-mid-stream.pcap"),
+    rule("tcp-overlap-mismatch", WARNING, "a retransmission carried different bytes than the original",
+         "TCP reassembly keeps the first bytes seen", "tcp-retransmit.pcap"),
+    rule("tcp-cap", WARNING, "a reassembly bound was hit (out-of-order buffer or connection table)",
+         "bounded resources: the oldest state is given up and reported", "violations-garbage.pcap"),
+    rule("tcp-seq-jump", WARNING, "a TCP sequence number jumped farther than any window",
+         "TCP reassembly: no window exceeds 2^30 bytes; the stream continues at the new number",
+         "hostile-seq-jump.pcap"),
+    rule("findings-capped", INFO, "more findings of one rule than are kept; the rest are counted",
+         "bounded resources: at most MAX_FINDINGS_PER_RULE findings of each rule are kept per "
+         "capture", "hostile-findings-flood.pcap"),
+)

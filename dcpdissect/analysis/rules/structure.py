@@ -1,0 +1,374 @@
+"""Single-message rules: what kv_engine's validator, consumer or producer refuses in one message.
+
+The generic rules mirror ``McbpValidator::verify_header`` (daemon/mcbp_validators.cc) and
+read the opcode's :class:`~dcpdissect.protocol.Shape`; the field rules are the shapes'
+:class:`~dcpdissect.protocol.Check` constraints. The Lua plugin interprets the same table
+data (``luagen/runtime.lua``), so a rule is written once. Rules that depend on what the
+connection negotiated (HELLO, DcpOpen) apply only to messages the client sent, where that
+negotiation is the receiver's, and only when the capture showed it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ...codec import Message
+from ...codec.keys import split_collection_key
+from ...codec.problems import EXTRAS_SIZE, FRAME_INFO, HEADER_OVERRUN, TRUNCATED, VALUE_SIZE
+from ...protocol import (
+    DCP_OPCODES, FRAME_INFOS_NOT_FOR_DCP, MAX_COLLECTIONS_KEY_LENGTH,
+    MAX_COLLECTIONS_LOGICAL_KEY_LENGTH, MAX_KEY_LENGTH, OPCODE_NAMES, REQUEST_FRAME_INFO_SIZES,
+    REQUEST_FRAME_INFOS, RESERVED_COLLECTION_IDS, SERVER_MAGICS, Check, Presence, Shape,
+)
+from .model import ERROR, WARNING, Rule, rule
+
+V = "daemon/mcbp_validators.cc"
+VH = f"{V} McbpValidator::verify_header"
+SAMPLE = "violations-validator.pcap"
+
+
+def _generic(id, severity, title, rationale, sample=SAMPLE) -> Rule:
+    return rule(id, severity, title, rationale, sample, single_pdu=True)
+
+
+GENERIC = (
+    _generic("header-invariant", ERROR, "framing extras + extras + key exceed the body length",
+             "include/mcbp/protocol/request.h Request::isValid: the server disconnects",
+             "violations-structure.pcap"),
+    _generic("framing-extras-encoding", ERROR, "framing extras run past their end",
+             f"{V} parseFrameExtras: 'Invalid encoding in FrameExtras', Einval",
+             "violations-structure.pcap"),
+    _generic("unknown-opcode", WARNING, "opcode not in kv_engine's opcode table",
+             "include/mcbp/protocol/opcode.h: the server answers UnknownCommand",
+             "violations-structure.pcap"),
+    _generic("extras-length", ERROR, "extras length the opcode does not allow",
+             f"{VH}: 'Request must include extras of length N' (DcpDeletion: 21 with Collections or "
+             "IncludeDeleteTimes, else 18); responses: the layout the receiver reads"),
+    _generic("value-length", ERROR, "value length that matches no layout of the opcode",
+             f"{V} dcp_snapshot_marker_validator 'valuelen not expected', dcp_cache_transfer_validator; "
+             "engines/ep/src/dcp/consumer.cc handleResponse (failover log of 16-byte entries, 8-byte "
+             "rollback seqno)"),
+    _generic("key-presence", ERROR, "key missing where required, or present where forbidden",
+             f"{VH}: 'Request must include key' / 'Request must not include key', Einval"),
+    _generic("key-too-long", ERROR, "key longer than the server accepts",
+             f"{VH}: 'Key length exceeds' 250, 251 on collection-aware connections (dockey_view.h "
+             "MaxCollectionsKeyLen), Einval"),
+    _generic("value-presence", ERROR, "value missing where required, or present where forbidden",
+             f"{VH}: 'Request must include value' / 'Request must not include value'; a stream "
+             "request value needs HELLO Collections (dcp_stream_req_validator), Einval"),
+    _generic("cas-invalid", ERROR, "CAS set where it must be 0, or 0 where it must be set",
+             f"{VH}: 'Request CAS must be set' (DcpPrepare) / 'must not be set' (Commit, Abort, "
+             "SeqnoAcknowledged, CacheTransfer), Einval"),
+    _generic("datatype-invalid", ERROR, "datatype the opcode does not allow",
+             f"{VH}: 'Request datatype invalid' (most DCP requests are RAW; DcpOpen RAW or JSON; "
+             "deletions: valid_dcp_delete_datatype), Einval"),
+    _generic("datatype-not-negotiated", ERROR, "datatype bit the connection did not enable with HELLO",
+             f"{VH}: 'Datatype (...) not enabled for the connection' (HELLO JSON, Snappy, XATTR), Einval"),
+    _generic("document-key-invalid", ERROR, "document key without a valid collection prefix",
+             f"{V} McbpValidator::is_document_key_valid (collection-aware connections): key >= 2 bytes, "
+             "canonical leb128 with a stop byte, a logical key, no reserved collection id 1-7, "
+             "logical key <= 246 bytes outside the default collection, Einval"),
+    _generic("frame-info-unknown", ERROR, "a request frame info id the server does not know",
+             f"{V} parseFrameExtras: UnknownFrameInfo (3, the former OpenTracingContext, included)"),
+    _generic("frame-info-invalid", ERROR, "a request frame info with a size the server refuses",
+             f"{V} parseFrameExtras: Barrier and PreserveTtl carry no data, DcpStreamId and "
+             "ImpersonateWithTokenAuthDataId 2 bytes, Impersonate* some, Durability 1 or 3: Einval"),
+    _generic("frame-info-not-supported", ERROR, "a frame info the DCP opcode does not support",
+             f"{V} parseFrameExtras: Durability (Einval) and PreserveTtl (NotSupported) only on "
+             "opcodes that support them (opcode.cc is_durability_supported), none of DCP's"),
+    _generic("open-value-invalid", ERROR, "DcpOpen value is not a JSON object of known keys",
+             f"{V} dcp_open_validator: value must be a JSON object whose only key is consumer_name "
+             "(a string, consumer connections only), Einval"),
+    _generic("dcp-not-open", ERROR, "a DCP command on a connection that was never opened with DcpOpen",
+             f"{V} verify_common_dcp_restrictions: 'The command can only be sent on a DCP "
+             "connection', Einval (judged only when the capture holds the connection's start)"),
+    _generic("dcp-open-twice", ERROR, "DcpOpen on a connection already opened for DCP",
+             f"{V} verify_common_dcp_restrictions: 'The connection is already opened as a DCP "
+             "connection', Einval"),
+    _generic("stream-id-on-consumer", ERROR, "a stream id frame info sent to a consumer connection",
+             f"{V} verify_common_dcp_restrictions: 'Internal consumer does not support stream-id', Einval"),
+    _generic("unsupported-on-server", ERROR, "an opcode memcached does not accept from a client",
+             f"{V} McbpValidator: DcpFlush_Unsupported has not_supported_validator (NotSupported); "
+             "DcpSeqnoAdvanced and DcpOsoSnapshot have no validator or executor (UnknownCommand): "
+             "only producers send them"),
+)
+
+
+def _table_rules() -> tuple[Rule, ...]:
+    """One rule per distinct Check id and per documented-but-rejected layout."""
+    seen: dict[str, Rule] = {}
+    for op in DCP_OPCODES:
+        for shape in (op.request, op.response):
+            for check in shape.checks:
+                if check.title and check.rule not in seen:
+                    seen[check.rule] = rule(check.rule, check.severity, check.title, check.rationale,
+                                            check.sample, single_pdu=True)
+            for lay in shape.extras + shape.values:
+                if lay.rule and lay.rule not in seen:
+                    seen[lay.rule] = rule(lay.rule, ERROR, f"{op.name} uses the {lay.label} layout, "
+                                          "which servers reject", lay.note or "", "violations-marker.pcap",
+                                          single_pdu=True)
+    return tuple(seen.values())
+
+
+RULES = GENERIC + _table_rules()
+
+_HEADER_NAMES = ("extlen", "keylen", "value_len", "datatype", "status")
+_PLACEHOLDER = re.compile(r"\{(\w+)(:x)?\}")
+
+
+def _value(m: Message, name: str):
+    if name in m.fields:
+        return m.fields[name]
+    if name in _HEADER_NAMES:
+        return getattr(m, name)
+    return None
+
+
+def render_text(text: str, m: Message) -> str:
+    """A Check's message with its ``{field}`` / ``{field:x}`` placeholders filled in."""
+    def sub(match):
+        v = _value(m, match.group(1))
+        if v is None:
+            return "?"
+        return f"{v:#x}" if match.group(2) else str(v)
+    return _PLACEHOLDER.sub(sub, text)
+
+
+def _holds(cond: tuple, m: Message) -> bool | None:
+    kind, name, arg = cond
+    v = _value(m, name)
+    if v is None:
+        return None
+    if kind == "set":
+        return bool(v & arg)
+    if kind == "clear":
+        return not v & arg
+    if kind == "eq":
+        return v == arg
+    return v != arg                               # "ne"
+
+
+def check_passes(check: Check, m: Message) -> bool:
+    """False when ``m`` breaks ``check`` (a check whose fields are missing passes)."""
+    for cond in check.when:
+        if not _holds(cond, m):
+            return True
+    kind, name, *args = check.test
+    v = _value(m, name)
+    if v is None:
+        return True
+    if kind == "le":
+        other = _value(m, args[0])
+        return other is None or v <= other
+    if kind == "range":
+        x, hi = _value(m, args[0]), _value(m, args[1])
+        return x is None or hi is None or v <= x <= hi
+    if kind == "ne":
+        return v != args[0]
+    if kind == "in":
+        return v in args[0]
+    if kind == "mask":
+        return not v & ~args[0]
+    if kind == "only_with":
+        return not v & args[0] or not v & ~(args[0] | args[1])
+    if kind == "not_both":
+        return not (v & args[0] and v & args[1])
+    if kind == "needs":
+        return not v & args[0] or bool(v & args[1])
+    if kind == "one_bit":
+        bits = v & args[0]
+        return bits != 0 and not bits & (bits - 1)
+    raise ValueError(f"unknown check {kind}")
+
+
+def check_message(m: Message, negotiated=None, from_client: bool = False) -> list[tuple[str, str, dict]]:
+    """(rule id, message, fields that matter) for every single-message rule ``m`` breaks.
+
+    ``negotiated`` is the connection's :class:`~dcpdissect.analysis.negotiation.Negotiation`
+    (None: unknown); ``from_client`` says the client sent ``m`` (memcached receives it).
+    """
+    out: list[tuple[str, str, dict]] = []
+    add = out.append
+    codes = {p.code for p in m.problems}
+    if HEADER_OVERRUN in codes:
+        add(("header-invariant", f"framing extras {m.framing_len} + extras {m.extlen} + key "
+             f"{m.keylen} exceed body length {m.bodylen}", _sizes(m)))
+    if FRAME_INFO in codes:
+        text = next(p.text for p in m.problems if p.code == FRAME_INFO)
+        add(("framing-extras-encoding", text, {"framing_len": m.framing_len}))
+    spec = m.spec
+    if spec is None:
+        if m.magic not in SERVER_MAGICS and m.opcode not in OPCODE_NAMES:
+            add(("unknown-opcode", f"opcode {m.opcode:#04x} is not a known opcode", {}))
+        return out
+    if HEADER_OVERRUN in codes or TRUNCATED in codes:
+        return out
+    shape = m.shape
+    ctx = negotiated if from_client else None
+    if m.is_request and shape.validated:
+        _verify_header(m, shape, ctx, add)
+        if from_client:
+            _connection(m, spec, negotiated, add)
+    else:
+        for p in m.problems:
+            if p.code == EXTRAS_SIZE:
+                add(("extras-length", f"{spec.name}: {p.text}", _sizes(m)))
+            elif p.code == VALUE_SIZE:
+                add(("value-length", f"{spec.name}: {p.text}", _sizes(m)))
+        if m.is_request and from_client and spec.server_rejects:
+            _connection(m, spec, negotiated, add)
+    for check in shape.checks:
+        if not check_passes(check, m):
+            add((check.rule, render_text(check.text, m), {n: _value(m, n) for n in sorted(check.fields)}))
+    return out
+
+
+def _sizes(m: Message) -> dict:
+    return {"framing_len": m.framing_len, "extlen": m.extlen, "keylen": m.keylen,
+            "value_len": m.value_len, "bodylen": m.bodylen}
+
+
+def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
+    name = m.spec.name
+    layouts = [lay for lay in shape.extras if _layout_allowed(lay, ctx)]
+    sizes = sorted({lay.size for lay in layouts}) or [0]
+    if m.extlen not in sizes:
+        add(("extras-length", f"{name}: extras length {m.extlen}, must be "
+             + " or ".join(map(str, sizes)), _sizes(m)))
+        return
+    extras = next((lay for lay in layouts if lay.size == m.extlen), None)
+    _key(m, shape, ctx, add)
+    value = extras.value if extras is not None and extras.value is not None else shape.value
+    if shape.value_context == "collections" and ctx is not None and ctx.collections is False:
+        value = Presence.FORBIDDEN
+    if value is Presence.REQUIRED and not m.value_len:
+        add(("value-presence", f"{name}: no value, one is required", _sizes(m)))
+    elif value is Presence.FORBIDDEN and m.value_len:
+        why = " (HELLO did not enable Collections)" if shape.value is not Presence.FORBIDDEN \
+            and value is Presence.FORBIDDEN and shape.value_context else ""
+        add(("value-presence", f"{name}: a {m.value_len}-byte value is not allowed{why}", _sizes(m)))
+    elif shape.value_min and m.value_len < shape.value_min:
+        add(("value-length", f"{name}: value of {m.value_len} bytes, at least {shape.value_min} "
+             "required", _sizes(m)))
+    for p in m.problems:
+        if p.code == VALUE_SIZE:
+            add(("value-length", f"{name}: {p.text}", _sizes(m)))
+    if shape.cas is Presence.REQUIRED and not m.cas:
+        add(("cas-invalid", f"{name}: CAS 0, the request must carry one", {"cas": m.cas}))
+    elif shape.cas is Presence.FORBIDDEN and m.cas:
+        add(("cas-invalid", f"{name}: CAS {m.cas:#x}, must be 0", {"cas": m.cas}))
+    allowed = shape.datatypes
+    if m.datatype > 7 or (allowed is not None and m.datatype not in allowed):
+        add(("datatype-invalid", f"{name}: datatype {m.datatype:#04x} not allowed",
+             {"datatype": m.datatype}))
+    elif ctx is not None and ctx.datatypes is not None and m.datatype & ~ctx.datatypes:
+        add(("datatype-not-negotiated", f"{name}: datatype bits {m.datatype & ~ctx.datatypes:#04x} "
+             "not enabled by HELLO", {"datatype": m.datatype, "enabled": ctx.datatypes}))
+    _frame_infos(m, add)
+    if m.layout is not None:
+        lay = next((lay for lay in shape.extras + shape.values if lay.label == m.layout), None)
+        if lay is not None and lay.rule:
+            add((lay.rule, f"{name}: {lay.note}", _sizes(m)))
+    if m.opcode == 0x50 and m.value_len:
+        _open_value(m, add)
+
+
+def _layout_allowed(lay, ctx) -> bool:
+    if lay.context is None or ctx is None or ctx.delete_v2 is None:
+        return True
+    return ctx.delete_v2 == (lay.context == "delete_v2")
+
+
+def _key(m: Message, shape: Shape, ctx, add) -> None:
+    name = m.spec.name
+    if shape.key is Presence.REQUIRED and not m.keylen:
+        add(("key-presence", f"{name}: no key, one is required", _sizes(m)))
+        return
+    if shape.key is Presence.FORBIDDEN and m.keylen:
+        add(("key-presence", f"{name}: a {m.keylen}-byte key is not allowed", _sizes(m)))
+        return
+    collections = None if ctx is None else ctx.collections
+    limit = MAX_COLLECTIONS_KEY_LENGTH if collections in (True, None) else MAX_KEY_LENGTH
+    if m.keylen > limit:
+        add(("key-too-long", f"{name}: key of {m.keylen} bytes, at most {limit}", _sizes(m)))
+        return
+    if shape.document_key and collections:
+        problem = _document_key_problem(bytes(m.key))
+        if problem:
+            add(("document-key-invalid", f"{name}: {problem}", {"key": bytes(m.key)[:16].hex()}))
+
+
+def _document_key_problem(key: bytes) -> str | None:
+    if len(key) <= 1:
+        return "key length must be >= 2 on a collection-aware connection"
+    cid, prefix, problem = split_collection_key(key)
+    if problem:
+        return f"collection prefix: {problem}"
+    logical = len(key) - prefix
+    if not logical:
+        return "no logical key after the collection prefix"
+    if cid in RESERVED_COLLECTION_IDS:
+        return f"reserved collection id {cid}"
+    limit = MAX_KEY_LENGTH if cid == 0 else MAX_COLLECTIONS_LOGICAL_KEY_LENGTH
+    if logical > limit:
+        return f"logical key of {logical} bytes exceeds {limit}"
+    return None
+
+
+def _frame_infos(m: Message, add) -> None:
+    names = REQUEST_FRAME_INFOS.values
+    for info in m.frame_infos:
+        what = f"{m.spec.name}: frame info {info.id} ({names.get(info.id, 'unknown')})"
+        sizes = REQUEST_FRAME_INFO_SIZES.get(info.id)
+        if sizes is None:
+            add(("frame-info-unknown", f"{what} is not one the server knows", {"id": info.id}))
+        elif info.id in FRAME_INFOS_NOT_FOR_DCP:
+            add(("frame-info-not-supported", f"{what} is not supported by this opcode", {"id": info.id}))
+        elif (not info.data) if sizes == "+" else len(info.data) not in sizes:
+            add(("frame-info-invalid", f"{what} with {len(info.data)} bytes of data",
+                 {"id": info.id, "size": len(info.data)}))
+        else:
+            continue
+        return
+
+
+def _open_value(m: Message, add) -> None:
+    try:
+        doc = json.loads(bytes(m.value))
+    except (ValueError, RecursionError):
+        doc = None
+    problem = None
+    if not isinstance(doc, dict):
+        problem = "value is not a JSON object"
+    else:
+        for key, val in doc.items():
+            if key != "consumer_name":
+                problem = f"unsupported JSON property {key}"
+            elif (m.fields.get("flags") or 0) & 0x1:
+                problem = "consumer_name on a producer connection"
+            elif not isinstance(val, str):
+                problem = "consumer_name must be a string"
+            if problem:
+                break
+    if problem:
+        add(("open-value-invalid", f"DcpOpen: {problem}", {"value_len": m.value_len}))
+
+
+def _connection(m: Message, spec, ctx, add) -> None:
+    """verify_common_dcp_restrictions and the opcodes memcached refuses from clients."""
+    if spec.server_rejects:
+        add(("unsupported-on-server", f"{spec.name} sent to the server (answered "
+             f"{spec.server_rejects})", {}))
+        return
+    if ctx is None:
+        return
+    if m.stream_id is not None and ctx.consumer:
+        add(("stream-id-on-consumer", f"{spec.name} with stream id {m.stream_id} on a consumer "
+             "connection", {"stream_id": m.stream_id}))
+    if m.opcode == 0x50:
+        if ctx.dcp:
+            add(("dcp-open-twice", "DcpOpen on a connection already opened for DCP", {}))
+    elif m.opcode != 0x96 and ctx.dcp is False:
+        add(("dcp-not-open", f"{spec.name} on a connection that sent no DcpOpen since its start", {}))

@@ -1,0 +1,853 @@
+-- dcpdissect.lua: Couchbase DCP / MCBP dissector for Wireshark 4.0 (Lua 5.2).
+-- Rendered from the dcpdissect protocol tables (dcpdissect/protocol/) by
+-- `dcpdissect lua generate`; do not edit: change the tables or dcpdissect/luagen instead.
+-- Install with `dcpdissect lua install` or load with `tshark -X lua_script:dcpdissect.lua`.
+-- While loaded it owns the TCP ports of the preference dcp.tcp_ports (default 11210,11209),
+-- replacing Wireshark's built-in couchbase dissector there.
+
+local dcp = Proto("dcp", @PROTO_TITLE@)
+local fmt, sbyte = string.format, string.byte
+local band, bnot, rshift = bit32.band, bit32.bnot, bit32.rshift
+
+local function flagtext(bits, mask, v)
+  local out = {}
+  for i = 1, #bits do
+    if band(v, bits[i][1]) ~= 0 then out[#out + 1] = bits[i][2] end
+  end
+  local unknown = band(v, bnot(mask))
+  if unknown ~= 0 then out[#out + 1] = fmt("unknown:0x%x", unknown) end
+  if #out == 0 then return "none" end
+  return table.concat(out, "+")
+end
+
+--@TABLES@
+
+local tvb_raw = Tvb.raw
+local owned = {}      -- TCP port -> the dissector that had it before (false: none)
+
+-- Single-message rules ----------------------------------------------------------------------
+-- The same table data as dcpdissect.analysis.rules.structure, interpreted the same way:
+-- generic header rules (kv_engine McbpValidator::verify_header) from each opcode's shape,
+-- then the shape's checks. Rules that depend on the connection's negotiation (HELLO,
+-- DcpOpen) apply to messages the client sent, and only when the capture showed it.
+
+local function num(v)
+  if type(v) == "number" then return v end
+  return v:tonumber()
+end
+
+local HEADER_NAMES = {extlen = true, keylen = true, value_len = true, datatype = true, status = true}
+
+local function val(m, name)
+  local v = m.f[name]
+  if v ~= nil then return v end
+  if HEADER_NAMES[name] then return m[name] end
+  return nil
+end
+
+local function render_text(text, m)
+  return (string.gsub(text, "{([%w_]+)(:?x?)}", function(name, hex)
+    local v = val(m, name)
+    if v == nil then return "?" end
+    if hex == ":x" then return fmt("0x%x", num(v)) end
+    return tostring(v)
+  end))
+end
+
+local function le(a, b)
+  if type(a) == type(b) then return a <= b end
+  return num(a) <= num(b)
+end
+
+local function one_of(v, list)
+  local n = num(v)
+  for i = 1, #list do if list[i] == n then return true end end
+  return false
+end
+
+local function holds(cond, m)
+  local v = val(m, cond[2])
+  if v == nil then return nil end
+  local kind, arg = cond[1], cond[3]
+  if kind == "set" then return band(num(v), arg) ~= 0 end
+  if kind == "clear" then return band(num(v), arg) == 0 end
+  if kind == "eq" then return num(v) == arg end
+  return num(v) ~= arg
+end
+
+local function check_passes(c, m)
+  for i = 1, #c.when do
+    if not holds(c.when[i], m) then return true end
+  end
+  local t = c.test
+  local kind, v = t[1], val(m, t[2])
+  if v == nil then return true end
+  if kind == "le" then
+    local other = val(m, t[3])
+    return other == nil or le(v, other)
+  elseif kind == "range" then
+    local x, hi = val(m, t[3]), val(m, t[4])
+    return x == nil or hi == nil or (le(v, x) and le(x, hi))
+  elseif kind == "ne" then return num(v) ~= t[3]
+  elseif kind == "in" then return one_of(v, t[3])
+  elseif kind == "mask" then return band(num(v), bnot(t[3])) == 0
+  elseif kind == "only_with" then
+    v = num(v)
+    return band(v, t[3]) == 0 or band(v, bnot(bit32.bor(t[3], t[4]))) == 0
+  elseif kind == "not_both" then
+    v = num(v)
+    return not (band(v, t[3]) ~= 0 and band(v, t[4]) ~= 0)
+  elseif kind == "needs" then
+    v = num(v)
+    return band(v, t[3]) == 0 or band(v, t[4]) ~= 0
+  elseif kind == "one_bit" then
+    local bits = band(num(v), t[3])
+    return bits ~= 0 and band(bits, bits - 1) == 0
+  end
+  error("unknown check " .. tostring(kind))
+end
+
+-- Negotiation (HELLO, DcpOpen) per connection. A context is never changed in place: a new
+-- one replaces it, and each frame keeps the one in force when it was first dissected, so a
+-- later re-dissection (Wireshark's GUI) judges it the same way.
+local contexts = {}   -- "client-server" -> {ctx = ..., pending = {}}
+local ctx_at = {}     -- frame number -> context at the start of the frame
+
+local function ctx_with(ctx, key, value)
+  local new = {}
+  for k, v in pairs(ctx) do new[k] = v end
+  new[key] = value
+  return new
+end
+
+local function collections(ctx)
+  if ctx.features == nil then return nil end
+  return ctx.features[FEATURE_COLLECTIONS] == true
+end
+
+local function enabled_datatypes(ctx)
+  if ctx.features == nil then return nil end
+  local bits = 0
+  for feature, bit in pairs(DATATYPE_FEATURES) do
+    if ctx.features[feature] then bits = bits + bit end
+  end
+  return bits
+end
+
+local function is_consumer(ctx)
+  if ctx.open_flags == nil then return nil end
+  return band(ctx.open_flags, OPEN_PRODUCER) == 0
+end
+
+local function delete_v2(ctx)
+  if collections(ctx) or band(ctx.open_flags or 0, OPEN_DELETE_TIMES) ~= 0 then return true end
+  if collections(ctx) == nil or ctx.open_flags == nil then return nil end
+  return false
+end
+
+local function negotiate(conn, m, from_client)
+  if SERVER_MAGIC[m.magic] then return end
+  local key = m.opcode * 4294967296 + m.opaque
+  if m.request and from_client then
+    if m.opcode == 0x1f then
+      conn.pending[key] = {}
+    elseif m.opcode == 0x50 then
+      conn.pending[key] = {flags = m.f.flags, dcp = conn.ctx.dcp}
+      conn.ctx = ctx_with(conn.ctx, "dcp", true)
+    end
+  elseif not m.request and not from_client then
+    local info = conn.pending[key]
+    if info == nil then return end
+    conn.pending[key] = nil
+    if m.opcode == 0x1f and m.status == 0 then
+      local features, v = {}, m.value_bytes or ""
+      for i = 1, #v - 1, 2 do features[sbyte(v, i) * 256 + sbyte(v, i + 1)] = true end
+      conn.ctx = ctx_with(conn.ctx, "features", features)
+    elseif m.opcode == 0x50 then
+      if m.status == 0 then
+        conn.ctx = ctx_with(conn.ctx, "open_flags", info.flags)
+      else
+        conn.ctx = ctx_with(conn.ctx, "dcp", info.dcp)
+      end
+    end
+  end
+end
+
+local function layout_allowed(lay, ctx)
+  if lay.context == nil or ctx == nil or delete_v2(ctx) == nil then return true end
+  return delete_v2(ctx) == (lay.context == "delete_v2")
+end
+
+-- leb128 collection prefix (McbpValidator::is_document_key_valid)
+local function document_key_problem(key)
+  if #key <= 1 then return "key length must be >= 2 on a collection-aware connection" end
+  local cid, prefix = 0, nil
+  for i = 1, math.min(#key, 5) do
+    local b = sbyte(key, i)
+    cid = cid + band(b, 0x7f) * 2 ^ (7 * (i - 1))
+    if b < 0x80 then
+      if i > 1 and b == 0 then return "collection prefix: non-canonical leb128" end
+      prefix = i
+      break
+    end
+  end
+  if prefix == nil then return "collection prefix: no stop byte" end
+  local logical = #key - prefix
+  if logical == 0 then return "no logical key after the collection prefix" end
+  if cid >= 1 and cid <= 7 then return fmt("reserved collection id %d", cid) end
+  local limit = cid == 0 and MAX_KEY_LENGTH or MAX_COLLECTIONS_LOGICAL_KEY_LENGTH
+  if logical > limit then return fmt("logical key of %d bytes exceeds %d", logical, limit) end
+  return nil
+end
+
+-- A small JSON reader for the DcpOpen value: objects keep their keys in order.
+local function json_value(s, i)
+  i = string.find(s, "[^ \t\r\n]", i)
+  if i == nil then return nil end
+  local c = string.sub(s, i, i)
+  if c == "{" then
+    local obj = {}
+    i = string.find(s, "[^ \t\r\n]", i + 1)
+    if i and string.sub(s, i, i) == "}" then return obj, i + 1 end
+    while i do
+      local k
+      k, i = json_value(s, i)
+      if type(k) ~= "string" then return nil end
+      i = string.find(s, "[^ \t\r\n]", i)
+      if not i or string.sub(s, i, i) ~= ":" then return nil end
+      local v
+      v, i = json_value(s, i + 1)
+      if i == nil then return nil end
+      obj[#obj + 1] = {k, v}
+      i = string.find(s, "[^ \t\r\n]", i)
+      if not i then return nil end
+      local sep = string.sub(s, i, i)
+      if sep == "}" then return obj, i + 1 end
+      if sep ~= "," then return nil end
+      i = i + 1
+    end
+    return nil
+  elseif c == "[" then
+    local arr = {is_array = true}
+    i = string.find(s, "[^ \t\r\n]", i + 1)
+    if i and string.sub(s, i, i) == "]" then return arr, i + 1 end
+    while i do
+      local v
+      v, i = json_value(s, i)
+      if i == nil then return nil end
+      arr[#arr + 1] = v
+      i = string.find(s, "[^ \t\r\n]", i)
+      if not i then return nil end
+      local sep = string.sub(s, i, i)
+      if sep == "]" then return arr, i + 1 end
+      if sep ~= "," then return nil end
+      i = i + 1
+    end
+    return nil
+  elseif c == '"' then
+    local j = i + 1
+    while true do
+      local k = string.find(s, '["\\]', j)
+      if k == nil then return nil end
+      if string.sub(s, k, k) == '"' then return string.sub(s, i + 1, k - 1), k + 1 end
+      j = k + 2
+    end
+  end
+  local lit = string.match(s, "^-?%d+%.?%d*[eE]?[-+]?%d*", i)
+  if lit and #lit > 0 then return tonumber(lit), i + #lit end
+  for word, v in pairs({["true"] = true, ["false"] = false, ["null"] = "null"}) do
+    if string.sub(s, i, i + #word - 1) == word then return v, i + #word end
+  end
+  return nil
+end
+
+local function open_value_problem(m)
+  local doc, i = json_value(m.value_bytes or "", 1)
+  if doc ~= nil and i ~= nil and string.find(m.value_bytes, "[^ \t\r\n]", i) then doc = nil end
+  if type(doc) ~= "table" or doc.is_array then return "value is not a JSON object" end
+  for n = 1, #doc do
+    local k, v = doc[n][1], doc[n][2]
+    if k ~= "consumer_name" then return "unsupported JSON property " .. k end
+    if band(m.f.flags or 0, OPEN_PRODUCER) ~= 0 then return "consumer_name on a producer connection" end
+    if type(v) ~= "string" then return "consumer_name must be a string" end
+  end
+  return nil
+end
+
+local function join_sizes(sizes)
+  table.sort(sizes)
+  local out = {}
+  for i = 1, #sizes do out[i] = tostring(sizes[i]) end
+  return table.concat(out, " or ")
+end
+
+local function verify_header(m, shape, ctx, add)
+  local name = m.spec.name
+  local sizes, seen, extras = {}, {}, nil
+  for i = 1, #shape.extras do
+    local lay = shape.extras[i]
+    if layout_allowed(lay, ctx) then
+      if not seen[lay.size] then sizes[#sizes + 1], seen[lay.size] = lay.size, true end
+      if lay.size == m.extlen then extras = lay end
+    end
+  end
+  if #sizes == 0 then sizes, seen = {0}, {[0] = true} end
+  if not seen[m.extlen] then
+    add("extras-length", fmt("%s: extras length %d, must be %s", name, m.extlen, join_sizes(sizes)))
+    return
+  end
+  -- key
+  local coll = nil
+  if ctx then coll = collections(ctx) end
+  if shape.key == "required" and m.keylen == 0 then
+    add("key-presence", name .. ": no key, one is required")
+  elseif shape.key == "forbidden" and m.keylen ~= 0 then
+    add("key-presence", fmt("%s: a %d-byte key is not allowed", name, m.keylen))
+  else
+    local limit = MAX_COLLECTIONS_KEY_LENGTH
+    if coll == false then limit = MAX_KEY_LENGTH end
+    if m.keylen > limit then
+      add("key-too-long", fmt("%s: key of %d bytes, at most %d", name, m.keylen, limit))
+    elseif shape.document_key and coll then
+      local problem = document_key_problem(tvb_raw(m.tvb, m.key_at, m.keylen))
+      if problem then add("document-key-invalid", name .. ": " .. problem) end
+    end
+  end
+  -- value
+  local value = shape.value
+  if extras and extras.value then value = extras.value end
+  if shape.value_context == "collections" and ctx and coll == false then value = "forbidden" end
+  if value == "required" and m.value_len == 0 then
+    add("value-presence", name .. ": no value, one is required")
+  elseif value == "forbidden" and m.value_len ~= 0 then
+    local why = ""
+    if shape.value ~= "forbidden" and shape.value_context then why = " (HELLO did not enable Collections)" end
+    add("value-presence", fmt("%s: a %d-byte value is not allowed%s", name, m.value_len, why))
+  elseif shape.value_min > 0 and m.value_len < shape.value_min then
+    add("value-length", fmt("%s: value of %d bytes, at least %d required", name, m.value_len, shape.value_min))
+  end
+  if m.value_problem then add("value-length", name .. ": " .. m.value_problem) end
+  -- CAS
+  if shape.cas == "required" and m.cas_zero then
+    add("cas-invalid", name .. ": CAS 0, the request must carry one")
+  elseif shape.cas == "forbidden" and not m.cas_zero then
+    add("cas-invalid", fmt("%s: CAS %s, must be 0", name, m.cas_text))
+  end
+  -- datatype
+  if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then
+    add("datatype-invalid", fmt("%s: datatype 0x%02x not allowed", name, m.datatype))
+  elseif ctx and enabled_datatypes(ctx) and band(m.datatype, bnot(enabled_datatypes(ctx))) ~= 0 then
+    add("datatype-not-negotiated", fmt("%s: datatype bits 0x%02x not enabled by HELLO", name,
+        band(m.datatype, bnot(enabled_datatypes(ctx)))))
+  end
+  -- frame infos: the first one the server refuses
+  for i = 1, #m.infos do
+    local id, len = m.infos[i][1], m.infos[i][2]
+    local what = fmt("%s: frame info %d (%s)", name, id, REQUEST_FRAME_INFO_NAMES[id] or "unknown")
+    local legal = FRAME_INFO_SIZES[id]
+    if legal == nil then
+      add("frame-info-unknown", what .. " is not one the server knows") break
+    elseif FRAME_INFOS_NOT_FOR_DCP[id] then
+      add("frame-info-not-supported", what .. " is not supported by this opcode") break
+    elseif (legal == "+" and len == 0) or (legal ~= "+" and not legal[len]) then
+      add("frame-info-invalid", fmt("%s with %d bytes of data", what, len)) break
+    end
+  end
+  -- a documented layout the server rejects
+  if m.layout then
+    local lays = {shape.extras, shape.values}
+    for j = 1, 2 do
+      for i = 1, #lays[j] do
+        local lay = lays[j][i]
+        if lay.label == m.layout and lay.rule then add(lay.rule, name .. ": " .. lay.note) end
+      end
+    end
+  end
+  if m.opcode == 0x50 and m.value_len > 0 then
+    local problem = open_value_problem(m)
+    if problem then add("open-value-invalid", "DcpOpen: " .. problem) end
+  end
+end
+
+-- verify_common_dcp_restrictions and the opcodes memcached refuses from clients
+local function connection_rules(m, spec, ctx, add)
+  if spec.server_rejects then
+    add("unsupported-on-server", fmt("%s sent to the server (answered %s)", spec.name, spec.server_rejects))
+    return
+  end
+  if m.stream_id and is_consumer(ctx) then
+    add("stream-id-on-consumer", fmt("%s with stream id %d on a consumer connection", spec.name, m.stream_id))
+  end
+  if m.opcode == 0x50 then
+    if ctx.dcp then add("dcp-open-twice", "DcpOpen on a connection already opened for DCP") end
+  elseif m.opcode ~= 0x96 and ctx.dcp == false then
+    add("dcp-not-open", spec.name .. " on a connection that sent no DcpOpen since its start")
+  end
+end
+
+local function check_message(m, ctx, from_client, add)
+  if m.overrun then
+    add("header-invariant", fmt("framing extras %d + extras %d + key %d exceed body length %d",
+        m.framing_len, m.extlen, m.keylen, m.bodylen))
+  end
+  if m.frame_error then add("framing-extras-encoding", "bad framing extras: " .. m.frame_error) end
+  local spec = m.spec
+  if not spec then
+    if not SERVER_MAGIC[m.magic] and not OPCODE_NAMES[m.opcode] then
+      add("unknown-opcode", fmt("opcode 0x%02x is not a known opcode", m.opcode))
+    end
+    return
+  end
+  if m.overrun or m.truncated then return end
+  local shape = m.request and spec.req or spec.rsp
+  local rctx = nil
+  if from_client then rctx = ctx end
+  if m.request and shape.validated then
+    verify_header(m, shape, rctx, add)
+    if from_client then connection_rules(m, spec, ctx, add) end
+  else
+    if m.extras_problem then add("extras-length", spec.name .. ": " .. m.extras_problem) end
+    if m.value_problem then add("value-length", spec.name .. ": " .. m.value_problem) end
+    if m.request and from_client and spec.server_rejects then connection_rules(m, spec, ctx, add) end
+  end
+  local checks = shape.checks
+  for i = 1, #checks do
+    local c = checks[i]
+    if not check_passes(c, m) then add(c.rule, render_text(c.text, m)) end
+  end
+end
+
+-- Decoding ---------------------------------------------------------------------------------
+-- Each tree item leaves two userdata (TreeItem, TvbRange) to collect. The collector runs
+-- without pause and in large steps, so that garbage is freed while it is still in the CPU
+-- caches: this keeps the cost per message flat over long captures (about 10% less CPU at
+-- 100 MB). Wireshark has one Lua state, so the setting applies to every Lua plugin.
+collectgarbage("setpause", 100)
+collectgarbage("setstepmul", 1000)
+-- Class methods fetched once: calling them directly skips the per-call method lookup
+-- through each object's metatable.
+local ti_add, ti_set_text, ti_append_text = TreeItem.add, TreeItem.set_text, TreeItem.append_text
+local ti_set_generated, ti_expert = TreeItem.set_generated, TreeItem.add_proto_expert_info
+local tvb_range, tvb_len, tvb_reported_len = Tvb.range, Tvb.len, Tvb.reported_len
+local r_uint, r_uint64 = TvbRange.uint, TvbRange.uint64
+local f_magic, f_opcode, f_server_opcode, f_keylen, f_framing_len = F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len
+local f_extlen, f_datatype, f_vbucket, f_status, f_bodylen = F.extlen, F.datatype, F.vbucket, F.status, F.bodylen
+local f_opaque, f_cas, f_extras, f_key, f_value_len, f_value = F.opaque, F.cas, F.extras, F.key, F.value_len, F.value
+local tcp_completeness = Field.new("tcp.completeness")
+
+local function layout_matches(lay, m)
+  for i = 1, #lay.when do
+    local k, v = lay.when[i][1], lay.when[i][2]
+    local have
+    if k == "status" then have = m.status else have = m.f[k] end
+    if have ~= v then return false end
+  end
+  return true
+end
+
+-- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
+-- A flags field gets its flag names appended and one boolean item per set bit (every mask
+-- is a single bit, tested with arithmetic rather than a bit32 call).
+local function add_fields(tvb, tree, base, lay, vals)
+  local fields = lay.fields
+  for i = 1, #fields do
+    local fd = fields[i]
+    local r = tvb_range(tvb, base + fd.offset, fd.width)
+    if fd.kept then
+      if fd.width == 8 then vals[fd.name] = r_uint64(r) else vals[fd.name] = r_uint(r) end
+    end
+    local item = ti_add(tree, fd.field, r)
+    local bits = fd.bits
+    if bits then
+      local v = r_uint(r)
+      ti_append_text(item, " (" .. fd.text(v) .. ")")
+      for j = 1, #bits do
+        local mask = bits[j][2]
+        if v % (mask + mask) >= mask then ti_add(item, bits[j][1], r) end
+      end
+    end
+  end
+end
+
+-- Framing extras: (id << 4 | len) tags, nibble 0xF escapes to 15 + next byte.
+local function dissect_frame_infos(tvb, tree, m, start, stop)
+  local names = m.request and REQUEST_FRAME_INFO_NAMES or RESPONSE_FRAME_INFO_NAMES
+  local sub = tree:add(F.frame_info, tvb(start, stop - start))
+  sub:set_text(fmt("Framing extras (%d bytes)", stop - start))
+  local pos, sid, sid_at, err, infos = start, nil, nil, nil, {}
+  while pos < stop do
+    local tag_at = pos
+    local tag = tvb(pos, 1):uint()
+    pos = pos + 1
+    local fid, flen = rshift(tag, 4), band(tag, 0x0f)
+    if fid == 0x0f then
+      if pos >= stop then err = fmt("id escape byte missing at offset %d", pos - 1 - start) break end
+      fid = 15 + tvb(pos, 1):uint()
+      pos = pos + 1
+    end
+    if flen == 0x0f then
+      if pos >= stop then err = fmt("length escape byte missing at offset %d", pos - 1 - start) break end
+      flen = 15 + tvb(pos, 1):uint()
+      pos = pos + 1
+    end
+    if pos + flen > stop then
+      err = fmt("frame info %d length %d runs past the end (%d left)", fid, flen, stop - pos)
+      break
+    end
+    local t = sub:add(tvb(tag_at, pos + flen - tag_at),
+                      fmt("%s (id %d, %d bytes)", names[fid] or fmt("unknown:%d", fid), fid, flen))
+    t:add(F.frame_info_id, tvb(tag_at, 1), fid):append_text(" (" .. (names[fid] or "unknown") .. ")")
+    t:add(F.frame_info_len, tvb(tag_at, 1), flen)
+    if flen > 0 then t:add(F.frame_info_data, tvb(pos, flen)) end
+    infos[#infos + 1] = {fid, flen}
+    if fid == STREAM_ID_INFO and flen == 2 and sid == nil then
+      sid = tvb(pos, 2):uint()
+      sid_at = pos
+    end
+    pos = pos + flen
+  end
+  m.frame_error = err
+  if err == nil then
+    m.infos = infos
+    if sid ~= nil then
+      m.stream_id = sid
+      tree:add(F.stream_id, tvb(sid_at, 2))
+    end
+  end
+end
+
+local prefixes, n_prefixes = {}, 0   -- "DcpMutation vb:3" by magic, opcode, vbucket/status
+
+local function summary(m)
+  local key = (m.magic * 256 + m.opcode) * 65536 + (m.vbucket or m.status)
+  local s = prefixes[key]
+  if s == nil then
+    if SERVER_MAGIC[m.magic] then
+      s = SERVER_OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
+    else
+      s = OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
+    end
+    if m.request then s = s .. " vb:" .. m.vbucket
+    elseif m.status ~= 0 then s = s .. " " .. (STATUS_NAMES[m.status] or fmt("status:0x%x", m.status))
+    else s = s .. " rsp" end
+    if n_prefixes >= 4096 then prefixes, n_prefixes = {}, 0 end
+    prefixes[key], n_prefixes = s, n_prefixes + 1
+  end
+  if m.stream_id then s = s .. " sid:" .. m.stream_id end
+  local f = m.f
+  if m.opcode == 0x56 and f.start_seqno and f.end_seqno then
+    s = s .. " [" .. tostring(f.start_seqno) .. ".." .. tostring(f.end_seqno) .. "] " .. (m.layout or "")
+  elseif m.spec and m.spec.seqno and f[m.spec.seqno] then
+    s = s .. " seqno=" .. tostring(f[m.spec.seqno])
+  elseif f.failover_log then
+    s = s .. " failover_log(" .. #f.failover_log .. ")"
+  elseif f.rollback_seqno then
+    s = s .. " rollback_seqno=" .. tostring(f.rollback_seqno)
+  end
+  return s
+end
+
+local info_text = nil   -- what this dissector last wrote to the Info column
+
+-- One Info update per dissector call; a second call for the same frame (bytes after a
+-- reassembled message) appends.
+local function set_info(pinfo, text)
+  local col = pinfo.cols.info
+  local cur = tostring(col)
+  if cur == "(info)" then return end    -- no columns in this run (tshark -T fields)
+  if info_text ~= nil and cur == info_text then
+    col:append("; " .. text)
+  else
+    col:set(text)
+  end
+  info_text = tostring(col)
+end
+
+-- Bytes that cannot start a message, `cap` captured of `plen` (the rest of the segment).
+local function dissect_garbage(tvb, tree, off, cap, plen, problem, rule)
+  local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
+  ti_set_text(node, "Couchbase DCP: not MCBP (" .. problem .. ")")
+  ti_add(node, F.garbage, tvb_range(tvb, off, cap))
+  ti_expert(node, EXPERTS[rule], "[" .. rule .. "] " .. problem ..
+      fmt("; %d bytes skipped", plen))
+  return "[not MCBP: " .. problem .. "]"
+end
+
+local expert_node = nil   -- the message node that check_message's findings go to
+
+local function add_expert(rule, msg)
+  ti_expert(expert_node, EXPERTS[rule], "[" .. rule .. "] " .. msg)
+end
+
+-- The message being dissected: one table, refilled for every message.
+local msg = {magic = 0, opcode = 0, bodylen = 0, extlen = 0, datatype = 0, request = false,
+             f = false, framing_len = 0, keylen = 0, k_end = 0, value_len = 0, vbucket = 0,
+             status = 0, spec = false, layout = false, stream_id = false, frame_error = false}
+local NO_INFOS = {}
+
+-- One message at `off`, of which `cap` bytes are captured (`plen` in all), `head` its first
+-- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
+local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_client)
+  if cap < HEADER_SIZE then
+    local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
+    ti_set_text(node, "Couchbase DCP: header cut by the capture")
+    ti_expert(node, e_truncated, fmt("PDU cut by the capture: %d of %d header bytes",
+        cap, HEADER_SIZE))
+    return "[cut by the capture]"
+  end
+  @HEADER_UNPACK@
+  if not MAGIC_NAMES[magic] then
+    return dissect_garbage(tvb, tree, off, cap, plen, fmt("illegal magic 0x%02x", magic), "unknown-magic")
+  end
+  if HEADER_SIZE + bodylen > MAX_FRAME_SIZE then
+    return dissect_garbage(tvb, tree, off, cap, plen, fmt("body length %d exceeds the %d MiB frame limit",
+        bodylen, MAX_FRAME_SIZE / 1048576), "frame-too-large")
+  end
+  local request, server = REQUEST_MAGIC[magic] == true, SERVER_MAGIC[magic]
+  local k_end = framing_len + extlen + keylen
+  local m = msg
+  m.magic, m.opcode, m.bodylen, m.extlen, m.datatype = magic, opcode, bodylen, extlen, datatype
+  m.request, m.f, m.framing_len, m.keylen, m.k_end = request, {}, framing_len, keylen, k_end
+  m.value_len, m.spec, m.layout, m.stream_id, m.frame_error = bodylen - k_end, nil, nil, nil, nil
+  m.opaque, m.infos, m.overrun, m.truncated = opaque, NO_INFOS, k_end > bodylen, false
+  m.extras_problem, m.value_problem, m.value_bytes = nil, nil, nil
+  m.tvb, m.key_at = tvb, off + HEADER_SIZE + framing_len + extlen
+  if request then m.vbucket, m.status = specific, nil else m.vbucket, m.status = nil, specific end
+  if not server then m.spec = SHAPES[opcode] end
+  local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
+  ti_add(node, f_magic, tvb_range(tvb, off, 1))
+  ti_add(node, server and f_server_opcode or f_opcode, tvb_range(tvb, off + 1, 1))
+  if FLEX_MAGIC[magic] then
+    ti_add(node, f_framing_len, tvb_range(tvb, off + 2, 1))
+    ti_add(node, f_keylen, tvb_range(tvb, off + 3, 1))
+  else
+    ti_add(node, f_keylen, tvb_range(tvb, off + 2, 2))
+  end
+  ti_add(node, f_extlen, tvb_range(tvb, off + 4, 1))
+  local dtr = tvb_range(tvb, off + 5, 1)
+  local dt = ti_add(node, f_datatype, dtr)
+  if datatype ~= 0 then
+    for i = 1, #DATATYPE_BITS do
+      local bit = DATATYPE_BITS[i]
+      local mask = bit[2]
+      if datatype % (mask + mask) >= mask then ti_add(dt, bit[1], dtr) end
+    end
+  end
+  ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
+  local r_bodylen = tvb_range(tvb, off + 8, 4)
+  ti_add(node, f_bodylen, r_bodylen)
+  ti_add(node, f_opaque, tvb_range(tvb, off + 12, 4))
+  local r_cas = tvb_range(tvb, off + 16, 8)
+  ti_add(node, f_cas, r_cas)
+  m.cas_zero = cas_zero
+  if not cas_zero then m.cas_text = fmt("0x%s", string.lower(r_uint64(r_cas):tohex()):gsub("^0+", "")) end
+
+  local complete = cap >= HEADER_SIZE + bodylen
+  m.truncated = not complete
+  if not complete then
+    ti_expert(node, e_truncated, fmt("PDU cut by the capture: %d of %d bytes",
+        cap, HEADER_SIZE + bodylen))
+  end
+  local body = off + HEADER_SIZE
+  local e_end = framing_len + extlen
+  -- framing extras (the part of them inside the body)
+  if framing_len > 0 and complete then
+    dissect_frame_infos(tvb, node, m, body, body + math.min(framing_len, bodylen))
+  end
+  if k_end <= bodylen and complete then
+    local spec, shape = m.spec, nil
+    if spec then
+      if request then shape = spec.req else shape = spec.rsp end
+    end
+    -- extras
+    if extlen > 0 then
+      local ext_at = body + framing_len
+      local lay = nil
+      if shape then
+        local ex = shape.extras
+        for i = 1, #ex do
+          if ex[i].size == extlen then lay = ex[i] break end
+        end
+      end
+      if lay then
+        add_fields(tvb, node, ext_at, lay, m.f)
+        m.layout = lay.label
+      else
+        ti_add(node, f_extras, tvb_range(tvb, ext_at, extlen))
+        if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
+      end
+    end
+    if keylen > 0 then ti_add(node, f_key, tvb_range(tvb, body + e_end, keylen)) end
+    local n = m.value_len
+    ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
+    local val_at = body + k_end
+    if n > 0 and (opcode == 0x1f or (shape and shape.keep_value)) then
+      m.value_bytes = tvb_raw(tvb, val_at, n)
+    end
+    local decoded, wanted = false, nil
+    if shape and #shape.values > 0 then
+      for i = 1, #shape.values do
+        local lay = shape.values[i]
+        if layout_matches(lay, m) then
+          wanted = (wanted and wanted .. "/" or "") .. lay.size .. (lay.rep and "*n" or "")
+          if lay.rep then
+            if n % lay.size == 0 and (n > 0 or #lay.when > 0) then
+              local vt = node:add(f_value, tvb(val_at, n))
+              local entries = {}
+              vt:set_text(fmt("Value: %s, %d entries", lay.rep, n / lay.size))
+              vt:add(F.failover_log_count, tvb(val_at, n), n / lay.size):set_generated()
+              for k = 0, n / lay.size - 1 do
+                local et = vt:add(tvb(val_at + k * lay.size, lay.size), fmt("Entry %d", k))
+                local entry = {}
+                add_fields(tvb, et, val_at + k * lay.size, lay, entry)
+                entries[#entries + 1] = entry
+              end
+              m.f[lay.rep] = entries
+              m.layout = lay.label
+              decoded = true
+              break
+            end
+          elseif n == lay.size then
+            local vt = ti_add(node, f_value, tvb_range(tvb, val_at, n))
+            ti_set_text(vt, lay.text)
+            add_fields(tvb, vt, val_at, lay, m.f)
+            m.layout = lay.label
+            decoded = true
+            break
+          end
+        end
+      end
+    end
+    if not decoded and n > 0 then ti_add(node, f_value, tvb_range(tvb, val_at, n)) end
+    if not decoded and wanted then
+      m.value_problem = fmt("value length %d does not match %s", n, wanted)
+    end
+    if m.layout and spec and spec.layout_field then
+      ti_set_generated(ti_add(node, spec.layout_field, m.layout))
+    end
+  elseif complete then
+    ti_set_generated(ti_add(node, f_value_len, r_bodylen, m.value_len))
+  end
+
+  local text = summary(m)
+  ti_set_text(node, "Couchbase DCP, " .. text)
+  expert_node = node
+  check_message(m, conn.ctx, from_client, add_expert)
+  if complete then negotiate(conn, m, from_client) end
+  return text
+end
+
+local texts = {}   -- Info texts of the messages of one dissector call
+
+local function conversation(pinfo, from_client)
+  local a, b = tostring(pinfo.src) .. ":" .. pinfo.src_port, tostring(pinfo.dst) .. ":" .. pinfo.dst_port
+  if not from_client then a, b = b, a end
+  local key = a .. "-" .. b
+  local conn = contexts[key]
+  if conn == nil then
+    local start = tcp_completeness()
+    local dcp_state = nil
+    if start and band(start.value, 1) ~= 0 then dcp_state = false end
+    conn = {ctx = {dcp = dcp_state}, pending = {}}
+    contexts[key] = conn
+  end
+  return conn
+end
+
+-- Messages are cut from the TCP stream here rather than with dissect_tcp_pdus (one Lua
+-- call per segment instead of two per message): a message that runs past the segment
+-- asks TCP for more bytes (pinfo.desegment_offset/len) and comes back reassembled.
+-- An implausible header swallows the rest of the segment.
+function dcp.dissector(tvb, pinfo, tree)
+  pinfo.cols.protocol = "DCP"
+  local captured, reported = tvb_len(tvb), tvb_reported_len(tvb)
+  local can_desegment = pinfo.can_desegment > 0
+  local n_texts, off = 0, 0
+  local from_client = owned[pinfo.dst_port] ~= nil and owned[pinfo.src_port] == nil
+  local conn = conversation(pinfo, from_client)
+  -- the negotiation in force for this frame: recorded on the first pass, replayed after
+  local frame = pinfo.number
+  local live = conn
+  if pinfo.visited and ctx_at[frame] then
+    conn = {ctx = ctx_at[frame], pending = {}}
+  else
+    ctx_at[frame] = conn.ctx
+  end
+  while off < reported do
+    local avail = captured - off
+    if avail < 0 then break end
+    local plen, head = reported - off, nil
+    if avail < HEADER_SIZE then
+      if can_desegment then
+        pinfo.desegment_offset, pinfo.desegment_len = off, DESEGMENT_ONE_MORE_SEGMENT
+        break
+      end
+    else
+      head = tvb_raw(tvb, off, 24)
+      local magic, _, _, _, _, _, _, _, l1, l2, l3, l4 = sbyte(head, 1, 12)
+      local size = HEADER_SIZE + ((l1 * 256 + l2) * 256 + l3) * 256 + l4
+      if MAGIC_NAMES[magic] and size <= MAX_FRAME_SIZE then plen = size end
+    end
+    if plen > avail and can_desegment then
+      pinfo.desegment_offset, pinfo.desegment_len = off, plen - avail
+      break
+    end
+    local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head,
+                           conn, from_client)
+    if not ok then
+      ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
+      text = "[dissector error]"
+    end
+    n_texts = n_texts + 1
+    texts[n_texts] = text
+    off = off + plen
+  end
+  if n_texts > 0 then set_info(pinfo, table.concat(texts, "; ", 1, n_texts)) end
+  return captured
+end
+
+function dcp.init()
+  info_text = nil
+  contexts, ctx_at = {}, {}
+end
+
+-- Ports ------------------------------------------------------------------------------------
+dcp.prefs.tcp_ports = Pref.range("TCP ports", "@PORTS@",
+    "TCP ports decoded as DCP/MCBP (the built-in couchbase dissector is replaced there)", 65535)
+
+local tcp_table = DissectorTable.get("tcp.port")
+
+local function port_list(ranges)
+  local ports = {}
+  for part in string.gmatch(ranges, "[^,%s]+") do
+    local a, b = string.match(part, "^(%d+)-(%d+)$")
+    if a == nil then a = string.match(part, "^(%d+)$") b = a end
+    if a ~= nil then
+      for p = tonumber(a), math.min(tonumber(b), tonumber(a) + 1024) do ports[p] = true end
+    end
+  end
+  return ports
+end
+
+local function take_ports(ranges)
+  local wanted = port_list(ranges)
+  for p, prev in pairs(owned) do
+    if not wanted[p] then
+      tcp_table:remove(p, dcp)
+      if prev then tcp_table:add(p, prev) end
+      owned[p] = nil
+    end
+  end
+  for p in pairs(wanted) do
+    if owned[p] == nil then
+      owned[p] = tcp_table:get_dissector(p) or false
+      tcp_table:add(p, dcp)
+    end
+  end
+end
+
+take_ports("@PORTS@")
+
+function dcp.prefs_changed()
+  take_ports(tostring(dcp.prefs.tcp_ports))
+end
