@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from ..protocol import (
+    ITEM_OPCODES, STREAM_OPCODES,
     SNAPSHOT_ACK, SNAPSHOT_CHECKPOINT, SNAPSHOT_DISK, SNAPSHOT_FLAGS, SNAPSHOT_HISTORY,
     SNAPSHOT_MAY_DUPLICATE, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS,
 )
@@ -20,9 +21,6 @@ from .findings import Finding
 from .rules import ERROR, INFO, WARNING
 
 
-DATA_OPCODES = frozenset({0x57, 0x58, 0x59, 0x5F, 0x60, 0x62, 0x63})
-CONSUMER_ERROR_OPCODES = frozenset({0x57, 0x58, 0x59, 0x60, 0x62, 0x63, 0x5F})
-STREAM_OPCODES = DATA_OPCODES | {0x55, 0x56, 0x5B, 0x64, 0x65}
 TOLERATED_STATUSES = frozenset({0x01, 0x02, 0x07, 0x0A, 0x0B})
 # Document keys per namespace: committed items (mutation, deletion, expiration) share one;
 # prepares live in their own (the durability-prepare namespace of the checkpoint).
@@ -307,7 +305,7 @@ class StreamTracker:
                                     "although no marker awaiting an ack had the Ack flag", pdu,
                                     msg, {"status": STATUS.text(msg.status)},
                                     vb=_vb_of(c, msg.opaque)))
-        elif (op in CONSUMER_ERROR_OPCODES and msg.status != STATUS_SUCCESS
+        elif (op in ITEM_OPCODES and msg.status != STATUS_SUCCESS
               and msg.status not in TOLERATED_STATUSES):     # stream gone: not a rejection
             text = (f"consumer answered {msg.name} (opaque {msg.opaque:#x}) with "
                     f"{STATUS.text(msg.status)}")
@@ -357,7 +355,7 @@ class StreamTracker:
         op = msg.opcode
         if op == 0x56:
             self._marker(c, st, pdu, msg, out)
-        elif op in DATA_OPCODES:
+        elif op in ITEM_OPCODES:
             self._item(st, pdu, msg, out)
         elif op == 0x64:
             self._seqno_advanced(st, pdu, msg, out)

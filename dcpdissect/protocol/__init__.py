@@ -18,6 +18,7 @@ assert all(CLIENT_OPCODE_NAMES[op.code] == op.name for op in DCP_OPCODES), "opco
 # Roles of opcodes, derived from the table (never listed by hand elsewhere).
 DOCUMENT_OPCODES = frozenset(op.code for op in DCP_OPCODES if op.document)
 STREAM_OPCODES = frozenset(op.code for op in DCP_OPCODES if op.stream)
+ITEM_OPCODES = frozenset(op.code for op in DCP_OPCODES if op.item)
 
 
 def opcode_name(magic: int, code: int) -> str:

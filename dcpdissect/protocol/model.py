@@ -218,7 +218,8 @@ class Opcode:
     ``section`` names its fields for filters (``dcp.<section>.<field>``) and JSON.
     ``document`` marks opcodes whose key and value carry customer data (redacted),
     ``stream`` those that belong to a vbucket stream (the stream rules follow them),
-    ``sender`` who sends the request. ``server_rejects`` is the status memcached
+    ``item`` the stream's items (a seqno inside the current snapshot), ``sender`` who
+    sends the request. ``server_rejects`` is the status memcached
     answers when it receives the request (an opcode it has no validator or executor for).
     """
 
@@ -231,5 +232,6 @@ class Opcode:
     section: str = ""
     document: bool = False
     stream: bool = False
+    item: bool = False
     sender: Sender = Sender.EITHER
     server_rejects: str | None = None
