@@ -1,15 +1,12 @@
 """Stream-semantics rules: markers versus data, OSO, consumer responses, Add Stream
 correlation, resume fidelity, start-seqno conventions and suppression."""
 
-import ast
 import io
 import struct
 from pathlib import Path
 
 import pytest
 
-import dcpdissect.analysis.run  # noqa: F401  (first: rules register in the analyzer's order)
-import dcpdissect.analysis.streams as streams_mod
 from dcpdissect.analysis.conventions import LABELS, classify_file
 from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
@@ -17,9 +14,7 @@ from dcpdissect.analysis.streams import classify
 from dcpdissect.samples.pcapwrite import PcapWriter
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-MINE = {node.args[0].value
-        for node in ast.walk(ast.parse(Path(streams_mod.__file__).read_text()))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "rule"}
+MINE = {r.id for r in RULES.values() if r.family == "stream"}
 
 CLEAN = ("clean-replication.pcap", "add-stream.pcap", "seed-marker-v1.pcap",
          "seed-marker-v2_0.pcap", "seed-add-stream.pcap", "tcp-reorder.pcap",
@@ -56,7 +51,7 @@ EXPECTED = {
     ],
     "stream-oso.pcap": [("oso-contains-marker", 28), ("oso-unpaired", 34)],
     "stream-consumer.pcap": [
-        ("stream-request-value-without-collections", 12), ("data-before-marker", 16),
+        ("data-before-marker", 16),
         ("consumer-error-response", 18), ("snapshot-ack-unexpected", 36),
         ("snapshot-from-client", 38),
     ],
@@ -259,8 +254,9 @@ def test_hand_crafted_capture_points_at_the_right_frames(tmp_path):
 
 # --- events fed directly ---------------------------------------------------------------------
 
-def _run(*messages):
-    """Feed (direction, bytes) messages on one connection; (rule, index) of stream findings."""
+def _run(*messages, rules=MINE):
+    """Feed (direction, bytes) messages on one connection; (rule, index) of the findings of
+    ``rules`` (the stream rules by default)."""
     from dcpdissect.analysis.engine import Analyzer
     from dcpdissect.reassembly.connections import ConnectionOpened
     from dcpdissect.reassembly.framing import Pdu
@@ -271,7 +267,7 @@ def _run(*messages):
         out += a.feed(Pdu(1, d, off[d], data, (i,), i, i))
         off[d] += len(data)
     out += a.finish()
-    return [(f.rule, f.frame - 2) for f in out if f.rule in MINE]
+    return [(f.rule, f.frame - 2) for f in out if f.rule in rules]
 
 
 def _setup(vb=0, opaque=0x10, value=b"", **kw):
@@ -288,17 +284,19 @@ def test_error_response_to_a_marker_is_not_an_unexpected_ack():
     assert _run(*base, (0, ok(0x56, 0x10))) == [("snapshot-ack-unexpected", 6)]
 
 
-def test_stream_request_value_with_hello_collections_is_fine():
+def test_stream_request_value_needs_hello_collections():
     from dcpdissect.codec import encode
     from dcpdissect.samples.builder import ok
     hello = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=9)),
              (1, ok(0x1F, 9, value=b"\x00\x12"))]
-    assert _run(*hello, *_setup(value=b'{"collections":["8"]}')) == []
+    every = set(RULES)
+    assert _run(*hello, *_setup(value=b'{"collections":["8"]}'), rules=every) == []
     hello_no = [(0, encode(0x1F, key=b"c", value=b"\x00\x06", opaque=9)),
                 (1, ok(0x1F, 9, value=b"\x00\x06"))]
-    assert _run(*hello_no, *_setup(value=b'{"collections":["8"]}')) == \
-        [("stream-request-value-without-collections", 4)]
-    assert _run(*_setup(value=b'{"collections":["8"]}')) == []     # no HELLO seen: not judged
+    assert _run(*hello_no, *_setup(value=b'{"collections":["8"]}'), rules=every) == \
+        [("value-presence", 4)]
+    # no HELLO seen: not judged
+    assert _run(*_setup(value=b'{"collections":["8"]}'), rules=every) == []
 
 
 def test_oso_snapshot_then_memory_marker():
