@@ -58,6 +58,7 @@ local DATATYPE_FEATURES = {[11] = 1, [10] = 2, [6] = 4}
 local OPEN_PRODUCER, OPEN_DELETE_TIMES = 1, 32
 local MAX_KEY_LENGTH, MAX_COLLECTIONS_KEY_LENGTH = 250, 251
 local MAX_COLLECTIONS_LOGICAL_KEY_LENGTH = 246
+local MAX_XATTR_KEY_LENGTH, MAX_SYSTEM_XATTR_BYTES = 16, 1048576
 
 -- Fields
 local F = {}
@@ -257,12 +258,13 @@ EXPERTS["unsupported-on-server"] = ProtoExpert.new("dcp.expert.unsupported_on_se
 EXPERTS["value-length"] = ProtoExpert.new("dcp.expert.value_length", "[value-length] value length that matches no layout of the opcode", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["value-presence"] = ProtoExpert.new("dcp.expert.value_presence", "[value-presence] value missing where required, or present where forbidden", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["vbucket-state-invalid"] = ProtoExpert.new("dcp.expert.vbucket_state_invalid", "[vbucket-state-invalid] set vbucket state to a state that does not exist", expert.group.PROTOCOL, expert.severity.ERROR)
+EXPERTS["xattr-invalid"] = ProtoExpert.new("dcp.expert.xattr_invalid", "[xattr-invalid] a value with the xattr datatype whose xattr blob is invalid", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["unknown-magic"] = ProtoExpert.new("dcp.expert.unknown_magic", "[unknown-magic] a header with an illegal magic byte", expert.group.MALFORMED, expert.severity.ERROR)
 EXPERTS["frame-too-large"] = ProtoExpert.new("dcp.expert.frame_too_large", "[frame-too-large] frame larger than the server's 30 MiB max_packet_size", expert.group.MALFORMED, expert.severity.ERROR)
 local e_truncated = ProtoExpert.new("dcp.expert.truncated", "PDU cut by the capture (snap length)", expert.group.MALFORMED, expert.severity.WARN)
 local e_internal = ProtoExpert.new("dcp.expert.internal", "dissector error", expert.group.UNDECODED, expert.severity.ERROR)
 do local list = {e_truncated, e_internal}
-  for _, id in ipairs({"add-stream-response-extras", "cas-invalid", "datatype-invalid", "datatype-not-negotiated", "dcp-not-open", "dcp-open-twice", "document-key-invalid", "durability-level-invalid", "extras-length", "failover-log-empty", "frame-info-invalid", "frame-info-not-supported", "frame-info-unknown", "framing-extras-encoding", "header-invariant", "key-presence", "key-too-long", "marker-hcs-beyond-end", "marker-hcs-without-disk", "marker-hps-beyond-end", "marker-hps-without-disk", "marker-memory-disk", "marker-mvs-beyond-end", "marker-purge-beyond-end", "marker-start-after-end", "marker-unknown-flags", "marker-v22-documented-44", "marker-version", "nmeta-not-zero", "open-flags-combination", "open-flags-invalid", "open-value-datatype", "open-value-invalid", "seqno-zero", "stream-flags-cache-transfer", "stream-flags-no-value", "stream-flags-unknown", "stream-id-on-consumer", "stream-request-snapshot-range", "stream-request-start-after-end", "stream-request-uuid-zero", "system-event-invalid", "unknown-opcode", "unsupported-on-server", "value-length", "value-presence", "vbucket-state-invalid", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
+  for _, id in ipairs({"add-stream-response-extras", "cas-invalid", "datatype-invalid", "datatype-not-negotiated", "dcp-not-open", "dcp-open-twice", "document-key-invalid", "durability-level-invalid", "extras-length", "failover-log-empty", "frame-info-invalid", "frame-info-not-supported", "frame-info-unknown", "framing-extras-encoding", "header-invariant", "key-presence", "key-too-long", "marker-hcs-beyond-end", "marker-hcs-without-disk", "marker-hps-beyond-end", "marker-hps-without-disk", "marker-memory-disk", "marker-mvs-beyond-end", "marker-purge-beyond-end", "marker-start-after-end", "marker-unknown-flags", "marker-v22-documented-44", "marker-version", "nmeta-not-zero", "open-flags-combination", "open-flags-invalid", "open-value-datatype", "open-value-invalid", "seqno-zero", "stream-flags-cache-transfer", "stream-flags-no-value", "stream-flags-unknown", "stream-id-on-consumer", "stream-request-snapshot-range", "stream-request-start-after-end", "stream-request-uuid-zero", "system-event-invalid", "unknown-opcode", "unsupported-on-server", "value-length", "value-presence", "vbucket-state-invalid", "xattr-invalid", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
   dcp.experts = list end
 
 -- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
@@ -571,7 +573,7 @@ SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, s
     values = {},
     checks = {}}}
 SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "required", value_min = 41, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "required", value_min = 42, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
@@ -778,6 +780,40 @@ local function document_key_problem(key)
   return nil
 end
 
+local function utf8_valid(s)
+  local i, n = 1, #s
+  while i <= n do
+    local c = sbyte(s, i)
+    local w = c < 0x80 and 1 or (c >= 0xc2 and c < 0xe0 and 2) or (c >= 0xe0 and c < 0xf0 and 3)
+              or (c >= 0xf0 and c < 0xf5 and 4) or nil
+    if w == nil or i + w - 1 > n then return false end
+    for j = i + 1, i + w - 1 do
+      if band(sbyte(s, j), 0xc0) ~= 0x80 then return false end
+    end
+    i = i + w
+  end
+  return true
+end
+
+-- Python's repr() of a bytes object (the analyzer's messages show keys that way)
+local function py_bytes(s)
+  local quote = "'"
+  if string.find(s, "'", 1, true) and not string.find(s, '"', 1, true) then quote = '"' end
+  local out = {"b", quote}
+  for i = 1, #s do
+    local c = sbyte(s, i)
+    local ch = string.char(c)
+    if ch == "\\" or ch == quote then out[#out + 1] = "\\" .. ch
+    elseif c == 9 then out[#out + 1] = "\\t"
+    elseif c == 10 then out[#out + 1] = "\\n"
+    elseif c == 13 then out[#out + 1] = "\\r"
+    elseif c < 32 or c >= 127 then out[#out + 1] = fmt("\\x%02x", c)
+    else out[#out + 1] = ch end
+  end
+  out[#out + 1] = quote
+  return table.concat(out)
+end
+
 -- A small JSON reader for the DcpOpen value: objects keep their keys in order.
 local function json_value(s, i)
   i = string.find(s, "[^ \t\r\n]", i)
@@ -835,6 +871,69 @@ local function json_value(s, i)
   if lit and #lit > 0 then return tonumber(lit), i + #lit end
   for word, v in pairs({["true"] = true, ["false"] = false, ["null"] = "null"}) do
     if string.sub(s, i, i + #word - 1) == word then return v, i + #word end
+  end
+  return nil
+end
+
+-- xattr blob (xattr/utils.cc validate, key_validator.cc is_valid_xattr_key)
+local function be32(s, i)
+  local a, b, c, d = sbyte(s, i, i + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function xattr_key_valid(key)
+  if #key == 0 then return false end
+  if not utf8_valid(key) then return false end
+  local first = sbyte(key, 1)
+  local system = first == 95 or first == 36
+  if not system and (string.find(string.sub(key, 1, 1), "^[%p%c]") or first == 127) then return false end
+  local dot = string.find(key, "[.%[]") or (#key + 1)
+  dot = dot - 1
+  return not (dot == 0 or dot >= MAX_XATTR_KEY_LENGTH or (system and dot == 1))
+end
+
+local function is_json(text)
+  local v, i = json_value(text, 1)
+  return i ~= nil and string.find(text, "[^ \t\r\n]", i) == nil
+end
+
+local function xattr_problem(value)
+  if #value < 4 then return "no room for the xattr blob length" end
+  local size = be32(value, 1) + 4
+  if size > #value then return fmt("xattr blob length %d exceeds the value", size - 4) end
+  local offset, system, keys = 4, 4, {}
+  while offset < size do
+    if offset + 7 > size then return "truncated xattr pair" end
+    local pair = be32(value, offset + 1)
+    offset = offset + 4
+    if offset + pair > size then return "xattr pair runs past the blob" end
+    local end_key = string.find(value, "\0", offset + 1, true)
+    if end_key and end_key > size then end_key = nil end
+    local end_value = end_key and string.find(value, "\0", end_key + 1, true)
+    if end_value and end_value > size then end_value = nil end
+    if not end_value then return "xattr pair without its NUL terminators" end
+    local key, val = string.sub(value, offset + 1, end_key - 1), string.sub(value, end_key + 1, end_value - 1)
+    offset = end_value
+    if not xattr_key_valid(key) then return "invalid xattr key " .. py_bytes(string.sub(key, 1, 20)) end
+    if not is_json(val) then return "xattr " .. py_bytes(string.sub(key, 1, 20)) .. " value is not JSON" end
+    if pair ~= #key + #val + 2 then return "xattr pair length does not match its key and value" end
+    if keys[key] then return "duplicate xattr key " .. py_bytes(string.sub(key, 1, 20)) end
+    keys[key] = true
+    if sbyte(key, 1) == 95 then system = system + 4 + #key + #val + 2 end
+  end
+  if offset ~= size then return "xattr blob does not end on a pair" end
+  if system > MAX_SYSTEM_XATTR_BYTES then
+    return fmt("system xattrs use %d bytes, more than %d", system, MAX_SYSTEM_XATTR_BYTES)
+  end
+  return nil
+end
+
+local function snappy_length(data)
+  local v = 0
+  for i = 1, math.min(#data, 5) do
+    local b = sbyte(data, i)
+    v = v + band(b, 0x7f) * 2 ^ (7 * (i - 1))
+    if b < 0x80 then return v end
   end
   return nil
 end
@@ -917,6 +1016,17 @@ local function verify_header(m, shape, ctx, add)
   elseif ctx and enabled_datatypes(ctx) and band(m.datatype, bnot(enabled_datatypes(ctx))) ~= 0 then
     add("datatype-not-negotiated", fmt("%s: datatype bits 0x%02x not enabled by HELLO", name,
         band(m.datatype, bnot(enabled_datatypes(ctx)))))
+  end
+  -- xattr blob
+  if band(m.datatype, 4) ~= 0 and m.datatype <= 7 then
+    local value, problem = tvb_raw(m.tvb, m.val_at, m.value_len), nil
+    if band(m.datatype, 2) ~= 0 then
+      local n = snappy_length(value)
+      if n == nil or n < 4 then problem = "snappy value too short for an xattr blob" end
+    else
+      problem = xattr_problem(value)
+    end
+    if problem then add("xattr-invalid", name .. ": " .. problem) end
   end
   -- frame infos: the first one the server refuses
   for i = 1, #m.infos do
@@ -1201,6 +1311,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
   m.opaque, m.infos, m.overrun, m.truncated = opaque, NO_INFOS, k_end > bodylen, false
   m.extras_problem, m.value_problem, m.value_bytes = nil, nil, nil
   m.tvb, m.key_at = tvb, off + HEADER_SIZE + framing_len + extlen
+  m.val_at = m.key_at + keylen
   if request then m.vbucket, m.status = specific, nil else m.vbucket, m.status = nil, specific end
   if not server then m.spec = SHAPES[opcode] end
   local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))

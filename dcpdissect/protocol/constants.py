@@ -180,6 +180,11 @@ MAX_COLLECTIONS_KEY_LENGTH = 251
 MAX_COLLECTIONS_LOGICAL_KEY_LENGTH = 246
 RESERVED_COLLECTION_IDS = range(1, 8)
 
+# Extended attributes (xattr/utils.cc validate, key_validator.cc): a key is shorter than 16
+# bytes; system xattrs ("_" keys) may use at most 1 MiB (limits.h PrivilegedBytes).
+MAX_XATTR_KEY_LENGTH = 16
+MAX_SYSTEM_XATTR_BYTES = 1024 * 1024
+
 # TCP ports (conventions, not hard-coded in the server).
 DCP_PORTS = (11210, 11209)
 TLS_PORTS = (11207,)

@@ -337,7 +337,8 @@ DCP_OPCODES: tuple[Opcode, ...] = (
            request=Shape((extras("V1", 4, u32("flags", 0, "Flags", display="hex", flags=OSO_FLAGS)),))),
     Opcode(0x66, "DcpCacheTransfer", "DCP Cache Transfer", section="cache_transfer", stream=True,
            document=True, sender=Sender.PRODUCER,
-           request=request(value=R, value_kind="records", cas=F, value_min=41)),
+           request=request(value=R, value_kind="records", cas=F,
+                           value_min=42)),   # DcpCacheTransferBuffer::minSize(): 40-byte payload + 2
     Opcode(0x67, "DcpCacheTransferEnd", "DCP Cache Transfer End", section="cache_transfer_end",
            stream=True, sender=Sender.PRODUCER, request=request(cas=F, datatypes=RAW)),
     Opcode(0x96, "GetFailoverLog", "Get Failover Log", section="get_failover_log",

@@ -15,15 +15,17 @@ import re
 
 from ...codec import Message
 from ...codec.keys import split_collection_key
+from ...codec.xattr import snappy_length, xattr_problem
 from ...codec.problems import EXTRAS_SIZE, FRAME_INFO, HEADER_OVERRUN, TRUNCATED, VALUE_SIZE
 from ...protocol import (
-    DCP_OPCODES, FRAME_INFOS_NOT_FOR_DCP, MAX_COLLECTIONS_KEY_LENGTH,
+    DATATYPE, DCP_OPCODES, FRAME_INFOS_NOT_FOR_DCP, MAX_COLLECTIONS_KEY_LENGTH,
     MAX_COLLECTIONS_LOGICAL_KEY_LENGTH, MAX_KEY_LENGTH, OPCODE_NAMES, REQUEST_FRAME_INFO_SIZES,
     REQUEST_FRAME_INFOS, RESERVED_COLLECTION_IDS, SERVER_MAGICS, Check, Presence, Shape,
 )
 from .model import ERROR, WARNING, Rule, rule
 
 V = "daemon/mcbp_validators.cc"
+SNAPPY, XATTR = DATATYPE.bit("snappy"), DATATYPE.bit("xattr")
 VH = f"{V} McbpValidator::verify_header"
 SAMPLE = "violations-validator.pcap"
 
@@ -69,6 +71,10 @@ GENERIC = (
              f"{V} McbpValidator::is_document_key_valid (collection-aware connections): key >= 2 bytes, "
              "canonical leb128 with a stop byte, a logical key, no reserved collection id 1-7, "
              "logical key <= 246 bytes outside the default collection, Einval"),
+    _generic("xattr-invalid", ERROR, "a value with the xattr datatype whose xattr blob is invalid",
+             f"{VH} is_valid_xattr_blob -> xattr/utils.cc validate (structure, keys, JSON values, "
+             "system xattrs <= 1 MiB): XattrEinval; a snappy value is judged by its uncompressed "
+             "length only"),
     _generic("frame-info-unknown", ERROR, "a request frame info id the server does not know",
              f"{V} parseFrameExtras: UnknownFrameInfo (3, the former OpenTracingContext, included)"),
     _generic("frame-info-invalid", ERROR, "a request frame info with a size the server refuses",
@@ -266,6 +272,11 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     elif ctx is not None and ctx.datatypes is not None and m.datatype & ~ctx.datatypes:
         add(("datatype-not-negotiated", f"{name}: datatype bits {m.datatype & ~ctx.datatypes:#04x} "
              "not enabled by HELLO", {"datatype": m.datatype, "enabled": ctx.datatypes}))
+    if m.datatype & XATTR and m.datatype <= 7:
+        problem = _xattr(m)
+        if problem:
+            add(("xattr-invalid", f"{name}: {problem}", {"datatype": m.datatype,
+                                                         "value_len": m.value_len}))
     _frame_infos(m, add)
     if m.layout is not None:
         lay = next((lay for lay in shape.extras + shape.values if lay.label == m.layout), None)
@@ -273,6 +284,16 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
             add((lay.rule, f"{name}: {lay.note}", _sizes(m)))
     if m.opcode == 0x50 and m.value_len:
         _open_value(m, add)
+
+
+def _xattr(m: Message) -> str | None:
+    value = bytes(m.value)
+    if m.datatype & SNAPPY:
+        n = snappy_length(value)
+        if n is None or n < 4:
+            return "snappy value too short for an xattr blob"
+        return None
+    return xattr_problem(value)
 
 
 def _layout_allowed(lay, ctx) -> bool:
