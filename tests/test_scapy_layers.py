@@ -288,7 +288,8 @@ def test_seed_samples_hold_the_seed_bytes():
     for name, hexstrs in (("seed-marker-v2_0.pcap", [SEEDS[0][1]]),
                           ("seed-marker-v1.pcap", [SEEDS[1][1]]),
                           ("seed-add-stream.pcap", [SEEDS[2][1], SEEDS[3][1]])):
-        assert [raw(p).hex() for p in read(str(SAMPLES / name))] == hexstrs
+        packets = read(str(SAMPLES / name))       # seed-add-stream: a DcpOpen first
+        assert [raw(p).hex() for p in packets[-len(hexstrs):]] == hexstrs
 
 
 def test_full_stack_gets_port_11210_and_dissects_back():

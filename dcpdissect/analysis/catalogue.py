@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import sys
 
-from . import run as _run  # noqa: F401  (importing the analyzer registers every rule)
-from .rules import RULES, Rule
+from .rules import FAMILIES, RULES, Rule
 
-# multi-word categories; any other rule is filed under the first word of its id
-_COMPOUND = ("add-stream", "stream-request", "stream-flags", "failover-log")
+_FAMILY_TITLES = {
+    "framing": "TCP reassembly and MCBP framing",
+    "structure": "one message, as kv_engine's validator, consumer and producer judge it",
+    "stream": "stream state: snapshots, items, correlation, resume",
+    "rollback": "rollback decisions against kv_engine's failover table",
+}
 
 
 def category(rule_id: str) -> str:
-    for prefix in _COMPOUND:
-        if rule_id == prefix or rule_id.startswith(prefix + "-"):
-            return prefix
-    return rule_id.split("-", 1)[0]
+    """The rule's family (the module of analysis/rules/ that declares it)."""
+    return RULES[rule_id].family
 
 
 def _cell(text: str) -> str:
@@ -26,29 +27,30 @@ def _cell(text: str) -> str:
 
 
 def render_rules_markdown(rules: dict[str, Rule] | None = None) -> str:
-    """The catalogue: one table per category, in order of first registration."""
+    """The catalogue: one table per family, in the registry's order."""
     rules = RULES if rules is None else rules
-    groups: dict[str, list[Rule]] = {}
+    groups: dict[str, list[Rule]] = {family: [] for family in FAMILIES}
     for r in rules.values():
-        groups.setdefault(category(r.id), []).append(r)
+        groups[r.family].append(r)
     out = [
         "# dcpdissect rule catalogue",
         "",
         "<!-- generated: python -m dcpdissect.analysis.catalogue > docs/rules.md -->",
         "",
         f"{len(rules)} rules. Each names a sample under `samples/` that triggers it "
-        "(`python -m dcpdissect.cli analyze samples/<sample>`). Rules marked *single PDU* "
-        "are judged from one message alone.",
+        "(`dcpdissect analyze samples/<sample>`) and, in its rationale, the kv_engine code it "
+        "rests on. Rules marked *single message* are judged from one message and its "
+        "connection's negotiation; the Wireshark plugin raises them as expert infos too.",
         "",
         "Categories: " + ", ".join(f"[{c}](#{c})" for c in groups) + ".",
         "",
     ]
     for cat, members in groups.items():
-        out += [f"## {cat}", "",
+        out += [f"## {cat}", "", _FAMILY_TITLES[cat] + ".", "",
                 "| id | severity | title | rationale | sample |",
                 "|---|---|---|---|---|"]
         for r in members:
-            title = r.title + (" *(single PDU)*" if r.single_pdu else "")
+            title = r.title + (" *(single message)*" if r.single_pdu else "")
             out.append(f"| `{r.id}` | {r.severity} | {_cell(title)} | {_cell(r.rationale)} "
                        f"| `{r.sample}` |")
         out.append("")

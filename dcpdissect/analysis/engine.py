@@ -2,7 +2,7 @@
 
 ``Analyzer.feed(event)`` takes the events of :mod:`dcpdissect.reassembly.pdus` in capture
 order and returns the findings they complete; ``finish()`` returns the rest. Per-message
-rules live in :mod:`.structural`, per-connection/per-stream state machines in
+rules live in :mod:`.rules.structure`, per-connection/per-stream state machines in
 :mod:`.streams`. State is kept per open connection and per stream, never per message.
 """
 

@@ -24,6 +24,8 @@ import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..codec.header import frame_size
+from ..protocol import HEADER_SIZE
 from .gen import Input, make_input
 
 __all__ = ["Failure", "Hang", "Report", "check_capture", "check_pdu", "run", "run_one"]
@@ -98,7 +100,7 @@ class _PduLike:
 def check_pdu(data: bytes, scapy: bool = True) -> None:
     """One MCBP frame through the codec, the single-PDU rules, the dissect record and
     (optionally) Scapy."""
-    from ..analysis.structural import check_message
+    from ..analysis.rules.structure import check_message
     from ..codec import decode
     from ..reports.messages import message_record
     if len(data) < 24:
@@ -134,7 +136,7 @@ def check_capture(path: str) -> None:
         for ev in iter_events(path, summary=summary):
             if type(ev) is Pdu:
                 d = ev.data
-                if len(d) < 24 or len(d) != 24 + int.from_bytes(d[8:12], "big"):
+                if len(d) < HEADER_SIZE or len(d) != frame_size(d):
                     raise Invariant(f"PDU of {len(d)} bytes disagrees with its body length")
                 fr = ev.frames
                 if not fr or list(fr) != sorted(set(fr)) or ev.frame < fr[-1]:

@@ -225,7 +225,11 @@ def seed_marker_v2_0() -> Script:
 
 
 def seed_add_stream() -> Script:
+    """The add-stream spec's example on a consumer connection (memcached accepts Add Stream
+    only after a DcpOpen, mcbp_validators.cc verify_common_dcp_restrictions)."""
     s = Script(Endpoint("192.168.1.10", 52000), Endpoint("192.168.1.20", 11210))
+    s.c2s(dcp_open("replication:ns_1@192.168.1.30->ns_1@192.168.1.20:default", 0, 0xA0))
+    s.s2c(ok(0x50, 0xA0))
     s.c2s(encode(0x51, {"flags": 0x01}, vbucket=5, opaque=1))
     s.s2c(encode(0x51, {"new_opaque": 0x1000}, request=False, opaque=1))
     s.conv.close()
@@ -379,6 +383,8 @@ SPECS: tuple[Spec, ...] = (
 def seed_add_stream_on(link: Link, start_ns: int) -> Script:
     s = Script(Endpoint("192.168.1.10", 52000), Endpoint("192.168.1.20", 11210),
                link=link, start_ns=start_ns)
+    s.c2s(dcp_open("replication:ns_1@192.168.1.30->ns_1@192.168.1.20:default", 0, 0xA0))
+    s.s2c(ok(0x50, 0xA0))
     s.c2s(encode(0x51, {"flags": 0x01}, vbucket=5, opaque=1))
     s.s2c(encode(0x51, {"new_opaque": 0x1000}, request=False, opaque=1))
     s.conv.close()
@@ -386,9 +392,13 @@ def seed_add_stream_on(link: Link, start_ns: int) -> Script:
 
 
 def all_specs() -> tuple[Spec, ...]:
-    from . import scenarios_hostile, scenarios_rollback, scenarios_streams, scenarios_violations
-    return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_streams.SPECS)
-            + tuple(scenarios_rollback.SPECS) + tuple(scenarios_hostile.SPECS))
+    from . import (
+        scenarios_hostile, scenarios_rollback, scenarios_streams, scenarios_validator,
+        scenarios_violations,
+    )
+    return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_validator.SPECS)
+            + tuple(scenarios_streams.SPECS) + tuple(scenarios_rollback.SPECS)
+            + tuple(scenarios_hostile.SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

@@ -6,9 +6,9 @@ well-formed conversation, so that one finding points at one PDU.
 
 from __future__ import annotations
 
-import struct
-
-from ..codec import encode
+from ..codec import encode, peek
+from ..codec.header import pack as pack_header
+from ..protocol import HEADER_SIZE
 from . import netsynth as ns
 from .builder import (
     T0,
@@ -58,27 +58,29 @@ def _bad_markers() -> list[bytes]:
     v1 = lambda vb, **kw: encode(0x56, dict(start_seqno=0, end_seqno=4, flags=0x01), layout="V1",
                                  vbucket=vb, opaque=0x100 + vb, **kw)
     return [
-        encode(0x56, extras=b"\x00" * 5, vbucket=0, opaque=0x100),          # marker-extras-length
+        encode(0x56, extras=b"\x00" * 5, vbucket=0, opaque=0x100),          # extras-length
         _v2(1, 1, bytes(36)),                                                # marker-version
-        _v2(2, 0, bytes(40)),                                                # marker-value-length
+        _v2(2, 0, bytes(40)),                                                # value-length
         mk(3, 0, 4, "disk", layout="V2.2-doc44", max_visible_seqno=4,       # marker-v22-documented-44
            high_completed_seqno=0, purge_seqno=0),
-        v1(4, value=b"oops"),                                                # marker-v1-value
-        v1(5, key=b"k"),                                                     # marker-key
-        v1(6, datatype=0x01),                                                # marker-datatype
+        v1(4, value=b"oops"),                                                # value-presence
+        v1(5, key=b"k"),                                                     # key-presence
+        v1(6, datatype=0x01),                                                # datatype-invalid
         mk(7, 0, 4, 0x41),                                                   # marker-unknown-flags
         mk(8, 0, 4, 0x04),                                                   # marker-memory-disk
-        mk(9, 0, 4, "memory", layout="V2.0", max_visible_seqno=4,           # marker-hcs-hps-without-disk
+        mk(9, 0, 4, "memory", layout="V2.0", max_visible_seqno=4,           # marker-hcs-without-disk
            high_completed_seqno=3),
         mk(10, 9, 5, "memory"),                                              # marker-start-after-end
         mk(11, 0, 5, "disk", layout="V2.0", max_visible_seqno=9,            # marker-mvs-beyond-end
            high_completed_seqno=0),
         mk(12, 0, 5, "disk", layout="V2.0", max_visible_seqno=5,            # marker-hcs-beyond-end
            high_completed_seqno=9),
-        mk(13, 1, 5, "disk", layout="V2.2", max_visible_seqno=5,            # marker-hps-out-of-range
+        mk(13, 1, 5, "disk", layout="V2.2", max_visible_seqno=5,            # marker-hps-beyond-end
            high_completed_seqno=0, purge_seqno=0, high_prepared_seqno=9),
         mk(14, 0, 5, "disk", layout="V2.2", max_visible_seqno=5,            # marker-purge-beyond-end
            high_completed_seqno=0, purge_seqno=9, high_prepared_seqno=0),
+        mk(15, 0, 5, "memory", layout="V2.2", max_visible_seqno=5,          # marker-hps-without-disk
+           high_completed_seqno=0, purge_seqno=0, high_prepared_seqno=4),
     ]
 
 
@@ -104,9 +106,9 @@ def violations_add_stream() -> list[Script]:
     _open(s, "replication:ns_1@10.0.1.1->ns_1@10.0.1.2:default")
     add = lambda vb, **kw: encode(0x51, kw.pop("fields", {"flags": 0x01}), vbucket=vb, opaque=0x20 + vb, **kw)
     requests = [
-        add(0, extras=b"\x00\x00\x00\x01\x00\x00\x00\x00"),          # add-stream-extras-length
-        add(1, key=b"vb"),                                           # add-stream-key-or-value
-        add(2, datatype=0x01),                                       # add-stream-datatype
+        add(0, extras=b"\x00\x00\x00\x01\x00\x00\x00\x00"),          # extras-length
+        add(1, key=b"vb"),                                           # key-presence
+        add(2, datatype=0x01),                                       # datatype-invalid
         add(3, fields={"flags": 0x201}),                              # stream-flags-unknown
         add(4, fields={"flags": 0x08}),                               # stream-flags-no-value
         add(5, fields={"flags": 0x104}),                              # stream-flags-cache-transfer
@@ -126,7 +128,8 @@ def violations_add_stream() -> list[Script]:
 
 def violations_stream_request() -> list[Script]:
     """A consumer sends malformed stream requests to a producer on 11210; the producer
-    answers two well-formed requests with a short failover log and a short rollback."""
+    answers three well-formed requests with a short failover log, a short rollback and an
+    empty failover log."""
     s = Script(CONSUMER, PRODUCER, start_ns=T0)
     _open(s, "violations-stream-request")
     einval = lambda vb: encode(0x53, request=False, status=0x04, opaque=0x200 + vb)
@@ -135,9 +138,9 @@ def violations_stream_request() -> list[Script]:
     req = lambda vb, **kw: encode(0x53, {**base, **kw.pop("f", {})}, vbucket=vb,
                                   opaque=0x200 + vb, **kw)
     bad = [
-        req(0, extras=bytes(40)),                                        # stream-request-extras-length
-        req(1, key=b"x"),                                                # stream-request-key
-        req(2, datatype=0x01),                                           # stream-request-datatype
+        req(0, extras=bytes(40)),                                        # extras-length
+        req(1, key=b"x"),                                                # key-presence
+        req(2, datatype=0x01),                                           # datatype-invalid
         req(3, f=dict(start_seqno=10, end_seqno=5, snap_start_seqno=10,  # stream-request-start-after-end
                       snap_end_seqno=10)),
         req(4, f=dict(start_seqno=5, snap_start_seqno=6, snap_end_seqno=8)),  # stream-request-snapshot-range
@@ -148,9 +151,11 @@ def violations_stream_request() -> list[Script]:
         s.c2s(frame)
         s.s2c(einval(vb))
     s.c2s(req(6))
-    s.s2c(encode(0x53, request=False, opaque=0x206, value=bytes(20)))     # failover-log-length
+    s.s2c(encode(0x53, request=False, opaque=0x206, value=bytes(20)))     # value-length (16*n)
     s.c2s(req(7, f=dict(start_seqno=3, snap_start_seqno=3, snap_end_seqno=3)))
-    s.s2c(encode(0x53, request=False, status=0x23, opaque=0x207, value=bytes(4)))  # rollback-value-length
+    s.s2c(encode(0x53, request=False, status=0x23, opaque=0x207, value=bytes(4)))  # value-length (8)
+    s.c2s(req(8))
+    s.s2c(encode(0x53, request=False, opaque=0x208))                     # failover-log-empty
     s.conv.close()
     return [s]
 
@@ -158,8 +163,7 @@ def violations_stream_request() -> list[Script]:
 def _flex(opcode: int, framing: bytes, rest: bytes = b"", vb: int = 0, opaque: int = 0) -> bytes:
     """A flexible-framing request with explicit framing-extras bytes."""
     body = framing + rest
-    return struct.pack(">BBBBBBHIIQ", 0x08, opcode, len(framing), 0, 0, 0, vb, len(body),
-                       opaque, 0) + body
+    return pack_header(0x08, opcode, len(framing), 0, 0, 0, vb, len(body), opaque, 0) + body
 
 
 def violations_structure() -> list[Script]:
@@ -170,7 +174,7 @@ def violations_structure() -> list[Script]:
     _streams(s, [0])
     s.s2c(marker(0, 0x100, 0, 3, "memory+checkpoint"))
     long_key = bytearray(mutation(0, 0x100, 1, "doc-1", doc(1)))
-    struct.pack_into(">H", long_key, 2, 0x400)                         # header-invariant
+    long_key[:HEADER_SIZE] = pack_header(*peek(long_key)._replace(keylen=0x400))  # header-invariant
     s.s2c(bytes(long_key))
     s.s2c(mutation(0, 0x100, 2, "doc-2", doc(2)))
     s.c2s(_flex(0x5E, b"\x2f", opaque=7))                              # framing-extras-encoding
@@ -183,7 +187,7 @@ def violations_structure() -> list[Script]:
 
 
 GARBAGE = b"\x42<garbage: not a header>\x00\x01\x02"
-HUGE = struct.pack(">BBHBBHIIQ", 0x80, 0x57, 0, 0, 0, 0, 48 << 20, 0, 0)
+HUGE = pack_header(0x80, 0x57, 0, 0, 0, 0, 0, 48 << 20, 0, 0)
 
 
 def violations_garbage() -> list[Script]:
