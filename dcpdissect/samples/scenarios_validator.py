@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
+from ..codec.header import peek
 from .builder import MAX_SEQNO, T0, Script, Spec, dcp_open, doc, failover, marker, ok, stream_req
 from .netsynth import Endpoint
 
@@ -104,7 +105,8 @@ def violations_validator() -> list[Script]:
     ]
     for frame in bad:
         s.c2s(frame)
-        s.s2c(ok(frame[1], struct.unpack_from(">I", frame, 12)[0], status=0x04))
+        h = peek(frame)
+        s.s2c(ok(h.opcode, h.opaque, status=0x04))
     s.conv.close()
 
     # DcpOpen faults, one connection each (a DcpOpen is only valid once per connection)
