@@ -1,7 +1,8 @@
 """Render ``lua/dcpdissect.lua`` (a Wireshark 4.0 / Lua 5.2 dissector) from the protocol tables.
 
-The runtime (decoding, desegmentation, the interpreter of the single-message rules) is the
-Lua source ``runtime.lua`` beside this module; :func:`render` inserts the tables it reads:
+The runtime is Lua source beside this module: ``runtime.lua`` (decoding, desegmentation,
+ports) and ``checks.lua`` (the interpreter of the single-message rules, the connection's
+negotiation); :func:`render` joins them and inserts the tables they read:
 value strings, fields, expert infos (one per single-message rule of the analyzer), the
 per-opcode shapes with their constraints, and the header unpacking.
 """
@@ -375,8 +376,11 @@ def render() -> str:
     tables = (value_strings() + constants() + fields(fs) + experts()
               + ["", "-- Shapes: layouts (extras by size, value by `when` and size) and "
                  "constraints per opcode", "local SHAPES = {}"] + shape_lines)
-    runtime = resources.files(__package__).joinpath("runtime.lua").read_text()
+    source = resources.files(__package__)
+    runtime, checks = (source.joinpath(name).read_text() for name in ("runtime.lua", "checks.lua"))
+    checks = checks.split("\n\n", 1)[1]       # without its file header
     return (runtime.replace("@PROTO_TITLE@", lua_str(PROTO_TITLE))
             .replace("--@TABLES@\n", "\n".join(tables) + "\n")
+            .replace("--@CHECKS@\n", checks)
             .replace("@HEADER_UNPACK@", header_unpack())
             .replace("@PORTS@", ",".join(str(p) for p in DCP_PORTS)))
