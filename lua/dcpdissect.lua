@@ -270,7 +270,7 @@ do local list = {e_truncated, e_internal}
 -- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
 local SHAPES = {}
 SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(8,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true}, document_key = false, keep_value = true,
+  req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "seqno", offset = 0, width = 4, field = F.open_seqno, bits = nil, kept = false, text = nil},
         {name = "flags", offset = 4, width = 4, field = F.open_flags, bits = {{F.open_flags_producer, 0x1}, {F.open_flags_invalid, 0x2}, {F.open_flags_include_xattrs, 0x4}, {F.open_flags_no_value, 0x8}, {F.open_flags_unused, 0x10}, {F.open_flags_include_delete_times, 0x20}, {F.open_flags_no_value_with_underlying_datatype, 0x40}, {F.open_flags_pitr_unsupported, 0x80}, {F.open_flags_include_deleted_user_xattrs, 0x100}, {F.open_flags_skip_deletes_in_initial_backfill, 0x200}}, kept = true, text = flagtext_dcp_open_flags}}}},
@@ -281,34 +281,34 @@ SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, ser
     {rule = "open-flags-combination", text = "flags {flags:x}: skip_deletes_in_initial_backfill without producer", test = {"needs", "flags", 512, 1}, when = {}},
     {rule = "open-value-datatype", text = "datatype {datatype} without a value", test = {"in", "datatype", {0}}, when = {{"eq", "value_len", 0}}},
     {rule = "open-value-datatype", text = "datatype {datatype} with a value (JSON required)", test = {"in", "datatype", {1}}, when = {{"ne", "value_len", 0}}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(4,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.add_stream_flags, bits = {{F.add_stream_flags_takeover, 0x1}, {F.add_stream_flags_disk_only, 0x2}, {F.add_stream_flags_to_latest, 0x4}, {F.add_stream_flags_no_value, 0x8}, {F.add_stream_flags_active_vb_only, 0x10}, {F.add_stream_flags_strict_vbuuid, 0x20}, {F.add_stream_flags_from_latest, 0x40}, {F.add_stream_flags_ignore_purged_tombstones, 0x80}, {F.add_stream_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags}}}},
     values = {},
     checks = {{rule = "stream-flags-no-value", text = "flag 0x08 NoValue is no longer used (DcpOpen carries NoValue)", test = {"mask", "flags", 4294967287}, when = {}},
     {rule = "stream-flags-unknown", text = "invalid flag bits in {flags:x}", test = {"mask", "flags", 511}, when = {}},
     {rule = "stream-flags-cache-transfer", text = "cache_transfer combined with other flags in {flags:x}", test = {"only_with", "flags", 256, 17}, when = {}}}},
-  rsp = {extras_sizes = "(4,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "new_opaque", offset = 0, width = 4, field = F.add_stream_new_opaque, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {{rule = "add-stream-response-extras", text = "success with {extlen} bytes of extras, not the 4-byte stream opaque", test = {"in", "extlen", {4}}, when = {{"eq", "status", 0}}}}}}
 SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(48,)", validated = true, key = "forbidden", value = "optional", value_context = "collections", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = true,
+  req = {extras_sizes = "(48,)", size_set = {[48] = true}, sizes_text = "48", extras_context = false, validated = true, key = "forbidden", value = "optional", value_context = "collections", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.stream_req_flags, bits = {{F.stream_req_flags_takeover, 0x1}, {F.stream_req_flags_disk_only, 0x2}, {F.stream_req_flags_to_latest, 0x4}, {F.stream_req_flags_no_value, 0x8}, {F.stream_req_flags_active_vb_only, 0x10}, {F.stream_req_flags_strict_vbuuid, 0x20}, {F.stream_req_flags_from_latest, 0x40}, {F.stream_req_flags_ignore_purged_tombstones, 0x80}, {F.stream_req_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags},
         {name = "reserved", offset = 4, width = 4, field = F.stream_req_reserved, bits = nil, kept = false, text = nil},
@@ -324,7 +324,7 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
     {rule = "stream-request-start-after-end", text = "start {start_seqno} > end {end_seqno}", test = {"le", "start_seqno", "end_seqno"}, when = {{"clear", "flags", 64}}},
     {rule = "stream-request-snapshot-range", text = "snapshot [{snap_start_seqno}, {snap_end_seqno}] does not contain start {start_seqno}", test = {"range", "snap_start_seqno", "start_seqno", "snap_end_seqno"}, when = {{"clear", "flags", 64}}},
     {rule = "stream-request-uuid-zero", text = "vbucket uuid 0 with start {start_seqno}: the server must roll back to 0", test = {"in", "start_seqno", {0}}, when = {{"eq", "vbucket_uuid", 0}, {"clear", "flags", 64}}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
       fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
@@ -333,28 +333,28 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
       fields = {{name = "rollback_seqno", offset = 0, width = 8, field = F.rollback_seqno, bits = nil, kept = true, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
 SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
       fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
         {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
 SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(4,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "reason", offset = 0, width = 4, field = F.stream_end_reason, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(20, 1)", validated = true, key = "forbidden", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(20, 1)", size_set = {[1] = true, [20] = true}, sizes_text = "1 or 20", extras_context = false, validated = true, key = "forbidden", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)", value = "forbidden",
       fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
         {name = "end_seqno", offset = 8, width = 8, field = F.snapshot_end_seqno, bits = nil, kept = true, text = nil},
@@ -392,12 +392,12 @@ SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, se
     {rule = "marker-hcs-beyond-end", text = "high completed seqno {high_completed_seqno} > end {end_seqno}", test = {"le", "high_completed_seqno", "end_seqno"}, when = {{"set", "flags", 2}}},
     {rule = "marker-hcs-without-disk", text = "high completed seqno {high_completed_seqno} set without Disk", test = {"in", "high_completed_seqno", {0}}, when = {{"clear", "flags", 2}}},
     {rule = "marker-hps-without-disk", text = "high prepared seqno {high_prepared_seqno} set without Disk", test = {"in", "high_prepared_seqno", {0}}, when = {{"clear", "flags", 2}}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil,
-  req = {extras_sizes = "(31,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
+  req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.mutation_by_seqno, bits = nil, kept = true, text = nil},
         {name = "rev_seqno", offset = 8, width = 8, field = F.mutation_rev_seqno, bits = nil, kept = false, text = nil},
@@ -409,12 +409,12 @@ SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = 
     values = {},
     checks = {{rule = "seqno-zero", text = "mutation with by_seqno 0", test = {"ne", "by_seqno", 0}, when = {}},
     {rule = "nmeta-not-zero", text = "mutation with nmeta {nmeta}", test = {"in", "nmeta", {0}}, when = {}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil,
-  req = {extras_sizes = "(18, 21)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [2] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
+  req = {extras_sizes = "(18, 21)", size_set = {[18] = true, [21] = true}, sizes_text = "18 or 21", extras_context = true, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [2] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)", context = "!delete_v2",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.deletion_by_seqno, bits = nil, kept = true, text = nil},
         {name = "rev_seqno", offset = 8, width = 8, field = F.deletion_rev_seqno, bits = nil, kept = false, text = nil},
@@ -426,71 +426,71 @@ SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = 
         {name = "unused", offset = 20, width = 1, field = F.deletion_unused, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {{rule = "nmeta-not-zero", text = "deletion with nmeta {nmeta}", test = {"in", "nmeta", {0}}, when = {}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil,
-  req = {extras_sizes = "(20,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
+  req = {extras_sizes = "(20,)", size_set = {[20] = true}, sizes_text = "20", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.expiration_by_seqno, bits = nil, kept = true, text = nil},
         {name = "rev_seqno", offset = 8, width = 8, field = F.expiration_rev_seqno, bits = nil, kept = false, text = nil},
         {name = "delete_time", offset = 16, width = 4, field = F.expiration_delete_time, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported",
-  req = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(1,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(1,)", size_set = {[1] = true}, sizes_text = "1", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
       fields = {{name = "state", offset = 0, width = 1, field = F.set_vbucket_state_state, bits = nil, kept = true, text = nil}}}},
     values = {},
     checks = {{rule = "vbucket-state-invalid", text = "state {state}", test = {"in", "state", {1, 2, 3, 4}}, when = {}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(4,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "bytes_to_ack", offset = 0, width = 4, field = F.buffer_ack_bytes_to_ack, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "required", value = "required", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "required", value = "required", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil,
-  req = {extras_sizes = "(13,)", validated = true, key = "optional", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(13,)", size_set = {[13] = true}, sizes_text = "13", extras_context = false, validated = true, key = "optional", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.system_event_by_seqno, bits = nil, kept = true, text = nil},
         {name = "event", offset = 8, width = 4, field = F.system_event_event, bits = nil, kept = true, text = nil},
@@ -498,12 +498,12 @@ SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, s
     values = {},
     checks = {{rule = "system-event-invalid", text = "event id {event}", test = {"in", "event", {0, 1, 3, 4, 5}}, when = {}},
     {rule = "system-event-invalid", text = "event version {version}", test = {"in", "version", {0, 1, 2}}, when = {}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil,
-  req = {extras_sizes = "(31,)", validated = true, key = "required", value = "optional", value_min = 0, cas = "required", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
+  req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "required", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.prepare_by_seqno, bits = nil, kept = true, text = nil},
         {name = "rev_seqno", offset = 8, width = 8, field = F.prepare_rev_seqno, bits = nil, kept = false, text = nil},
@@ -516,86 +516,86 @@ SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "b
     values = {},
     checks = {{rule = "seqno-zero", text = "prepare with by_seqno 0", test = {"ne", "by_seqno", 0}, when = {}},
     {rule = "durability-level-invalid", text = "durability level {durability_level}", test = {"in", "durability_level", {1, 2, 3}}, when = {}}}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(8,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.seqno_ack_prepared_seqno, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil,
-  req = {extras_sizes = "(16,)", validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.commit_prepared_seqno, bits = nil, kept = false, text = nil},
         {name = "commit_seqno", offset = 8, width = 8, field = F.commit_commit_seqno, bits = nil, kept = true, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil,
-  req = {extras_sizes = "(16,)", validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.abort_prepared_seqno, bits = nil, kept = false, text = nil},
         {name = "abort_seqno", offset = 8, width = 8, field = F.abort_abort_seqno, bits = nil, kept = true, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand",
-  req = {extras_sizes = "(8,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.seqno_advanced_by_seqno, bits = nil, kept = true, text = nil}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand",
-  req = {extras_sizes = "(4,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.oso_snapshot_flags, bits = {{F.oso_snapshot_flags_start, 0x1}, {F.oso_snapshot_flags_end, 0x2}}, kept = true, text = flagtext_oso_flags}}}},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "required", value_min = 42, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "required", value_min = 42, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
 SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil,
-  req = {extras_sizes = "(0,)", validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
+  req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}},
-  rsp = {extras_sizes = "(0,)", validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
+  rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
       fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
@@ -604,6 +604,14 @@ SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layou
 
 local tvb_raw = Tvb.raw
 local owned = {}      -- TCP port -> the dissector that had it before (false: none)
+
+-- Each shape's extras layouts by size (decoding and the extras-length rule look them up).
+for _, spec in pairs(SHAPES) do
+  for _, shape in ipairs({spec.req, spec.rsp}) do
+    shape.extras_by_size = {}
+    for i = 1, #shape.extras do shape.extras_by_size[shape.extras[i].size] = shape.extras[i] end
+  end
+end
 
 -- Single-message rules ----------------------------------------------------------------------
 -- The same table data as dcpdissect.analysis.rules.structure, interpreted the same way:
@@ -958,19 +966,28 @@ local function join_sizes(sizes)
   return table.concat(out, " or ")
 end
 
-local function verify_header(m, shape, ctx, add)
-  local name = m.spec.name
+-- The extras sizes the server accepts here (the deletion's depend on the negotiation), as a
+-- set and as text, and the extras layout of size `extlen` among them.
+local function allowed_extras(shape, ctx, extlen)
+  if not shape.extras_context or ctx == nil or delete_v2(ctx) == nil then
+    return shape.size_set, shape.sizes_text, shape.extras_by_size[extlen]
+  end
   local sizes, seen, extras = {}, {}, nil
   for i = 1, #shape.extras do
     local lay = shape.extras[i]
     if layout_allowed(lay, ctx) then
       if not seen[lay.size] then sizes[#sizes + 1], seen[lay.size] = lay.size, true end
-      if lay.size == m.extlen then extras = lay end
+      if lay.size == extlen then extras = lay end
     end
   end
-  if #sizes == 0 then sizes, seen = {0}, {[0] = true} end
+  return seen, join_sizes(sizes), extras
+end
+
+local function verify_header(m, shape, ctx, add)
+  local name = m.spec.name
+  local seen, sizes_text, extras = allowed_extras(shape, ctx, m.extlen)
   if not seen[m.extlen] then
-    add("extras-length", fmt("%s: extras length %d, must be %s", name, m.extlen, join_sizes(sizes)))
+    add("extras-length", fmt("%s: extras length %d, must be %s", name, m.extlen, sizes_text))
     return
   end
   -- key
@@ -1008,7 +1025,8 @@ local function verify_header(m, shape, ctx, add)
   if shape.cas == "required" and m.cas_zero then
     add("cas-invalid", name .. ": CAS 0, the request must carry one")
   elseif shape.cas == "forbidden" and not m.cas_zero then
-    add("cas-invalid", fmt("%s: CAS %s, must be 0", name, m.cas_text))
+    local hex = string.gsub(string.lower(m.cas_range:uint64():tohex()), "^0+", "")
+    add("cas-invalid", fmt("%s: CAS 0x%s, must be 0", name, hex))
   end
   -- datatype
   if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then
@@ -1275,7 +1293,9 @@ local NO_INFOS = {}
 
 -- One message at `off`, of which `cap` bytes are captured (`plen` in all), `head` its first
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
-local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_client)
+local connection   -- defined below: the negotiation of the frame's connection
+
+local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_client)
   if cap < HEADER_SIZE then
     local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
     ti_set_text(node, "Couchbase DCP: header cut by the capture")
@@ -1339,8 +1359,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
   ti_add(node, f_opaque, tvb_range(tvb, off + 12, 4))
   local r_cas = tvb_range(tvb, off + 16, 8)
   ti_add(node, f_cas, r_cas)
-  m.cas_zero = cas_zero
-  if not cas_zero then m.cas_text = fmt("0x%s", string.lower(r_uint64(r_cas):tohex()):gsub("^0+", "")) end
+  m.cas_zero, m.cas_range = cas_zero, r_cas
 
   local complete = cap >= HEADER_SIZE + bodylen
   m.truncated = not complete
@@ -1362,13 +1381,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
     -- extras
     if extlen > 0 then
       local ext_at = body + framing_len
-      local lay = nil
-      if shape then
-        local ex = shape.extras
-        for i = 1, #ex do
-          if ex[i].size == extlen then lay = ex[i] break end
-        end
-      end
+      local lay = shape and shape.extras_by_size[extlen]
       if lay then
         add_fields(tvb, node, ext_at, lay, m.f)
         m.layout = lay.label
@@ -1432,14 +1445,22 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
   expert_node = node
-  check_message(m, conn.ctx, from_client, add_expert)
-  if complete then negotiate(conn, m, from_client) end
+  -- the negotiation matters for what the client sends and for HELLO / DcpOpen answers
+  local conn = nil
+  if from_client or opcode == 0x1f or opcode == 0x50 then conn = connection(pinfo, from_client) end
+  check_message(m, conn and conn.ctx, from_client, add_expert)
+  if complete and conn then negotiate(conn, m, from_client) end
   return text
 end
 
 local texts = {}   -- Info texts of the messages of one dissector call
 
-local function conversation(pinfo, from_client)
+local call_conn = nil   -- the connection of the current dissector call, once looked up
+
+-- The connection's negotiation as it was when this frame was first dissected (recorded on
+-- the first pass, replayed when Wireshark dissects the frame again).
+connection = function(pinfo, from_client)
+  if call_conn then return call_conn end
   local a, b = tostring(pinfo.src) .. ":" .. pinfo.src_port, tostring(pinfo.dst) .. ":" .. pinfo.dst_port
   if not from_client then a, b = b, a end
   local key = a .. "-" .. b
@@ -1451,6 +1472,13 @@ local function conversation(pinfo, from_client)
     conn = {ctx = {dcp = dcp_state}, pending = {}}
     contexts[key] = conn
   end
+  local frame = pinfo.number
+  if pinfo.visited and ctx_at[frame] then
+    conn = {ctx = ctx_at[frame], pending = {}}
+  elseif ctx_at[frame] == nil then
+    ctx_at[frame] = conn.ctx
+  end
+  call_conn = conn
   return conn
 end
 
@@ -1464,15 +1492,7 @@ function dcp.dissector(tvb, pinfo, tree)
   local can_desegment = pinfo.can_desegment > 0
   local n_texts, off = 0, 0
   local from_client = owned[pinfo.dst_port] ~= nil and owned[pinfo.src_port] == nil
-  local conn = conversation(pinfo, from_client)
-  -- the negotiation in force for this frame: recorded on the first pass, replayed after
-  local frame = pinfo.number
-  local live = conn
-  if pinfo.visited and ctx_at[frame] then
-    conn = {ctx = ctx_at[frame], pending = {}}
-  else
-    ctx_at[frame] = conn.ctx
-  end
+  call_conn = nil
   while off < reported do
     local avail = captured - off
     if avail < 0 then break end
@@ -1493,7 +1513,7 @@ function dcp.dissector(tvb, pinfo, tree)
       break
     end
     local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head,
-                           conn, from_client)
+                           pinfo, from_client)
     if not ok then
       ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
       text = "[dissector error]"

@@ -1,6 +1,14 @@
 -- dcpdissect: the single-message rules of the analyzer, interpreted from the rendered tables.
 -- Part of lua/dcpdissect.lua (dcpdissect/luagen inserts it after the tables).
 
+-- Each shape's extras layouts by size (decoding and the extras-length rule look them up).
+for _, spec in pairs(SHAPES) do
+  for _, shape in ipairs({spec.req, spec.rsp}) do
+    shape.extras_by_size = {}
+    for i = 1, #shape.extras do shape.extras_by_size[shape.extras[i].size] = shape.extras[i] end
+  end
+end
+
 -- Single-message rules ----------------------------------------------------------------------
 -- The same table data as dcpdissect.analysis.rules.structure, interpreted the same way:
 -- generic header rules (kv_engine McbpValidator::verify_header) from each opcode's shape,
@@ -354,19 +362,28 @@ local function join_sizes(sizes)
   return table.concat(out, " or ")
 end
 
-local function verify_header(m, shape, ctx, add)
-  local name = m.spec.name
+-- The extras sizes the server accepts here (the deletion's depend on the negotiation), as a
+-- set and as text, and the extras layout of size `extlen` among them.
+local function allowed_extras(shape, ctx, extlen)
+  if not shape.extras_context or ctx == nil or delete_v2(ctx) == nil then
+    return shape.size_set, shape.sizes_text, shape.extras_by_size[extlen]
+  end
   local sizes, seen, extras = {}, {}, nil
   for i = 1, #shape.extras do
     local lay = shape.extras[i]
     if layout_allowed(lay, ctx) then
       if not seen[lay.size] then sizes[#sizes + 1], seen[lay.size] = lay.size, true end
-      if lay.size == m.extlen then extras = lay end
+      if lay.size == extlen then extras = lay end
     end
   end
-  if #sizes == 0 then sizes, seen = {0}, {[0] = true} end
+  return seen, join_sizes(sizes), extras
+end
+
+local function verify_header(m, shape, ctx, add)
+  local name = m.spec.name
+  local seen, sizes_text, extras = allowed_extras(shape, ctx, m.extlen)
   if not seen[m.extlen] then
-    add("extras-length", fmt("%s: extras length %d, must be %s", name, m.extlen, join_sizes(sizes)))
+    add("extras-length", fmt("%s: extras length %d, must be %s", name, m.extlen, sizes_text))
     return
   end
   -- key
@@ -404,7 +421,8 @@ local function verify_header(m, shape, ctx, add)
   if shape.cas == "required" and m.cas_zero then
     add("cas-invalid", name .. ": CAS 0, the request must carry one")
   elseif shape.cas == "forbidden" and not m.cas_zero then
-    add("cas-invalid", fmt("%s: CAS %s, must be 0", name, m.cas_text))
+    local hex = string.gsub(string.lower(m.cas_range:uint64():tohex()), "^0+", "")
+    add("cas-invalid", fmt("%s: CAS 0x%s, must be 0", name, hex))
   end
   -- datatype
   if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then

@@ -319,7 +319,10 @@ def _shape_lua(op: Opcode, request: bool, fs: FieldSet) -> str:
     ext = ",\n    ".join(_layout_lua(op, lay, fs, keep, "Extras") for lay in shape.extras)
     val = ",\n    ".join(_layout_lua(op, lay, fs, keep, "Value") for lay in shape.values)
     checks = ",\n    ".join(_check_lua(c) for c in shape.checks)
-    props = {"validated": shape.validated, "key": shape.key.value, "value": shape.value.value,
+    sizes = sorted({lay.size for lay in shape.extras}) or [0]
+    props = {"size_set": frozenset(sizes), "sizes_text": " or ".join(map(str, sizes)),
+             "extras_context": any(lay.context for lay in shape.extras),
+             "validated": shape.validated, "key": shape.key.value, "value": shape.value.value,
              "value_context": shape.value_context, "value_min": shape.value_min,
              "cas": shape.cas.value, "datatypes": shape.datatypes,
              "document_key": shape.document_key, "keep_value": shape.value_kind == "json"}

@@ -197,7 +197,9 @@ local NO_INFOS = {}
 
 -- One message at `off`, of which `cap` bytes are captured (`plen` in all), `head` its first
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
-local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_client)
+local connection   -- defined below: the negotiation of the frame's connection
+
+local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_client)
   if cap < HEADER_SIZE then
     local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
     ti_set_text(node, "Couchbase DCP: header cut by the capture")
@@ -250,8 +252,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
   ti_add(node, f_opaque, tvb_range(tvb, off + 12, 4))
   local r_cas = tvb_range(tvb, off + 16, 8)
   ti_add(node, f_cas, r_cas)
-  m.cas_zero = cas_zero
-  if not cas_zero then m.cas_text = fmt("0x%s", string.lower(r_uint64(r_cas):tohex()):gsub("^0+", "")) end
+  m.cas_zero, m.cas_range = cas_zero, r_cas
 
   local complete = cap >= HEADER_SIZE + bodylen
   m.truncated = not complete
@@ -273,13 +274,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
     -- extras
     if extlen > 0 then
       local ext_at = body + framing_len
-      local lay = nil
-      if shape then
-        local ex = shape.extras
-        for i = 1, #ex do
-          if ex[i].size == extlen then lay = ex[i] break end
-        end
-      end
+      local lay = shape and shape.extras_by_size[extlen]
       if lay then
         add_fields(tvb, node, ext_at, lay, m.f)
         m.layout = lay.label
@@ -343,14 +338,22 @@ local function dissect_message(tvb, tree, off, cap, plen, head, conn, from_clien
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
   expert_node = node
-  check_message(m, conn.ctx, from_client, add_expert)
-  if complete then negotiate(conn, m, from_client) end
+  -- the negotiation matters for what the client sends and for HELLO / DcpOpen answers
+  local conn = nil
+  if from_client or opcode == 0x1f or opcode == 0x50 then conn = connection(pinfo, from_client) end
+  check_message(m, conn and conn.ctx, from_client, add_expert)
+  if complete and conn then negotiate(conn, m, from_client) end
   return text
 end
 
 local texts = {}   -- Info texts of the messages of one dissector call
 
-local function conversation(pinfo, from_client)
+local call_conn = nil   -- the connection of the current dissector call, once looked up
+
+-- The connection's negotiation as it was when this frame was first dissected (recorded on
+-- the first pass, replayed when Wireshark dissects the frame again).
+connection = function(pinfo, from_client)
+  if call_conn then return call_conn end
   local a, b = tostring(pinfo.src) .. ":" .. pinfo.src_port, tostring(pinfo.dst) .. ":" .. pinfo.dst_port
   if not from_client then a, b = b, a end
   local key = a .. "-" .. b
@@ -362,6 +365,13 @@ local function conversation(pinfo, from_client)
     conn = {ctx = {dcp = dcp_state}, pending = {}}
     contexts[key] = conn
   end
+  local frame = pinfo.number
+  if pinfo.visited and ctx_at[frame] then
+    conn = {ctx = ctx_at[frame], pending = {}}
+  elseif ctx_at[frame] == nil then
+    ctx_at[frame] = conn.ctx
+  end
+  call_conn = conn
   return conn
 end
 
@@ -375,15 +385,7 @@ function dcp.dissector(tvb, pinfo, tree)
   local can_desegment = pinfo.can_desegment > 0
   local n_texts, off = 0, 0
   local from_client = owned[pinfo.dst_port] ~= nil and owned[pinfo.src_port] == nil
-  local conn = conversation(pinfo, from_client)
-  -- the negotiation in force for this frame: recorded on the first pass, replayed after
-  local frame = pinfo.number
-  local live = conn
-  if pinfo.visited and ctx_at[frame] then
-    conn = {ctx = ctx_at[frame], pending = {}}
-  else
-    ctx_at[frame] = conn.ctx
-  end
+  call_conn = nil
   while off < reported do
     local avail = captured - off
     if avail < 0 then break end
@@ -404,7 +406,7 @@ function dcp.dissector(tvb, pinfo, tree)
       break
     end
     local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head,
-                           conn, from_client)
+                           pinfo, from_client)
     if not ok then
       ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
       text = "[dissector error]"
