@@ -26,8 +26,10 @@ RULES = (
          "snapshot marker start and end are both behind the last received seqno",
          "R16; PassiveStream::messageReceived returns ERANGE and drops the marker (MB-16044)", ST),
     rule("data-outside-snapshot", ERROR, "data seqno outside the current snapshot [start, end]",
-         "R18; the consumer returns ERANGE ('does not fall in the expected snapshot range') and "
-         "the producer disconnects", ST),
+         "engines/ep/src/dcp/passive_stream.cc PassiveStream::processMessageInner: a mutation, "
+         "deletion, expiration or prepare outside [start, end] is answered ERANGE and the producer "
+         "disconnects; commit, abort and system events are not range-checked by the consumer, "
+         "but kv_engine's producer never sends them outside the snapshot", ST),
     rule("data-seqno-not-increasing", ERROR, "data seqno not above the previous seqno of the stream",
          "R18; the consumer returns ERANGE ('out of sequence'); lastSentSeqno is strictly "
          "monotonic except inside OSO (MB-50543)", ST),
