@@ -11,14 +11,54 @@ from .model import (  # noqa: F401
 )
 from .opcodes import DCP_OPCODES  # noqa: F401
 
-OPCODES: dict[int, Opcode] = {op.code: op for op in DCP_OPCODES}
-OPCODE_NAMES: dict[int, str] = {**CLIENT_OPCODE_NAMES, **{op.code: op.name for op in DCP_OPCODES}}
-assert all(CLIENT_OPCODE_NAMES[op.code] == op.name for op in DCP_OPCODES), "opcode names disagree"
 
-# Roles of opcodes, derived from the table (never listed by hand elsewhere).
-DOCUMENT_OPCODES = frozenset(op.code for op in DCP_OPCODES if op.document)
-STREAM_OPCODES = frozenset(op.code for op in DCP_OPCODES if op.stream)
-ITEM_OPCODES = frozenset(op.code for op in DCP_OPCODES if op.item)
+
+def opcode_tables(opcodes: tuple[Opcode, ...]) -> dict[str, object]:
+    """Every table derived from a list of opcodes, by module-global name. The globals below
+    are ``opcode_tables(DCP_OPCODES)``; a test that adds a made-up opcode rebuilds them all
+    from here (and patches them where they are imported)."""
+    names = {**CLIENT_OPCODE_NAMES, **{op.code: op.name for op in opcodes}}
+    return {
+        "DCP_OPCODES": opcodes,
+        "OPCODES": {op.code: op for op in opcodes},
+        "OPCODE_NAMES": names,
+        "OPCODE_CODES": {name: code for code, name in names.items()},
+        # Roles of opcodes (never listed by hand elsewhere).
+        "DOCUMENT_OPCODES": frozenset(op.code for op in opcodes if op.document),
+        "STREAM_OPCODES": frozenset(op.code for op in opcodes if op.stream),
+        "ITEM_OPCODES": frozenset(op.code for op in opcodes if op.item),
+        # Responses that carry a failover log (stream request, get failover log).
+        "FAILOVER_LOG_OPCODES": frozenset(
+            op.code for op in opcodes
+            if any(lay.repeated == "failover_log" for lay in op.response.values)),
+    }
+
+
+assert all(CLIENT_OPCODE_NAMES[op.code] == op.name for op in DCP_OPCODES), "opcode names disagree"
+_TABLES = opcode_tables(DCP_OPCODES)
+OPCODES: dict[int, Opcode] = _TABLES["OPCODES"]
+OPCODE_NAMES: dict[int, str] = _TABLES["OPCODE_NAMES"]
+OPCODE_CODES: dict[str, int] = _TABLES["OPCODE_CODES"]
+DOCUMENT_OPCODES: frozenset[int] = _TABLES["DOCUMENT_OPCODES"]
+STREAM_OPCODES: frozenset[int] = _TABLES["STREAM_OPCODES"]
+ITEM_OPCODES: frozenset[int] = _TABLES["ITEM_OPCODES"]
+FAILOVER_LOG_OPCODES: frozenset[int] = _TABLES["FAILOVER_LOG_OPCODES"]
+assert set(_TABLES) <= set(globals()), "every derived table is a module global"
+
+
+def opcode_code(name: str) -> int:
+    """The code of the opcode kv_engine calls ``name`` (``"DcpSnapshotMarker"`` -> 0x56)."""
+    return OPCODE_CODES[name]
+
+
+def shape_fields(shape: Shape) -> dict[str, Field]:
+    """Every field of a shape's extras and value layouts by name (the first layout that
+    declares a name wins: layouts of one shape that share a name describe one field)."""
+    out: dict[str, Field] = {}
+    for lay in shape.extras + shape.values:
+        for f in lay.fields:
+            out.setdefault(f.name, f)
+    return out
 
 
 def opcode_name(magic: int, code: int) -> str:
