@@ -7,9 +7,11 @@ did not show is None, and the rules that depend on it do not apply.
 
 from __future__ import annotations
 
-from ..protocol import DATATYPE_FEATURES, DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, STATUS_SUCCESS
+from ..protocol import (
+    DATATYPE_FEATURES, DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, STATUS_SUCCESS, opcode_code,
+)
 
-HELLO, DCP_OPEN = 0x1F, 0x50
+HELLO, DCP_OPEN = opcode_code("Hello"), opcode_code("DcpOpen")
 _PRODUCER = DCP_OPEN_FLAGS.bit("producer")
 _DELETE_TIMES = DCP_OPEN_FLAGS.bit("include_delete_times")
 

@@ -1,7 +1,8 @@
 """Rollback checks: predict each stream request's answer and compare with the server's.
 
-For every vbucket of every server the latest failover log seen in the capture (0x54 / 0x96
-responses, successful 0x53 responses) is kept; the highest seqno seen from that server for
+For every vbucket of every server the latest failover log seen in the capture (the responses
+of the opcodes in ``FAILOVER_LOG_OPCODES``: get failover log, successful stream requests) is
+kept; the highest seqno seen from that server for
 the vbucket is a lower bound of its high seqno, and a V2.2 marker's purge seqno gives its
 purge seqno. A conclusion is reported as sure only when the unknowns cannot change it.
 """
@@ -11,14 +12,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..protocol import STATUS_ROLLBACK, STATUS_SUCCESS
+from ..protocol import (
+    FAILOVER_LOG_OPCODES, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_FLAGS, opcode_code,
+)
 from .findings import Finding, finding_for
 from .rollback import REASON_NO_UUID, FailoverEntry, needs_rollback, sanitize
 from .rules import ERROR, INFO, WARNING
 
-IGNORE_PURGED_TOMBSTONES = 0x80
-STRICT_VBUUID = 0x20
-
+IGNORE_PURGED_TOMBSTONES = STREAM_FLAGS.bit("ignore_purged_tombstones")
+STRICT_VBUUID = STREAM_FLAGS.bit("strict_vbuuid")
+STREAM_REQ = opcode_code("DcpStreamReq")
+MARKER = opcode_code("DcpSnapshotMarker")
 
 
 @dataclass
@@ -60,30 +64,30 @@ class RollbackTracker:
         server = opened.server
         op = msg.opcode
         if msg.is_request:
-            if op in (0x53, 0x54, 0x96) and pdu.direction == 0:
+            if op in FAILOVER_LOG_OPCODES and pdu.direction == 0:
                 pending = self.pending
                 if len(pending) >= MAX_PENDING:      # never answered: forget the oldest
                     del pending[next(iter(pending))]
                 pending[(pdu.conn, msg.opaque)] = _Request(op, msg.vbucket, msg.fields, pdu, msg)
-                if op == 0x53 and "start_seqno" in msg.fields:
+                if op == STREAM_REQ and "start_seqno" in msg.fields:
                     return self._check_request(pdu, msg, opened)
             elif pdu.direction == 1 and msg.vbucket is not None:
                 self._observe(server, msg)
             return []
-        req = self.pending.pop((pdu.conn, msg.opaque), None) if op in (0x53, 0x54, 0x96) else None
+        req = self.pending.pop((pdu.conn, msg.opaque), None) if op in FAILOVER_LOG_OPCODES else None
         if req is None:
             return []
         log = msg.fields.get("failover_log")
         if msg.status == STATUS_SUCCESS and log:
             table = [FailoverEntry(e["vbucket_uuid"], e["seqno"]) for e in log]
             key = (server, req.vbucket)
-            if req.opcode == 0x53:
+            if req.opcode == STREAM_REQ:
                 out = self._judge(req, msg, pdu, opened, success=True)
                 self.tables[key] = table
                 return out
             self.tables[key] = table
             return []
-        if req.opcode == 0x53 and msg.status == STATUS_ROLLBACK and "rollback_seqno" in msg.fields:
+        if req.opcode == STREAM_REQ and msg.status == STATUS_ROLLBACK and "rollback_seqno" in msg.fields:
             return self._judge(req, msg, pdu, opened, success=False)
         return []
 
@@ -94,7 +98,7 @@ class RollbackTracker:
         seen = f.get("by_seqno") or f.get("commit_seqno") or f.get("abort_seqno") or f.get("end_seqno")
         if seen and seen > self.high.get(key, 0):
             self.high[key] = seen
-        if msg.opcode == 0x56 and "purge_seqno" in f:
+        if msg.opcode == MARKER and "purge_seqno" in f:
             self.purge[key] = f["purge_seqno"]
 
     def _check_request(self, pdu, msg, opened) -> list[Finding]:

@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+from ..protocol import STATUS_ROLLBACK, opcode_code
+
 MASK = 0xFFFFFFFF
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 MAX_FRAME = 30 * 1024 * 1024
@@ -371,6 +373,7 @@ def _dcp_message(rng: random.Random, vb: int, opaque: int) -> tuple[int, bytes]:
     """(direction, frame) of one random but well-framed DCP message."""
     from ..codec import encode
     from ..samples.builder import failover, marker, mutation, stream_req
+    op = opcode_code
     r = rng.random()
     s = _seqno
     if r < 0.15:
@@ -381,12 +384,13 @@ def _dcp_message(rng: random.Random, vb: int, opaque: int) -> tuple[int, bytes]:
     if r < 0.28:
         entries = [(rng.choice((0, 1, 2, 2**63)), s(rng)) for _ in range(rng.randint(0, 4))]
         if rng.random() < 0.2:
-            return 1, encode(0x53, {"rollback_seqno": s(rng)}, request=False, status=0x23,
-                             opaque=opaque)
+            return 1, encode(op("DcpStreamReq"), {"rollback_seqno": s(rng)}, request=False,
+                             status=STATUS_ROLLBACK, opaque=opaque)
         if rng.random() < 0.1:
-            return 1, encode(0x53, request=False, status=rng.choice((0x01, 0x07, 0x22, 0x86)),
-                             opaque=opaque)
-        return 1, failover(opaque, *entries) if entries else encode(0x53, request=False, opaque=opaque)
+            return 1, encode(op("DcpStreamReq"), request=False,
+                             status=rng.choice((0x01, 0x07, 0x22, 0x86)), opaque=opaque)
+        return 1, (failover(opaque, *entries) if entries
+                   else encode(op("DcpStreamReq"), request=False, opaque=opaque))
     if r < 0.45:
         layout = rng.choice(("V1", "V2.0", "V2.2"))
         extra = {}
@@ -400,21 +404,23 @@ def _dcp_message(rng: random.Random, vb: int, opaque: int) -> tuple[int, bytes]:
         return 1, mutation(vb, opaque, s(rng), f"k{rng.randrange(5)}", b"{}",
                            sid=rng.choice((None, None, 7)), cas=1)
     if r < 0.80:
-        return 1, encode(rng.choice((0x58, 0x59)), dict(by_seqno=s(rng), rev_seqno=1, delete_time=0),
+        return 1, encode(op(rng.choice(("DcpDeletion", "DcpExpiration"))),
+                         dict(by_seqno=s(rng), rev_seqno=1, delete_time=0),
                          key=b"k", vbucket=vb, opaque=opaque)
     if r < 0.85:
-        return 1, encode(0x55, {"reason": rng.randrange(8)}, vbucket=vb, opaque=opaque)
+        return 1, encode(op("DcpStreamEnd"), {"reason": rng.randrange(8)}, vbucket=vb, opaque=opaque)
     if r < 0.88:
-        return 1, encode(0x64, {"by_seqno": s(rng)}, vbucket=vb, opaque=opaque)
+        return 1, encode(op("DcpSeqnoAdvanced"), {"by_seqno": s(rng)}, vbucket=vb, opaque=opaque)
     if r < 0.91:
-        return 1, encode(0x65, {"flags": rng.randrange(4)}, vbucket=vb, opaque=opaque)
+        return 1, encode(op("DcpOsoSnapshot"), {"flags": rng.randrange(4)}, vbucket=vb, opaque=opaque)
     if r < 0.94:
-        return 0, encode(0x51, {"flags": rng.randrange(0x200)}, vbucket=vb, opaque=opaque)
+        return 0, encode(op("DcpAddStream"), {"flags": rng.randrange(0x200)}, vbucket=vb,
+                         opaque=opaque)
     if r < 0.97:
-        return 1, encode(0x51, {"new_opaque": rng.randrange(1 << 32)}, request=False,
+        return 1, encode(op("DcpAddStream"), {"new_opaque": rng.randrange(1 << 32)}, request=False,
                          opaque=opaque, status=rng.choice((0, 0, 0x04)))
     feats = struct.pack(">3H", *(rng.randrange(0x20) for _ in range(3)))
-    return rng.randrange(2), encode(0x1F, key=b"f", value=feats, opaque=opaque,
+    return rng.randrange(2), encode(op("Hello"), key=b"f", value=feats, opaque=opaque,
                                     request=rng.random() < 0.5)
 
 
@@ -429,7 +435,7 @@ def dcp_conversation(rng: random.Random) -> bytes:
                  isn_c=rng.randrange(1 << 32), isn_s=rng.randrange(1 << 32))
         frames += f.syn()
         frames.append(f.seg(0, dcp_open(name, rng.choice((0, 1, 0x25)), 1)))
-        frames.append(f.seg(1, ok(0x50, 1)))
+        frames.append(f.seg(1, ok(opcode_code("DcpOpen"), 1)))
         vbs = [rng.randrange(4) for _ in range(3)]
         for _ in range(rng.randint(2, 40)):
             vb = rng.choice(vbs)
