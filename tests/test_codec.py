@@ -5,7 +5,10 @@ import random
 import pytest
 
 from dcpdissect.codec import (
-    FrameInfoError, decode, encode, encode_frame_info, parse_frame_infos, parse_header,
+    FrameInfoError, Problem, decode, encode, encode_frame_info, parse_frame_infos, peek,
+)
+from dcpdissect.codec.problems import (
+    EXTRAS_SIZE, FRAME_INFO, HEADER_OVERRUN, TRUNCATED, UNKNOWN_MAGIC, VALUE_SIZE,
 )
 from dcpdissect.protocol import OPCODES, SNAPSHOT_FLAGS, STREAM_FLAGS
 
@@ -122,7 +125,7 @@ def test_marker_variants_are_labelled():
     assert (decode(doc).layout, decode(doc).value_len) == ("V2.2-doc44", 44)
     assert decode(doc).fields["purge_seqno"] == 3 and "high_prepared_seqno" not in decode(doc).fields
     bad = encode(0x56, {"version": 0}, layout="V2", value=bytes(40))
-    assert decode(bad).problems == ["value length 40 does not match 36"]
+    assert decode(bad).problems == [Problem(VALUE_SIZE, "value length 40 does not match 36")]
 
 
 def test_failover_log_and_rollback_values():
@@ -132,7 +135,7 @@ def test_failover_log_and_rollback_values():
     m = decode(encode(0x53, {"rollback_seqno": 1}, request=False, status=0x23))
     assert m.fields == {"rollback_seqno": 1} and m.layout == "rollback"
     m = decode(encode(0x54, request=False, value=bytes(20)))
-    assert m.problems == ["value length 20 does not match 16*n"]
+    assert m.problems == [Problem(VALUE_SIZE, "value length 20 does not match 16*n")]
 
 
 @pytest.mark.parametrize("fid,length", [(0, 0), (2, 2), (1, 3), (14, 14), (15, 0), (20, 15), (3, 40)])
@@ -153,12 +156,13 @@ def test_bad_frame_info_encoding_is_reported(raw):
     hdr[2] = len(raw)
     hdr[8:12] = len(body).to_bytes(4, "big")
     m = decode(bytes(hdr) + body)
-    assert m.problems and m.problems[0].startswith("bad framing extras")
+    assert m.problems and m.problems[0].code == FRAME_INFO
+    assert m.problems[0].text.startswith("bad framing extras")
 
 
 def test_flexible_header_and_stream_id():
     frame = encode(0x57, {"by_seqno": 5}, key=b"abc", value=b"xyz", stream_id=0x1234)
-    magic, opcode, flen, keylen, extlen, *_ = parse_header(frame)
+    magic, opcode, flen, keylen, extlen, *_ = peek(frame)
     assert (magic, opcode, flen, keylen, extlen) == (0x08, 0x57, 3, 3, 31)
     m = decode(frame)
     assert (m.stream_id, m.key, bytes(m.value), m.value_len) == (0x1234, b"abc", b"xyz", 3)
@@ -169,12 +173,12 @@ def test_bad_frames_decode_without_raising():
     good = encode(0x56, {"start_seqno": 1, "end_seqno": 2, "flags": 1}, layout="V1")
     short_extras = bytearray(good)
     short_extras[4] = 12
-    assert "extras length 12 not in (20, 1)" in decode(bytes(short_extras)).problems
+    assert Problem(EXTRAS_SIZE, "extras length 12 not in (20, 1)") in decode(bytes(short_extras)).problems
     over = bytearray(good)
     over[2:4] = (100).to_bytes(2, "big")
-    assert any("exceed body length" in p for p in decode(bytes(over)).problems)
-    assert any("truncated" in p for p in decode(good[:30]).problems)
-    assert decode(bytes([0x42]) + good[1:]).problems[0] == "unknown magic 0x42"
+    assert [p.code for p in decode(bytes(over)).problems] == [HEADER_OVERRUN]
+    assert [p.code for p in decode(good[:30]).problems] == [TRUNCATED]
+    assert decode(bytes([0x42]) + good[1:]).problems[0] == Problem(UNKNOWN_MAGIC, "unknown magic 0x42")
     with pytest.raises(ValueError):
         decode(good[:10])
     rng = random.Random(7)

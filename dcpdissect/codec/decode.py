@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import struct
-
 from ..protocol import (
-    FLEXIBLE_MAGICS, HEADER_SIZE, MAGICS, OPCODES, REQUEST_MAGICS, RESPONSE_MAGICS,
-    SERVER_MAGICS, Layout, Shape, opcode_name,
+    HEADER_SIZE, MAGICS, OPCODES, REQUEST_MAGICS, RESPONSE_MAGICS, SERVER_MAGICS, Layout, Shape,
+    opcode_name,
 )
 from .frameinfo import FrameInfoError, parse_frame_infos, stream_id_of
+from .header import peek
 from .layouts import compiled
+from .problems import (
+    EXTRAS_SIZE, FRAME_INFO, HEADER_OVERRUN, TRUNCATED, UNKNOWN_MAGIC, VALUE_SIZE, Problem,
+)
 
-HEADER = struct.Struct(">BBHBBHIIQ")       # classic: magic opcode keylen extlen dt vb/st body opaque cas
-FLEX_LENS = struct.Struct(">BB")          # flexible framing: bytes 2-3 = framing len, keylen
 _EMPTY_SHAPE = Shape()
 
 
@@ -45,15 +45,6 @@ class Message:
         return f"<Message {self.name} magic={self.magic:#04x} {where} opaque={self.opaque:#x} {self.fields}>"
 
 
-def parse_header(buf, offset: int = 0) -> tuple[int, int, int, int, int, int, int, int, int, int]:
-    """(magic, opcode, framing_len, keylen, extlen, datatype, vb_or_status, bodylen, opaque, cas)."""
-    magic, opcode, keylen, extlen, datatype, specific, bodylen, opaque, cas = HEADER.unpack_from(buf, offset)
-    framing_len = 0
-    if magic in FLEXIBLE_MAGICS:
-        framing_len, keylen = FLEX_LENS.unpack_from(buf, offset + 2)
-    return magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque, cas
-
-
 class _Plan:
     """What decoding needs for one (opcode, request?) pair, compiled once."""
 
@@ -81,15 +72,12 @@ def _plan(magic: int, opcode: int, request: bool) -> _Plan:
 
 def decode(buf) -> Message:
     """Decode exactly one frame (24-byte header + body). Never raises on bad content:
-    problems found while decoding are listed in ``Message.problems``.
+    problems found while decoding are listed in ``Message.problems`` (:class:`Problem`).
     """
     if len(buf) < HEADER_SIZE:
         raise ValueError(f"need {HEADER_SIZE} header bytes, got {len(buf)}")
     m = Message()
-    magic, opcode, keylen, extlen, datatype, specific, bodylen, opaque, cas = HEADER.unpack_from(buf)
-    framing_len = 0
-    if magic in FLEXIBLE_MAGICS:
-        framing_len, keylen = FLEX_LENS.unpack_from(buf, 2)
+    magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque, cas = peek(buf)
     request = magic in REQUEST_MAGICS
     plan = _plan(magic, opcode, request)
     m.magic, m.opcode, m.framing_len, m.keylen, m.extlen = magic, opcode, framing_len, keylen, extlen
@@ -102,23 +90,24 @@ def decode(buf) -> Message:
     m.frame_infos = []
     m.stream_id = None
     if not request and magic not in RESPONSE_MAGICS:
-        problems.append(f"unknown magic {magic:#04x}")
+        problems.append(Problem(UNKNOWN_MAGIC, f"unknown magic {magic:#04x}"))
 
     end = HEADER_SIZE + bodylen
     complete = len(buf) >= end
     if not complete:
-        problems.append(f"frame truncated: body has {len(buf) - HEADER_SIZE} of {bodylen} bytes")
+        problems.append(Problem(TRUNCATED, f"frame truncated: body has {len(buf) - HEADER_SIZE}"
+                                           f" of {bodylen} bytes"))
     e_start = HEADER_SIZE + framing_len
     k_start = e_start + extlen
     v_start = k_start + keylen
     if v_start > end:
-        problems.append(f"framing extras {framing_len} + extras {extlen} + key {keylen}"
-                        f" exceed body length {bodylen}")
+        problems.append(Problem(HEADER_OVERRUN, f"framing extras {framing_len} + extras {extlen}"
+                                                f" + key {keylen} exceed body length {bodylen}"))
     if framing_len:
         try:
             m.frame_infos = parse_frame_infos(buf[HEADER_SIZE:min(e_start, end)], request)
         except FrameInfoError as exc:
-            problems.append(f"bad framing extras: {exc}")
+            problems.append(Problem(FRAME_INFO, f"bad framing extras: {exc}"))
         m.stream_id = stream_id_of(m.frame_infos)
     m.extras = extras = bytes(buf[min(e_start, end):min(k_start, end)])
     m.key = bytes(buf[min(k_start, end):min(v_start, end)])
@@ -131,7 +120,7 @@ def decode(buf) -> Message:
                 fields.update(zip(names, st.unpack_from(extras)))
                 m.layout = label
             elif plan.spec is not None:
-                problems.append(f"extras length {extlen} not in {plan.sizes}")
+                problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
         if plan.values:
             _decode_value(m, plan.values)
     return m
@@ -157,7 +146,7 @@ def _decode_value(m: Message, layouts: tuple[Layout, ...]) -> None:
             return
     if candidates:
         sizes = "/".join(f"{lay.size}{'*n' if lay.repeated else ''}" for lay in candidates)
-        m.problems.append(f"value length {n} does not match {sizes}")
+        m.problems.append(Problem(VALUE_SIZE, f"value length {n} does not match {sizes}"))
 
 
 def magic_name(magic: int) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..protocol import FLEXIBLE_MAGICS, FRAME_INFO_STREAM_ID, OPCODES, Layout, Shape
-from .decode import HEADER
 from .frameinfo import encode_frame_info
+from .header import pack as pack_header
 from .layouts import pack
 
 
@@ -65,12 +65,9 @@ def encode(opcode: int, fields: dict | None = None, *, request: bool = True,
     if magic is None:
         magic = (0x08 if request else 0x18) if framing else (0x80 if request else 0x81)
     body = framing + extras + key + bytes(value)
-    if magic in FLEXIBLE_MAGICS:
-        keylen_field = (len(framing) << 8) | len(key)
-    else:
-        keylen_field = len(key)
-    header = HEADER.pack(magic, opcode, keylen_field, len(extras), datatype,
-                         vbucket if request else status, len(body), opaque, cas)
+    header = pack_header(magic, opcode, len(framing) if magic in FLEXIBLE_MAGICS else 0, len(key),
+                         len(extras), datatype, vbucket if request else status, len(body), opaque,
+                         cas)
     return header + body
 
 

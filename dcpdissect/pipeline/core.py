@@ -45,7 +45,7 @@ from ..analysis.findings import Finding
 from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
-from ..protocol import SERVER_MAGICS, TLS_PORTS
+from ..protocol import HEADER_SIZE, SERVER_MAGICS, TLS_PORTS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
@@ -560,12 +560,12 @@ class MessageColumns:
             "layout": [m.layout for m in msgs],
             "fields": [_json_fast(m.fields) for m in msgs],
             "names": [self._names(m) for m in msgs],
-            "problems": [list(m.problems) for m in msgs],
+            "problems": [[p.text for p in m.problems] for m in msgs],
         }
         if header:
             cols.update(self._header(msgs))
         else:
-            cols["header"] = b"".join([p.data[:24] for p in pdus])
+            cols["header"] = b"".join([p.data[:HEADER_SIZE] for p in pdus])
         self._count_streams(pdus, msgs)
         return cols
 

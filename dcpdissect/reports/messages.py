@@ -87,7 +87,7 @@ def message_record(pdu, msg: Message) -> dict:
         "layout": msg.layout,
         "fields": fields,
         "names": field_names(msg),
-        "problems": list(msg.problems),
+        "problems": [p.text for p in msg.problems],
     }
 
 
