@@ -10,17 +10,12 @@ known opcode, sane lengths, followed by another plausible header or the end of t
 from __future__ import annotations
 
 import re
-import struct
 from typing import NamedTuple
 
-from ..protocol import (
-    DATATYPE_MAX, FLEXIBLE_MAGICS, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, is_known_opcode,
-)
+from ..codec.header import frame_size, peek
+from ..protocol import DATATYPE_MAX, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, is_known_opcode
 
-_HDR = struct.Struct(">BBHBBHI")    # through bodylen
 _LEGAL_MAGICS = frozenset(MAGICS.values)
-_BODYLEN = struct.Struct(">I").unpack_from
-_MAX_BODY = MAX_FRAME_SIZE - HEADER_SIZE
 MAX_PDU_SEGMENTS = 65536           # chunks held for one unfinished PDU (30 MiB in 480-byte segments)
 _MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
 
@@ -35,13 +30,21 @@ class Pdu(NamedTuple):
     ts_ns: int              # timestamp of that frame
 
 
+# Resync.cause: what the framer found (match on these, not on Resync.detail).
+ILLEGAL_MAGIC = "illegal_magic"     # the header that broke framing has an illegal magic
+TOO_LARGE = "too_large"             # ... or a frame size beyond MAX_FRAME_SIZE
+NO_HEADER = "no_header"             # no plausible header before the end of the stream
+RESYNC_CAUSES = (ILLEGAL_MAGIC, TOO_LARGE, NO_HEADER)
+
+
 class Resync(NamedTuple):
     conn: int
     direction: int
     offset: int             # stream offset where decoding resumed
     skipped: int            # bytes discarded to get there
     reason: str             # 'mid_stream', 'after_gap', 'garbage'
-    detail: str
+    cause: str | None       # one of RESYNC_CAUSES; None when no header was judged
+    detail: str             # for people: the cause with offsets and values
     frame: int
     ts_ns: int
 
@@ -58,29 +61,25 @@ class LostPdu(NamedTuple):
     ts_ns: int
 
 
-def header_problem(buf, pos: int) -> str | None:
-    """Why the 24 bytes at ``pos`` cannot start a frame the server would accept as framing
-    (None when they can). Only magic and lengths are judged here."""
-    magic, opcode, keylen, extlen, datatype, _vb, bodylen = _HDR.unpack_from(buf, pos)
-    if magic not in _LEGAL_MAGICS:
-        return f"illegal magic {magic:#04x}"
-    if HEADER_SIZE + bodylen > MAX_FRAME_SIZE:
-        return f"body length {bodylen} exceeds the {MAX_FRAME_SIZE >> 20} MiB frame limit"
+def header_problem(buf, pos: int) -> tuple[str, str] | None:
+    """(cause, text): why the 24 bytes at ``pos`` cannot start a frame the server would
+    accept as framing (None when they can). Only magic and lengths are judged here."""
+    h = peek(buf, pos)
+    if h.magic not in _LEGAL_MAGICS:
+        return ILLEGAL_MAGIC, f"illegal magic {h.magic:#04x}"
+    if HEADER_SIZE + h.bodylen > MAX_FRAME_SIZE:
+        return TOO_LARGE, f"body length {h.bodylen} exceeds the {MAX_FRAME_SIZE >> 20} MiB frame limit"
     return None
 
 
 def plausible(buf, pos: int) -> bool:
     """Strict check used while resynchronising."""
-    magic, opcode, keylen, extlen, datatype, _vb, bodylen = _HDR.unpack_from(buf, pos)
+    magic, opcode, framing_len, keylen, extlen, datatype, _vb, bodylen, _o, _c = peek(buf, pos)
     if magic not in _LEGAL_MAGICS or datatype > DATATYPE_MAX:
         return False
     if HEADER_SIZE + bodylen > MAX_FRAME_SIZE or not is_known_opcode(magic, opcode):
         return False
-    if magic in FLEXIBLE_MAGICS:
-        used = (keylen >> 8) + (keylen & 0xFF) + extlen
-    else:
-        used = keylen + extlen
-    return used <= bodylen
+    return framing_len + keylen + extlen <= bodylen
 
 
 class PduFramer:
@@ -99,6 +98,7 @@ class PduFramer:
         self.last_ts = 0
         self.started = False
         self._pending_skip = 0
+        self._garbage_cause: str | None = None
         self._garbage_detail = ""
         self.now = (0, 0)
 
@@ -123,10 +123,10 @@ class PduFramer:
         """``length`` bytes were lost just before stream ``offset``."""
         out = []
         if self.in_sync and len(self.buf) >= HEADER_SIZE:
-            bodylen = _HDR.unpack_from(self.buf, 0)[6]
-            pdu_end = self.base + HEADER_SIZE + bodylen
+            size = frame_size(self.buf, 0)
+            pdu_end = self.base + size
             out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf),
-                               HEADER_SIZE + bodylen, "gap", frame, ts_ns))
+                               size, "gap", frame, ts_ns))
             if pdu_end >= offset:
                 self.skip_to = pdu_end      # the rest of that PDU follows the gap: skip it
         elif self.in_sync and self.buf:
@@ -147,12 +147,12 @@ class PduFramer:
         if self.buf and self.in_sync and self.skip_to is None:
             need = 0
             if len(self.buf) >= HEADER_SIZE:
-                need = HEADER_SIZE + _HDR.unpack_from(self.buf, 0)[6]
+                need = frame_size(self.buf, 0)
             out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf), need,
                                "end", self.last_frame, self.last_ts))
         elif self.buf and not self.in_sync:
             out.append(Resync(self.conn, self.direction, self.base + len(self.buf),
-                              len(self.buf), self.resync_reason or "garbage",
+                              len(self.buf), self.resync_reason or "garbage", NO_HEADER,
                               "no plausible header before the end of the stream",
                               self.last_frame, self.last_ts))
         self._reset(self.base + len(self.buf))
@@ -165,7 +165,7 @@ class PduFramer:
         Per-direction state stays bounded."""
         buf = self.buf
         if self.in_sync and len(buf) >= HEADER_SIZE:
-            need = HEADER_SIZE + _BODYLEN(buf, 8)[0]
+            need = frame_size(buf, 0)
             out.append(LostPdu(self.conn, self.direction, self.base, len(buf), need, "cap",
                                self.last_frame, self.last_ts))
             self.skip_to = self.base + need
@@ -227,14 +227,15 @@ class PduFramer:
         bad = False
         view = memoryview(buf)
         while n - pos >= HEADER_SIZE:
-            bodylen = _BODYLEN(buf, pos + 8)[0]
-            if buf[pos] not in _LEGAL_MAGICS or bodylen > _MAX_BODY:
+            size = frame_size(buf, pos)
+            if buf[pos] not in _LEGAL_MAGICS or size > MAX_FRAME_SIZE:   # buf[pos]: the magic
                 self.in_sync = False
                 self.resync_reason = "garbage"
-                self._garbage_detail = f"at offset {base + pos}: {header_problem(buf, pos)}"
+                self._garbage_cause, text = header_problem(buf, pos)
+                self._garbage_detail = f"at offset {base + pos}: {text}"
                 bad = True
                 break
-            end = pos + HEADER_SIZE + bodylen
+            end = pos + size
             if end > n:
                 break
             abs_end = base + end
@@ -274,7 +275,7 @@ class PduFramer:
         pos = 0
         while pos + HEADER_SIZE <= n:
             if plausible(buf, pos):
-                nxt = pos + HEADER_SIZE + _HDR.unpack_from(buf, pos)[6]
+                nxt = pos + frame_size(buf, pos)
                 if nxt + HEADER_SIZE <= n:
                     if plausible(buf, nxt):
                         break
@@ -292,9 +293,11 @@ class PduFramer:
         self._discard(pos)
         if self._pending_skip:     # a stream that starts on a boundary needs no report
             frame, ts = (self.chunks[0][1], self.chunks[0][2]) if self.chunks else (self.last_frame, self.last_ts)
-            detail = self._garbage_detail if self.resync_reason == "garbage" else ""
+            garbage = self.resync_reason == "garbage"
+            cause = self._garbage_cause if garbage else None
+            detail = self._garbage_detail if garbage else ""
             out.append(Resync(self.conn, self.direction, self.base, self._pending_skip,
-                              self.resync_reason or "garbage", detail, frame, ts))
+                              self.resync_reason or "garbage", cause, detail, frame, ts))
         self._pending_skip = 0
         self.in_sync = True
         self.resync_reason = None
