@@ -315,13 +315,16 @@ def _header_columns(raw: bytes) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from ..protocol import FLEXIBLE_MAGICS, MAGICS, REQUEST_MAGICS, STATUS, opcode_name
-    h = np.frombuffer(raw, _HEADER)
-    b = np.frombuffer(raw, np.uint8).reshape(-1, 24)
+    from ..codec.header import numpy_dtype
+    from ..protocol import (
+        CLASSIC_HEADER, FLEXIBLE_HEADER, FLEXIBLE_MAGICS, MAGICS, REQUEST_MAGICS, STATUS, opcode_name,
+    )
+    h = np.frombuffer(raw, numpy_dtype(CLASSIC_HEADER))
+    f = np.frombuffer(raw, numpy_dtype(FLEXIBLE_HEADER))       # the same bytes, flexible framing
     magic, opcode = h["magic"], h["opcode"]
     flex = np.isin(magic, sorted(FLEXIBLE_MAGICS))
-    framing = np.where(flex, b[:, 2], 0).astype(np.int64)
-    keylen = np.where(flex, b[:, 3], h["keylen"]).astype(np.int64)
+    framing = np.where(flex, f["framing_len"], 0).astype(np.int64)
+    keylen = np.where(flex, f["keylen"], h["keylen"]).astype(np.int64)
     extlen, bodylen = h["extlen"].astype(np.int64), h["bodylen"].astype(np.int64)
     request = np.isin(magic, sorted(REQUEST_MAGICS))
     specific = h["specific"].astype(np.int32)
@@ -351,10 +354,6 @@ def _header_columns(raw: bytes) -> dict:
         "value_len": pa.array(bodylen - framing - extlen - keylen),
     }
 
-
-_HEADER = [("magic", "u1"), ("opcode", "u1"), ("keylen", ">u2"), ("extlen", "u1"),
-           ("datatype", "u1"), ("specific", ">u2"), ("bodylen", ">u4"), ("opaque", ">u4"),
-           ("cas", ">u8")]
 
 
 def _message_batch(cols: dict, schema):

@@ -28,6 +28,8 @@ from pathlib import Path
 from ..analysis.findings import Finding
 from ..capture.packets import decode_packet
 from ..capture.readers import CaptureError, open_capture
+from ..codec.header import peek
+from ..protocol import HEADER_SIZE
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import iter_events
@@ -57,16 +59,14 @@ class _Msg:
 
 def _doc_bounds(data: bytes) -> tuple[int, int, int] | None:
     """(key start, key end = value start, value end) within a data message, else None."""
-    if len(data) < 24 or data[0] not in _REQUEST_MAGICS or data[1] not in DATA_OPCODES:
+    if len(data) < HEADER_SIZE:
         return None
-    keylen = struct.unpack_from(">H", data, 2)[0]
-    framing = 0
-    if data[0] == 0x08:
-        framing, keylen = data[2], data[3]
-    bodylen = struct.unpack_from(">I", data, 8)[0]
-    end = min(len(data), 24 + bodylen)
-    k0 = min(end, 24 + framing + data[4])
-    return k0, min(end, k0 + keylen), end
+    h = peek(data)
+    if h.magic not in _REQUEST_MAGICS or h.opcode not in DATA_OPCODES:
+        return None
+    end = min(len(data), HEADER_SIZE + h.bodylen)
+    k0 = min(end, HEADER_SIZE + h.framing_len + h.extlen)
+    return k0, min(end, k0 + h.keylen), end
 
 
 def document_ranges(data: bytes) -> list[tuple[int, int]]:
@@ -133,23 +133,22 @@ class _Capture:
                     continue
                 elif kind is Pdu:
                     d = ev.data
-                    request = d[0] in _REQUEST_MAGICS
-                    vb = struct.unpack_from(">H", d, 6)[0] if request else None
-                    opaque = struct.unpack_from(">I", d, 12)[0]
+                    h = peek(d)
+                    vb = h.specific if h.magic in _REQUEST_MAGICS else None
                     self.msgs[(ev.conn, ev.direction)].append(_Msg(
                         ev.conn, ev.direction, ev.offset, ev.offset + len(d), ev.frames, ev.frame,
-                        d[0], d[1], vb, opaque))
+                        h.magic, h.opcode, vb, h.opaque))
                     for a, b in document_ranges(d):
                         self.redact[(ev.conn, ev.direction)].append((ev.offset + a, ev.offset + b))
                 elif kind is LostPdu:
                     end = ev.offset + max(ev.have, ev.need)
-                    if end > ev.offset + 24:
-                        self.redact[(ev.conn, ev.direction)].append((ev.offset + 24, end))
+                    if end > ev.offset + HEADER_SIZE:
+                        self.redact[(ev.conn, ev.direction)].append((ev.offset + HEADER_SIZE, end))
                 elif kind is Resync:
                     self.resyncs[(ev.conn, ev.frame)].append(ev)
                     # skipped bytes may be the rest of a cut message; after garbage the
                     # offending header (24 bytes) is kept as evidence
-                    lo = ev.offset - ev.skipped + (24 if ev.reason == "garbage" else 0)
+                    lo = ev.offset - ev.skipped + (HEADER_SIZE if ev.reason == "garbage" else 0)
                     if ev.offset > lo:
                         self.redact[(ev.conn, ev.direction)].append((lo, ev.offset))
         except CaptureError:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import struct
 
 from ..codec import encode
+from ..codec.header import pack as pack_header
 from . import netsynth as ns
 from .builder import (
     T0,
@@ -56,7 +56,7 @@ def _start(s: Script, name: str, vb: int = 0) -> None:
 
 
 def _header(opcode: int, bodylen: int, opaque: int) -> bytes:
-    return struct.pack(">BBHBBHIIQ", 0x80, opcode, 0, 0, 0, 0, bodylen, opaque, 0)
+    return pack_header(0x80, opcode, 0, 0, 0, 0, 0, bodylen, opaque, 0)
 
 
 def absurd_bodylen() -> list[Script]:
@@ -75,8 +75,7 @@ def absurd_bodylen() -> list[Script]:
 def _flex(opcode: int, framing: bytes, opaque: int, value: bytes = b"") -> bytes:
     """A flexible-framing request whose framing extras are ``framing`` verbatim."""
     body = framing + value
-    return (struct.pack(">BBBBBBHIIQ", 0x08, opcode, len(framing), 0, 0, 0, 0, len(body), opaque, 0)
-            + body)
+    return pack_header(0x08, opcode, len(framing), 0, 0, 0, 0, len(body), opaque, 0) + body
 
 
 def escape_overrun() -> list[Script]:
@@ -179,7 +178,7 @@ def findings_flood() -> list[Script]:
     s = Script(CONSUMER, PRODUCER, start_ns=T0)
     s.c2s(dcp_open("hostile-findings-flood", 0x1, 1))
     s.s2c(ok(0x50, 1))
-    unknown = [struct.pack(">BBHBBHIIQ", 0x80, 0xEE, 0, 0, 0, 0, 0, n, 0) for n in range(FLOOD)]
+    unknown = [pack_header(0x80, 0xEE, 0, 0, 0, 0, 0, 0, n, 0) for n in range(FLOOD)]
     for k in range(0, FLOOD, 50):
         s.c2s(*unknown[k:k + 50])
     s.conv.close()

@@ -42,10 +42,13 @@ from scapy.fields import (
 from scapy.layers.inet import TCP
 from scapy.packet import NoPayload, Packet, bind_bottom_up, bind_top_down
 
+from ..codec.header import frame_size
 from ..protocol import (
+    CLASSIC_HEADER,
     DATATYPE,
     DCP_OPCODES,
     DCP_PORTS,
+    FLEXIBLE_HEADER,
     FLEXIBLE_MAGICS,
     FRAME_INFO_ESCAPE,
     FRAME_INFO_STREAM_ID,
@@ -63,11 +66,18 @@ from ..protocol import (
     Layout,
     Presence,
     Shape,
+    header_field,
     opcode_name,
 )
 
 MAX_LIST_ITEMS = 100_000          # failover-log entries / frame infos accepted per PDU
 _LEGAL_MAGICS = frozenset(MAGICS.values)
+
+
+def _put(buf: bytearray, layout, name: str, value: int) -> None:
+    """Write a computed length into its header field (offset and width from the table)."""
+    f = header_field(layout, name)
+    buf[f.offset:f.offset + f.width] = value.to_bytes(f.width, "big")
 
 
 # --- fields ---------------------------------------------------------------------------------
@@ -317,17 +327,15 @@ class MCBP(Packet):
             extlen, keylen = body._extras_len(), body._key_len()
         else:
             extlen = keylen = 0
+        layout = FLEXIBLE_HEADER if flexible else CLASSIC_HEADER
         if self.getfieldval("extlen") is None:
-            b[4] = extlen
+            _put(b, layout, "extlen", extlen)
         if self.getfieldval("keylen") is None:
-            if flexible:
-                b[3] = keylen
-            else:
-                struct.pack_into(">H", b, 2, keylen)
+            _put(b, layout, "keylen", keylen)
         if flexible and self.getfieldval("framing_len") is None:
-            b[2] = framing
+            _put(b, layout, "framing_len", framing)
         if self.getfieldval("bodylen") is None:
-            struct.pack_into(">I", b, 8, framing + own)
+            _put(b, layout, "bodylen", framing + own)
         return bytes(b) + pay
 
     # dissection --------------------------------------------------------------------------
@@ -413,12 +421,11 @@ class MCBP(Packet):
             if end - pos < HEADER_SIZE:
                 metadata["tcp_min_len"] = HEADER_SIZE
                 break
-            bodylen = struct.unpack_from(">I", data, pos + 8)[0]
-            if data[pos] not in _LEGAL_MAGICS or HEADER_SIZE + bodylen > MAX_FRAME_SIZE:
+            total = frame_size(data, pos)
+            if data[pos] not in _LEGAL_MAGICS or total > MAX_FRAME_SIZE:   # data[pos]: the magic
                 if first is None:
                     return conf.raw_layer(data)
                 break
-            total = HEADER_SIZE + bodylen
             if end - pos < total:
                 metadata["tcp_min_len"] = total
                 break

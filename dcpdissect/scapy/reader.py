@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import struct
 
 from scapy.plist import PacketList
 from scapy.utils import EDecimal
 
+from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
 from ..reassembly.pdus import Options, Pdu, iter_events
 from .layers import MCBP
@@ -47,7 +47,7 @@ def split_pdus(data: bytes) -> list[MCBP]:
     out, pos, end = [], 0, len(data)
     while pos < end:
         if end - pos >= HEADER_SIZE:
-            total = HEADER_SIZE + struct.unpack_from(">I", data, pos + 8)[0]
+            total = frame_size(data, pos)
         else:
             total = end - pos
         out.append(MCBP(data[pos:pos + total]))
