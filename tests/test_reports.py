@@ -16,8 +16,8 @@ from dcpdissect.analysis.run import analyze_file
 from dcpdissect.capture.readers import open_capture
 from dcpdissect.codec import decode
 from dcpdissect.reassembly.pdus import Pdu, Summary, iter_events
+from dcpdissect.protocol import DOCUMENT_OPCODES
 from dcpdissect.reports.evidence import (
-    DATA_OPCODES,
     document_ranges,
     redact_pdu,
     write_evidence,
@@ -193,7 +193,7 @@ def _findings_on_data_pdus(name):
     """One finding per data message of a clean sample (to bundle every document)."""
     out = []
     for ev in iter_events(str(SAMPLES / name)):
-        if type(ev) is Pdu and ev.data[1] in DATA_OPCODES:
+        if type(ev) is Pdu and ev.data[1] in DOCUMENT_OPCODES:
             out.append(Finding("lost-pdu", "test", ev.frame, ev.frames, ev.ts_ns, ev.conn,
                                pdu=ev.data))
     return out
@@ -217,7 +217,7 @@ def test_redaction_is_byte_exact(tmp_path, name):
     assert b'"seq"' not in blob
     # headers, lengths, extras and seqnos unchanged: decode the redacted capture
     want = {redact_pdu(p) for p in originals}
-    got = [ev.data for ev in iter_events(str(pcap)) if type(ev) is Pdu and ev.data[1] in DATA_OPCODES]
+    got = [ev.data for ev in iter_events(str(pcap)) if type(ev) is Pdu and ev.data[1] in DOCUMENT_OPCODES]
     assert got and set(got) <= want
     assert len(set(got)) == len(want)
     for data in got:
@@ -239,7 +239,7 @@ def test_redact_pdu_keeps_header_and_extras():
             assert r[:24 + o.extlen + o.framing_len] == ev.data[:24 + o.extlen + o.framing_len]
             assert m.fields == o.fields and len(r) == len(ev.data)
             assert m.key == b"x" * len(o.key) and bytes(m.value) == b"x" * len(o.value)
-        elif type(ev) is Pdu and ev.data[1] not in DATA_OPCODES:
+        elif type(ev) is Pdu and ev.data[1] not in DOCUMENT_OPCODES:
             assert redact_pdu(ev.data) == ev.data
 
 

@@ -34,6 +34,18 @@ class Message:
         return self.bodylen - self.framing_len - self.extlen - self.keylen
 
     @property
+    def key_range(self) -> tuple[int, int]:
+        """Where :attr:`key` lies in the decoded frame (byte offsets from its magic)."""
+        start = min(HEADER_SIZE + self.framing_len + self.extlen, HEADER_SIZE + self.bodylen)
+        return start, start + len(self.key)
+
+    @property
+    def value_range(self) -> tuple[int, int]:
+        """Where :attr:`value` lies in the decoded frame (empty when the header overruns)."""
+        start = HEADER_SIZE + self.framing_len + self.extlen + self.keylen
+        return start, start + len(self.value)
+
+    @property
     def shape(self) -> Shape:
         spec = self.spec
         if spec is None:

@@ -5,13 +5,14 @@ Kept frames are written unchanged (link type, timestamps at nanosecond resolutio
 original lengths) with two exceptions. A frame that starts a kept stretch of a stream in
 the middle of a message (its start was not kept) loses those leading payload bytes, with
 its TCP sequence number and IP length adjusted, so that Wireshark starts on a message
-boundary. With ``redact=True`` the document keys and values of data
-messages (mutation, deletion, expiration, prepare, commit, abort) are overwritten by
-``x`` bytes of the same length, and so are the bodies of messages cut by a capture gap and
-bytes skipped while resynchronising (except the first 24 bytes after garbage: the header
-that broke framing); MCBP headers, extras (seqnos, CAS) and lengths stay as captured.
-TCP checksums are not recomputed after either change (Wireshark does not verify them by
-default); the IPv4 header checksum of a shortened frame is.
+boundary. With ``redact=True`` the keys and values of the requests whose opcode carries
+customer data (``Opcode.document`` in the protocol tables: mutation, deletion, expiration,
+prepare, commit, abort, cache transfer) are overwritten by ``x`` bytes of the same length,
+and so are the bodies of messages cut by a capture gap and bytes skipped while
+resynchronising (except the first 24 bytes after garbage: the header that broke framing);
+MCBP headers, extras (seqnos, CAS) and lengths stay as captured. TCP checksums are not
+recomputed after either change (Wireshark does not verify them by default); the IPv4
+header checksum of a shortened frame is.
 """
 
 from __future__ import annotations
@@ -28,18 +29,16 @@ from pathlib import Path
 from ..analysis.findings import Finding
 from ..capture.packets import decode_packet
 from ..capture.readers import CaptureError, open_capture
+from ..codec import Message, decode
 from ..codec.header import peek
-from ..protocol import HEADER_SIZE
+from ..protocol import DCP_PORTS, DOCUMENT_OPCODES, HEADER_SIZE, REQUEST_MAGICS, opcode_code
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import iter_events
+from ..reassembly.tcp import ACK, FIN, MASK, RST, SYN
 from ..samples.pcapwrite import PcapngWriter, PcapWriter
 from .markdown import finding_frames, frame_filter, markdown_report
 
-DATA_OPCODES = frozenset({0x57, 0x58, 0x59, 0x60, 0x62, 0x63})
-_REQUEST_MAGICS = (0x80, 0x08, 0x82)
-_SYN, _ACK, _FIN, _RST = 0x02, 0x10, 0x01, 0x04
-_MASK = 0xFFFFFFFF
 MAX_PER_RULE = 25          # findings of one rule carried into a bundle
 
 
@@ -57,25 +56,30 @@ class _Msg:
     opaque: int
 
 
-def _doc_bounds(data: bytes) -> tuple[int, int, int] | None:
-    """(key start, key end = value start, value end) within a data message, else None."""
+# The requests that set up a stream (kept as context of a finding on a vbucket).
+_OPEN = opcode_code("DcpOpen")
+_MARKER = opcode_code("DcpSnapshotMarker")
+_STREAM_CONTEXT = frozenset({opcode_code("DcpAddStream"), opcode_code("DcpStreamReq"), _MARKER})
+
+
+def _document(data: bytes) -> Message | None:
+    """The decoded message when ``data`` is a request whose key and value carry customer
+    data (``Opcode.document``), else None."""
     if len(data) < HEADER_SIZE:
         return None
     h = peek(data)
-    if h.magic not in _REQUEST_MAGICS or h.opcode not in DATA_OPCODES:
+    if h.magic not in REQUEST_MAGICS or h.opcode not in DOCUMENT_OPCODES:
         return None
-    end = min(len(data), HEADER_SIZE + h.bodylen)
-    k0 = min(end, HEADER_SIZE + h.framing_len + h.extlen)
-    return k0, min(end, k0 + h.keylen), end
+    return decode(data)
 
 
 def document_ranges(data: bytes) -> list[tuple[int, int]]:
-    """Byte ranges (within one PDU) of the document key and value of a data message."""
-    bounds = _doc_bounds(data)
-    if bounds is None:
+    """Byte ranges (within one PDU) of the document key and value of a data message, as the
+    decoder sliced them."""
+    m = _document(data)
+    if m is None:
         return []
-    k0, k1, end = bounds
-    return [(a, b) for a, b in ((k0, k1), (k1, end)) if b > a]
+    return [(a, b) for a, b in (m.key_range, m.value_range) if b > a]
 
 
 def redact_pdu(data: bytes | None) -> bytes | None:
@@ -97,10 +101,10 @@ def _scrub(text: str, secrets) -> str:
 def redact_finding(f: Finding) -> Finding:
     """The finding with its PDU redacted and its document key scrubbed from the message
     and the decoded fields."""
-    bounds = _doc_bounds(f.pdu) if f.pdu else None
-    if bounds is None:
+    m = _document(f.pdu) if f.pdu else None
+    if m is None:
         return f
-    key = f.pdu[bounds[0]:bounds[1]]
+    key = m.key
     secrets = {key.decode("utf-8", "replace"), key.decode("utf-8", "backslashreplace"),
                key.decode("latin-1")} - {""}
     fields = {k: _scrub(v, secrets) if isinstance(v, str) else v for k, v in f.fields.items()}
@@ -134,7 +138,7 @@ class _Capture:
                 elif kind is Pdu:
                     d = ev.data
                     h = peek(d)
-                    vb = h.specific if h.magic in _REQUEST_MAGICS else None
+                    vb = h.specific if h.magic in REQUEST_MAGICS else None
                     self.msgs[(ev.conn, ev.direction)].append(_Msg(
                         ev.conn, ev.direction, ev.offset, ev.offset + len(d), ev.frames, ev.frame,
                         h.magic, h.opcode, vb, h.opaque))
@@ -192,20 +196,20 @@ class _Capture:
 
     def _segment(self, number, conn, direction, seg, state, synack_seen) -> None:
         flags, seq = seg.flags, seg.seq
-        if flags & _SYN:
+        if flags & SYN:
             self.handshake[conn].append(number)
-            if flags & _ACK:
+            if flags & ACK:
                 synack_seen.add(conn)
-                state.setdefault((conn, 0), [seg.ack & _MASK, 0])
-            state.setdefault((conn, direction), [(seq + 1) & _MASK, 0])
-            seq = (seq + 1) & _MASK
+                state.setdefault((conn, 0), [seg.ack & MASK, 0])
+            state.setdefault((conn, direction), [(seq + 1) & MASK, 0])
+            seq = (seq + 1) & MASK
         elif (direction == 0 and conn in synack_seen and not seg.payload
-              and not flags & (_FIN | _RST) and len(self.handshake[conn]) < 3):
+              and not flags & (FIN | RST) and len(self.handshake[conn]) < 3):
             self.handshake[conn].append(number)        # the handshake's final ACK
         if not seg.payload:
             return
         st = state.setdefault((conn, direction), [seq, 0])
-        d = (seq - st[0]) & _MASK
+        d = (seq - st[0]) & MASK
         if d & 0x80000000:
             d -= 1 << 32
         off = st[1] + d
@@ -236,28 +240,28 @@ class _Capture:
         msgs, frames = self._conn_msgs(conn)
         at = f.frame if f.frame is not None else 0
         first_after = bisect.bisect_left(frames, at)        # messages [0, first_after) precede
-        opened = next((m for m in msgs if m.opcode == 0x50 and m.magic in _REQUEST_MAGICS), None)
+        opened = next((m for m in msgs if m.opcode == _OPEN and m.magic in REQUEST_MAGICS), None)
         if opened is not None:
             keep |= set(opened.frames) | self._reply_frames(msgs, frames, opened)
         if f.vbucket is not None:
-            wanted = {0x51, 0x53, 0x56}
+            wanted = set(_STREAM_CONTEXT)
             for m in reversed(msgs[:first_after]):
                 if not wanted:
                     break
-                if m.opcode in wanted and m.magic in _REQUEST_MAGICS and m.vbucket == f.vbucket:
+                if m.opcode in wanted and m.magic in REQUEST_MAGICS and m.vbucket == f.vbucket:
                     wanted.discard(m.opcode)
                     keep |= set(m.frames)
-                    if m.opcode != 0x56:
+                    if m.opcode != _MARKER:
                         keep |= self._reply_frames(msgs, frames, m)
             i = first_after
             while i < len(msgs) and msgs[i].frame == at:      # the offending request itself
                 m = msgs[i]
-                if m.magic in _REQUEST_MAGICS and m.vbucket == f.vbucket and m.opaque == f.opaque:
+                if m.magic in REQUEST_MAGICS and m.vbucket == f.vbucket and m.opaque == f.opaque:
                     keep |= self._reply_frames(msgs, frames, m)
                 i += 1
         elif f.opaque is not None:
             req = next((m for m in reversed(msgs[:first_after]) if m.opaque == f.opaque
-                        and m.magic in _REQUEST_MAGICS), None)
+                        and m.magic in REQUEST_MAGICS), None)
             if req is not None:
                 keep |= set(req.frames)
         for ev in self.resyncs.get((conn, f.frame), ()):
@@ -275,7 +279,7 @@ class _Capture:
     def _reply_frames(msgs: list[_Msg], frames: list[int], req: _Msg) -> set[int]:
         for m in msgs[bisect.bisect_left(frames, req.frame):]:
             if (m.direction != req.direction and m.opaque == req.opaque
-                    and m.opcode == req.opcode and m.magic not in _REQUEST_MAGICS):
+                    and m.opcode == req.opcode and m.magic not in REQUEST_MAGICS):
                 return set(m.frames)
         return set()
 
@@ -333,7 +337,7 @@ def _cut_payload(linktype: int, data: bytes, cut: int) -> bytes | None:
     if tcp < 0 or (data[tcp + 12] >> 4) * 4 != pos - tcp:
         return None
     out = bytearray(data[:pos] + data[pos + cut:])
-    struct.pack_into(">I", out, tcp + 4, (seg.seq + cut) & _MASK)
+    struct.pack_into(">I", out, tcp + 4, (seg.seq + cut) & MASK)
     for ihl in range(20, 64, 4):
         ip = tcp - ihl
         if ip >= 0 and out[ip] == 0x40 | ihl // 4 and out[ip + 9] == 6:
@@ -351,7 +355,7 @@ def _cut_payload(linktype: int, data: bytes, cut: int) -> bytes | None:
         if plen:
             struct.pack_into(">H", out, ip + 4, plen - cut)
     check = decode_packet(linktype, bytes(out))
-    if check is None or check.payload != seg.payload[cut:] or check.seq != (seg.seq + cut) & _MASK:
+    if check is None or check.payload != seg.payload[cut:] or check.seq != (seg.seq + cut) & MASK:
         return None
     return bytes(out)
 
@@ -386,7 +390,7 @@ def _redacted_frame(fr, info, ranges) -> bytes:
     return bytes(out)
 
 
-def tshark_command(pcap_name: str, frames, ports=(11209, 11210)) -> str:
+def tshark_command(pcap_name: str, frames, ports=DCP_PORTS) -> str:
     decode_as = " ".join(f"-d tcp.port=={p},couchbase" for p in sorted(set(ports)))
     return (f"tshark -r {shlex.quote(pcap_name)} -o tcp.reassemble_out_of_order:TRUE "
             f"-o tcp.analyze_sequence_numbers:FALSE {decode_as} -V "
