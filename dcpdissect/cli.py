@@ -11,12 +11,13 @@ from tabulate import tabulate
 from . import __version__
 from .capture.readers import CaptureError
 from .codec import decode
-from .protocol import OPCODE_NAMES
+from .protocol import OPCODE_NAMES, opcode_code
 from .reassembly.pdus import Options, Pdu, Summary, iter_events
-from .reports.messages import TABLE_HEADERS, hex_fields, message_record, table_row
+from .reports.messages import TABLE_HEADERS, message_record, table_row
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
+SNAPSHOT_MARKER = opcode_code("DcpSnapshotMarker")     # carries a start-seqno convention
 
 
 def parse_opcode(text: str) -> int:
@@ -73,12 +74,12 @@ def cmd_dissect(args) -> int:
             if vbuckets and msg.vbucket not in vbuckets:
                 continue
             record = message_record(ev, msg)
-            if msg.opcode == 0x56 and msg.is_request:
+            if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
                 record["convention"] = conventions.get((ev.conn, ev.frame, ev.offset))
             if args.format == "jsonl":
                 out.write(json.dumps(record, separators=(",", ":")) + "\n")
             else:
-                rows.append(table_row(record, hex_fields(msg)))
+                rows.append(table_row(record))
                 if len(rows) >= TABLE_BLOCK:
                     flush_rows()
     except CaptureError as exc:

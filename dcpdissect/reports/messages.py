@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..codec import Message
-from ..protocol import MAGICS, STATUS
+from ..protocol import MAGICS, OPCODES, SERVER_MAGICS, STATUS, Field, Shape, shape_fields
 
 DIRECTIONS = ("c2s", "s2c")
 
@@ -91,37 +91,44 @@ def message_record(pdu, msg: Message) -> dict:
     }
 
 
-_SHORT = {
-    "start_seqno": "start", "end_seqno": "end", "max_visible_seqno": "mvs",
-    "high_completed_seqno": "hcs", "purge_seqno": "purge", "high_prepared_seqno": "hps",
-    "snap_start_seqno": "snap_start", "snap_end_seqno": "snap_end", "vbucket_uuid": "uuid",
-    "new_opaque": "new_opaque", "by_seqno": "seqno", "rev_seqno": "rev",
-}
-_HIDDEN = {"reserved", "nmeta", "nru", "unused", "lock_time", "version"}
+def _record_shape(record: dict) -> Shape | None:
+    """The table shape a record was decoded with (None: server magic or unknown opcode)."""
+    if record["magic"] in SERVER_MAGICS:
+        return None
+    op = OPCODES.get(record["opcode"])
+    if op is None:
+        return None
+    return op.request if record["request"] else op.response
 
 
-def hex_fields(msg: Message) -> frozenset[str]:
-    """Names of the fields the tables display in hex."""
-    return frozenset(f.name for layout in _layouts(msg) for f in layout.fields
-                     if f.display == "hex")
+def _versioned(shape: Shape) -> bool:
+    """Whether the shape's value layouts are versions chosen by a field of the message (the
+    snapshot marker's version byte): the summary then names the layout decoded."""
+    return any(k != "status" for lay in shape.values for k, _ in lay.when)
 
 
-def details(record: dict, hex_names: frozenset[str] = frozenset()) -> str:
-    """Compact one-line summary of the opcode's key fields for the table view."""
+def details(record: dict) -> str:
+    """Compact one-line summary of the opcode's key fields for the table view. Labels,
+    hidden fields and hex display follow the tables (``Field.short``, ``Field.shown ==
+    "never"``, ``Field.display``); ``"if_set"`` fields are shown even when zero, as in the
+    JSON record."""
     fields, names = record["fields"], record["names"]
+    shape = _record_shape(record)
+    table: dict[str, Field] = shape_fields(shape) if shape is not None else {}
     parts = []
-    if record["layout"] and record["opcode"] == 0x56:
+    if record["layout"] and shape is not None and _versioned(shape):
         parts.append(record["layout"])
     for name, value in fields.items():
-        if name in _HIDDEN:
+        f = table.get(name)
+        if f is not None and f.shown == "never":
             continue
-        label = _SHORT.get(name, name)
+        label = f.label if f is not None else name
         if name == "failover_log":
             parts.append("failover_log=[" + ", ".join(
                 f"{e['vbucket_uuid']:#x}@{e['seqno']}" for e in value) + "]")
         elif name in names:
             parts.append(f"{label}={names[name]}")
-        elif name in hex_names:
+        elif f is not None and f.display == "hex":
             parts.append(f"{label}={value:#x}")
         else:
             parts.append(f"{label}={value}")
@@ -144,7 +151,7 @@ def frames_text(frames) -> str:
     return ",".join(map(str, frames))
 
 
-def table_row(record: dict, hex_names: frozenset[str] = frozenset()) -> list:
+def table_row(record: dict) -> list:
     frame_text = frames_text(record["frames"])
     if record["request"]:
         vb_status = f"vb:{record['vbucket']}"
@@ -154,5 +161,5 @@ def table_row(record: dict, hex_names: frozenset[str] = frozenset()) -> list:
         frame_text, record["time"][11:-4], record["connection"], record["direction"],
         f"{record['magic']:#04x}", record["opcode_name"], vb_status,
         f"{record['opaque']:#010x}", "" if record["stream_id"] is None else record["stream_id"],
-        details(record, hex_names),
+        details(record),
     ]

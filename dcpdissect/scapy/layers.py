@@ -617,7 +617,7 @@ def _display_name(name, op, request, shape, val, label) -> str:
     return text
 
 
-def _make_body(name, op, request, shape, ext, val) -> type:
+def _make_body(name, op, request, shape, ext, val, classes: dict[str, type]) -> type:
     defaults = {k: v for k, v in val.when if k != "status"} if val is not None else {}
     has_key = shape.key is not Presence.FORBIDDEN
     has_value = shape.value is not Presence.FORBIDDEN and not shape.values
@@ -627,7 +627,7 @@ def _make_body(name, op, request, shape, ext, val) -> type:
     min_len = ext.size if ext is not None else 0
     if val is not None and val.repeated:
         entry = _make_entry(name + "Entry", val)
-        BODY_CLASSES[entry.__name__] = entry
+        classes[entry.__name__] = entry
         fields.append(PacketListField(val.repeated, [], entry, max_count=MAX_LIST_ITEMS))
     elif val is not None:
         fields += layout_fields(val)
@@ -651,9 +651,16 @@ def _make_body(name, op, request, shape, ext, val) -> type:
     })
 
 
-def _generate() -> None:
-    shared: dict[tuple[int, int], type] = {}
-    for op in DCP_OPCODES:
+def generate(opcodes, classes: dict[str, type], dispatch: dict[tuple[int, bool], list[type]]) -> None:
+    """Build the body classes of ``opcodes`` into ``classes`` (name -> class) and
+    ``dispatch`` ((opcode, request) -> candidates, read by ``MCBP.guess_payload_class``).
+    A response layout shared by several opcodes (the failover log) becomes one class, the
+    first opcode's (or the one already in ``classes``)."""
+    shared: dict[tuple[int, int], type] = {
+        (id(c._extras_layout), id(c._value_layout)): c for c in classes.values()
+        if isinstance(c, type) and issubclass(c, McbpBody) and c._request is False
+        and c._value_layout is not None}
+    for op in opcodes:
         for request, shape in ((True, op.request), (False, op.response)):
             if not request and shape == Shape():
                 continue
@@ -661,34 +668,23 @@ def _generate() -> None:
                 key = (id(ext), id(val))
                 cls = shared.get(key) if val is not None and not request else None
                 if cls is None:
-                    cls = _make_body(name, op, request, shape, ext, val)
-                    BODY_CLASSES[name] = cls
+                    cls = _make_body(name, op, request, shape, ext, val, classes)
+                    classes[name] = cls
                     overload = {"opcode": op.code}
                     if not request:
                         overload.update((k, v) for k, v in (val.when if val else ()) if k == "status")
                         shared[key] = cls
                     bind_top_down(MCBP, cls, **overload)
-                BODY_DISPATCH.setdefault((op.code, request), []).append(cls)
+                dispatch.setdefault((op.code, request), []).append(cls)
 
 
-_generate()
+generate(DCP_OPCODES, BODY_CLASSES, BODY_DISPATCH)
 globals().update(BODY_CLASSES)
 for _table_name, _class_name in ALIASES.items():
     globals()[_table_name] = BODY_CLASSES[_class_name]
 
 
 # --- summary line -------------------------------------------------------------------------
-
-_SHORT = {
-    "start_seqno": "start", "end_seqno": "end", "max_visible_seqno": "mvs",
-    "high_completed_seqno": "hcs", "purge_seqno": "purge", "high_prepared_seqno": "hps",
-    "snap_start_seqno": "snap_start", "snap_end_seqno": "snap_end", "vbucket_uuid": "uuid",
-    "by_seqno": "seqno", "rev_seqno": "rev",
-}
-_NEVER = frozenset({"reserved", "nmeta", "nru", "unused", "lock_time", "version"})
-_IF_SET = frozenset({"max_visible_seqno", "high_completed_seqno", "purge_seqno",
-                     "high_prepared_seqno", "expiration", "seqno", "delete_time"})
-
 
 def _field_text(f: Field, value: int) -> str:
     if f.flags is not None:
@@ -729,9 +725,9 @@ def info_line(header: MCBP, body: McbpBody | None) -> str:
                 continue
             for f in layout.fields:
                 value = int(body.getfieldval(f.name))
-                if f.name in _NEVER or (f.name in _IF_SET and not value):
+                if f.shown == "never" or (f.shown == "if_set" and not value):
                     continue
-                parts.append(f"{_SHORT.get(f.name, f.name)}={_field_text(f, value)}")
+                parts.append(f"{f.label}={_field_text(f, value)}")
         key = body.getfieldval("key") if "key" in body.default_fields else None
         if key:
             parts.append(f"key={key.decode('utf-8', 'backslashreplace')!r}")
