@@ -45,7 +45,7 @@ from ..analysis.findings import Finding
 from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
-from ..protocol import HEADER_SIZE, SERVER_MAGICS, TLS_PORTS
+from ..protocol import HEADER_SIZE, SERVER_MAGICS, STREAM_OPCODES, TLS_PORTS, opcode_code
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
@@ -493,9 +493,14 @@ STREAM_COLUMNS = ("capture_file", "connection", "vbucket", "stream_id", "message
                   "snapshot_markers", "mutations", "deletions", "expirations", "stream_ends",
                   "min_seqno", "max_seqno", "first_frame", "last_frame", "first_time",
                   "last_time")
-STREAM_OPCODES = frozenset(range(0x51, 0x68)) - {0x5C, 0x5D, 0x5E}
-_STREAM_COUNTED = {0x56: 1, 0x57: 2, 0x58: 3, 0x59: 4, 0x55: 5}   # marker, mutation, deletion,
-#                                                                    expiration, stream end
+# Columns of ``streams`` that count one opcode each (by its kv_engine name). A stream's
+# messages are the requests of the opcodes in ``protocol.STREAM_OPCODES`` (Opcode.stream).
+STREAM_COUNTS = (("snapshot_markers", "DcpSnapshotMarker"), ("mutations", "DcpMutation"),
+                 ("deletions", "DcpDeletion"), ("expirations", "DcpExpiration"),
+                 ("stream_ends", "DcpStreamEnd"))
+_MESSAGES_AT = STREAM_COLUMNS.index("messages")
+_STREAM_COUNTED = {opcode_code(name): STREAM_COLUMNS.index(column) - _MESSAGES_AT
+                   for column, name in STREAM_COUNTS}      # opcode -> index in a stream row
 _INT64 = 1 << 63
 HEADER_COLUMNS = ("magic", "magic_name", "opcode", "opcode_name", "request", "vbucket", "status",
                   "status_name", "opaque", "cas", "datatype", "framing_len", "extlen", "keylen",

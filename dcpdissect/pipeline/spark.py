@@ -744,19 +744,16 @@ def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size
 def _streams(msgs, F):
     """One row per (capture_file, connection, vbucket, stream_id) of the DCP stream messages
     a producer sends (server → client requests: markers, mutations, stream ends, ...)."""
+    from ..protocol import STREAM_OPCODES
     seqno = F.get_json_object("fields", "$.by_seqno").cast("long")
     name = F.col("opcode_name")
-    stream_ops = (F.col("opcode") >= 0x51) & (F.col("opcode") <= 0x67) & \
-        ~F.col("opcode").isin(0x5C, 0x5D, 0x5E)
+    stream_ops = F.col("opcode").isin(*sorted(STREAM_OPCODES))
+    counts = [F.sum((name == opcode).cast("long")).alias(column)
+              for column, opcode in core.STREAM_COUNTS]
     return (msgs.filter(stream_ops & F.col("request") & (F.col("direction") == "s2c")
                         & F.col("vbucket").isNotNull())
             .groupBy("capture_file", "connection", "vbucket", "stream_id")
-            .agg(F.count(F.lit(1)).alias("messages"),
-                 F.sum((name == "DcpSnapshotMarker").cast("long")).alias("snapshot_markers"),
-                 F.sum((name == "DcpMutation").cast("long")).alias("mutations"),
-                 F.sum((name == "DcpDeletion").cast("long")).alias("deletions"),
-                 F.sum((name == "DcpExpiration").cast("long")).alias("expirations"),
-                 F.sum((name == "DcpStreamEnd").cast("long")).alias("stream_ends"),
+            .agg(F.count(F.lit(1)).alias("messages"), *counts,
                  F.min(seqno).alias("min_seqno"), F.max(seqno).alias("max_seqno"),
                  F.min("frame").alias("first_frame"), F.max("frame").alias("last_frame"),
                  F.min("time").alias("first_time"), F.max("time").alias("last_time"))
