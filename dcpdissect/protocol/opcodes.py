@@ -204,7 +204,7 @@ def no_nmeta(what: str) -> Check:
 
 DCP_OPCODES: tuple[Opcode, ...] = (
     Opcode(0x50, "DcpOpen", "DCP Open Connection", section="open", sender=Sender.CONSUMER,
-           request=request(extras("V1", 8, u32("seqno", 0, "Seqno (reserved)", shown="never"),
+           request=request(extras("V1", 8, u32("seqno", 0, "Seqno (reserved)", shown="if_set"),
                                   u32("flags", 4, "Flags", display="hex", flags=DCP_OPEN_FLAGS)),
                            key=R, value=O, datatypes=frozenset({0, 1}), value_kind="json",
                            checks=(
@@ -294,7 +294,7 @@ DCP_OPCODES: tuple[Opcode, ...] = (
            sender=Sender.PRODUCER, seqno_field="by_seqno",
            request=request(extras("V1", 13, u64("by_seqno", 0, "By seqno", short="seqno"),
                                   u32("event", 8, "Event", names=SYSTEM_EVENTS),
-                                  u8("version", 12, "Version", names=SYSTEM_EVENT_VERSIONS)),
+                                  u8("version", 12, "Version", names=SYSTEM_EVENT_VERSIONS, shown="never")),
                            key=O, value=O, datatypes=DATATYPE_ALL, checks=(
                Check("system-event-invalid", ERROR, "system event id or version the server does not know",
                      f"{VALIDATORS} dcp_system_event_validator: 'Invalid system event id' "
