@@ -64,7 +64,7 @@ def test_hexdump_and_filter():
 def test_markdown_report_sections():
     findings, summary = analyzed("violations-marker.pcap")
     md = markdown_report(str(SAMPLES / "violations-marker.pcap"), findings, summary)
-    for heading in ("## Capture", "## Summary by rule", "## marker-key", "## marker-version"):
+    for heading in ("## Capture", "## Summary by rule", "## key-presence", "## marker-version"):
         assert heading in md
     assert re.search(r"\| SHA-256 \| `[0-9a-f]{64}` \|", md)
     assert f"| frames | {summary.frames} |" in md and f"| PDUs | {summary.pdus} |" in md
