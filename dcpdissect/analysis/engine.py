@@ -78,6 +78,7 @@ class Analyzer:
                                    ev.ts_ns, ev.conn))
             return out
         if kind is StreamGap:
+            self._lost_bytes(ev.conn)
             out = self.streams.on_gap(ev)
             if ev.length:           # 0: after a sequence jump, reported as tcp-seq-jump
                 out.append(Finding("capture-gap", f"{ev.length} bytes missing in "
@@ -125,7 +126,14 @@ class Analyzer:
         out += self.rollback.on_message(pdu, msg, opened)
         return out
 
+    def _lost_bytes(self, conn: int) -> None:
+        """Bytes of the connection were not decoded: a DcpOpen may have been among them."""
+        neg = self.negotiated.get(conn)
+        if neg is not None:
+            neg.undecoded()
+
     def _resync(self, ev: Resync) -> list[Finding]:
+        self._lost_bytes(ev.conn)
         out = []
         if ev.reason == "garbage":
             rid = _RESYNC_RULES.get(ev.cause)

@@ -52,6 +52,12 @@ class Negotiation:
             return None
         return False
 
+    def undecoded(self) -> None:
+        """Some of the connection's bytes were lost or skipped: whether it sent a DcpOpen is
+        no longer known (what was seen stays known)."""
+        if self.dcp is False:
+            self.dcp = None
+
     def request(self, msg) -> None:
         """A request the client sent (the server acts on requests in order)."""
         if msg.opcode == HELLO:
