@@ -11,7 +11,7 @@ import pytest
 
 from dcpdissect.analysis.engine import Analyzer
 from dcpdissect.codec import Header, Problem, decode, encode, frame_size, peek
-from dcpdissect.codec.header import HEADER, body_length, numpy_dtype, pack, struct_format
+from dcpdissect.codec.header import HEADER, body_length, numpy_dtype, pack, struct_format, unpack
 from dcpdissect.codec.problems import (
     CODES, EXTRAS_SIZE, FRAME_INFO, HEADER_OVERRUN, TRUNCATED, UNKNOWN_MAGIC, VALUE_SIZE,
 )
@@ -90,11 +90,13 @@ def test_peek_classic():
     h = peek(CLASSIC)
     assert h == Header(0x80, 0x57, 0, 5, 31, 1, 0x203, 48, 0xDEADBEEF, 0x0102030405060708)
     assert type(h) is Header and h.specific == 0x203
+    assert unpack(CLASSIC) == tuple(h) and type(unpack(CLASSIC)) is tuple
 
 
 def test_peek_flexible_splits_bytes_2_and_3():
     h = peek(FLEXIBLE)
     assert h == Header(0x18, 0x53, 3, 254, 0, 0, 0x23, 265, 0x11, 0xFFFFFFFFFFFFFFFF)
+    assert unpack(FLEXIBLE) == tuple(h) and unpack(b"--" + FLEXIBLE, 2) == tuple(h)
     req = bytes([0x08]) + FLEXIBLE[1:]
     assert (peek(req).framing_len, peek(req).keylen) == (3, 254)
     # the same bytes 2-3 under a classic magic are one 16-bit key length

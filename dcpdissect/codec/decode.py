@@ -7,7 +7,7 @@ from ..protocol import (
     opcode_name,
 )
 from .frameinfo import FrameInfoError, parse_frame_infos, stream_id_of
-from .header import peek
+from .header import unpack as unpack_header
 from .layouts import compiled
 from .problems import (
     EXTRAS_SIZE, FRAME_INFO, HEADER_OVERRUN, TRUNCATED, UNKNOWN_MAGIC, VALUE_SIZE, Problem,
@@ -70,15 +70,12 @@ class _Plan:
         self.values = shape.values
 
 
-_PLANS: dict[tuple[int, bool, bool], _Plan] = {}
+_PLANS: dict[int, _Plan] = {}          # magic << 8 | opcode -> its plan
 
 
 def _plan(magic: int, opcode: int, request: bool) -> _Plan:
     server = magic in SERVER_MAGICS
-    key = (opcode, request, server)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = _Plan(None if server else OPCODES.get(opcode), request)
+    plan = _PLANS[magic << 8 | opcode] = _Plan(None if server else OPCODES.get(opcode), request)
     return plan
 
 
@@ -89,13 +86,27 @@ def decode(buf) -> Message:
     if len(buf) < HEADER_SIZE:
         raise ValueError(f"need {HEADER_SIZE} header bytes, got {len(buf)}")
     m = Message()
-    magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque, cas = peek(buf)
+    (magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque,
+     cas) = unpack_header(buf)
     request = magic in REQUEST_MAGICS
-    plan = _plan(magic, opcode, request)
-    m.magic, m.opcode, m.framing_len, m.keylen, m.extlen = magic, opcode, framing_len, keylen, extlen
-    m.datatype, m.bodylen, m.opaque, m.cas = datatype, bodylen, opaque, cas
-    m.is_request, m.spec = request, plan.spec
-    m.vbucket, m.status = (specific, None) if request else (None, specific)
+    plan = _PLANS.get(magic << 8 | opcode)
+    if plan is None:
+        plan = _plan(magic, opcode, request)
+    m.magic = magic
+    m.opcode = opcode
+    m.framing_len = framing_len
+    m.keylen = keylen
+    m.extlen = extlen
+    m.datatype = datatype
+    m.bodylen = bodylen
+    m.opaque = opaque
+    m.cas = cas
+    m.is_request = request
+    m.spec = plan.spec
+    if request:
+        m.vbucket, m.status = specific, None
+    else:
+        m.vbucket, m.status = None, specific
     m.problems = problems = []
     m.fields = fields = {}
     m.layout = None

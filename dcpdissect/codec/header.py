@@ -3,8 +3,9 @@
 Everything is compiled once, at import, from the tables of :mod:`dcpdissect.protocol.header`:
 ``HEADER`` is the ``struct.Struct`` of the classic layout; a flexible header is the same
 bytes with the 2-byte key length split into (framing extras length, key length), and
-``peek`` splits it with the shift and mask that follow from the two tables. This is the hot
-path of decoding and framing: no per-call allocation beyond the returned tuple.
+``unpack`` / ``peek`` split it with the shift and mask that follow from the two tables. This
+is the hot path of decoding and framing: no per-call allocation beyond the returned tuple
+(``unpack`` gives a plain tuple, ``peek`` the named :class:`Header`, about 0.1 µs dearer).
 """
 
 from __future__ import annotations
@@ -68,13 +69,19 @@ _new = tuple.__new__
 _FLEXIBLE = FLEXIBLE_MAGICS
 
 
-def peek(buf, pos: int = 0) -> Header:
-    """The header at ``buf[pos:pos + 24]`` (``buf`` must hold those 24 bytes)."""
+def unpack(buf, pos: int = 0) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+    """The fields of :class:`Header`, in its order, as a plain tuple (for hot loops that
+    take the values apart at once; ``buf`` must hold the 24 bytes at ``pos``)."""
     magic, opcode, keylen, extlen, datatype, specific, bodylen, opaque, cas = _unpack(buf, pos)
     if magic in _FLEXIBLE:
-        return _new(Header, (magic, opcode, keylen >> _FRAMING_SHIFT, keylen & _KEY_MASK,
-                             extlen, datatype, specific, bodylen, opaque, cas))
-    return _new(Header, (magic, opcode, 0, keylen, extlen, datatype, specific, bodylen, opaque, cas))
+        return (magic, opcode, keylen >> _FRAMING_SHIFT, keylen & _KEY_MASK, extlen, datatype,
+                specific, bodylen, opaque, cas)
+    return magic, opcode, 0, keylen, extlen, datatype, specific, bodylen, opaque, cas
+
+
+def peek(buf, pos: int = 0) -> Header:
+    """The header at ``buf[pos:pos + 24]`` (``buf`` must hold those 24 bytes)."""
+    return _new(Header, unpack(buf, pos))
 
 
 def body_length(buf, pos: int = 0) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ..codec.header import frame_size, peek
+from ..codec.header import frame_size, peek, unpack
 from ..protocol import DATATYPE_MAX, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, is_known_opcode
 
 _LEGAL_MAGICS = frozenset(MAGICS.values)
@@ -74,7 +74,7 @@ def header_problem(buf, pos: int) -> tuple[str, str] | None:
 
 def plausible(buf, pos: int) -> bool:
     """Strict check used while resynchronising."""
-    magic, opcode, framing_len, keylen, extlen, datatype, _vb, bodylen, _o, _c = peek(buf, pos)
+    magic, opcode, framing_len, keylen, extlen, datatype, _vb, bodylen, _o, _c = unpack(buf, pos)
     if magic not in _LEGAL_MAGICS or datatype > DATATYPE_MAX:
         return False
     if HEADER_SIZE + bodylen > MAX_FRAME_SIZE or not is_known_opcode(magic, opcode):
