@@ -190,7 +190,7 @@ def test_bad_frames_decode_without_raising():
 
 
 def test_checks_skip_server_magics_and_never_raise():
-    from dcpdissect.analysis.structural import check_message
+    from dcpdissect.analysis.rules.structure import check_message
     assert check_message(decode(encode(0x53, {}, magic=0x82, extras=bytes(48)))) == []
     assert check_message(decode(encode(0x56, {}, magic=0x83, request=False, extras=bytes(1)))) == []
     rng = random.Random(11)

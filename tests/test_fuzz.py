@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dcpdissect import fuzz
-from dcpdissect.analysis.structural import check_message
+from dcpdissect.analysis.rules.structure import check_message
 from dcpdissect.capture.packets import SUPPORTED_LINKTYPES, decode_packet
 from dcpdissect.capture.readers import CaptureError, open_capture
 from dcpdissect.codec import decode, encode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dcpdissect.analysis.structural import check_message
+from dcpdissect.analysis.rules.structure import check_message
 from dcpdissect.codec import decode, encode
 from dcpdissect.codec.problems import TRUNCATED
 from dcpdissect.reassembly.tcp import TAIL_SEGMENTS, DirectionReassembler, TcpAnomaly
