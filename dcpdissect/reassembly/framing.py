@@ -49,6 +49,14 @@ class Resync(NamedTuple):
     ts_ns: int
 
 
+def _carrier(chunks, ci: int, offset: int) -> tuple[int, int]:
+    """(frame, ts) of the chunk that carried stream ``offset`` (searched from ``ci``)."""
+    for c_end, frame, ts in chunks[ci:]:
+        if c_end > offset:
+            return frame, ts
+    return chunks[-1][1], chunks[-1][2]
+
+
 class LostPdu(NamedTuple):
     """A PDU whose header was seen but whose bytes were cut by a gap or the capture end."""
     conn: int
@@ -100,6 +108,7 @@ class PduFramer:
         self._pending_skip = 0
         self._garbage_cause: str | None = None
         self._garbage_detail = ""
+        self._garbage_at: tuple[int, int] | None = None    # (frame, ts) of the bad header
         self.now = (0, 0)
 
     # -- input ------------------------------------------------------------------------
@@ -150,13 +159,24 @@ class PduFramer:
                 need = frame_size(self.buf, 0)
             out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf), need,
                                "end", self.last_frame, self.last_ts))
-        elif self.buf and not self.in_sync:
-            out.append(Resync(self.conn, self.direction, self.base + len(self.buf),
-                              len(self.buf), self.resync_reason or "garbage", NO_HEADER,
-                              "no plausible header before the end of the stream",
-                              self.last_frame, self.last_ts))
+        elif not self.in_sync and (self.buf or self._pending_skip):   # trailing garbage
+            out.append(self._skipped(self._pending_skip + len(self.buf), NO_HEADER))
+            self._pending_skip = 0
         self._reset(self.base + len(self.buf))
         return out
+
+    def _skipped(self, n: int, no_header_cause: str | None) -> Resync:
+        """The report of ``n`` skipped bytes: for garbage, at the frame of the bad header."""
+        if self.resync_reason == "garbage":
+            frame, ts = self._garbage_at or (self.last_frame, self.last_ts)
+            return Resync(self.conn, self.direction, self.base + len(self.buf) * (no_header_cause is not None),
+                          n, "garbage", self._garbage_cause or no_header_cause,
+                          self._garbage_detail or "no plausible header before the end of the stream",
+                          frame, ts)
+        frame, ts = (self.chunks[0][1], self.chunks[0][2]) if self.chunks else (self.last_frame, self.last_ts)
+        detail = "no plausible header before the end of the stream" if no_header_cause else ""
+        return Resync(self.conn, self.direction, self.base + len(self.buf) * (no_header_cause is not None),
+                      n, self.resync_reason or "garbage", no_header_cause, detail, frame, ts)
 
     # -- internals ----------------------------------------------------------------------
     def _give_up(self, out: list) -> None:
@@ -233,6 +253,7 @@ class PduFramer:
                 self.resync_reason = "garbage"
                 self._garbage_cause, text = header_problem(buf, pos)
                 self._garbage_detail = f"at offset {base + pos}: {text}"
+                self._garbage_at = _carrier(chunks, ci, base + pos)
                 bad = True
                 break
             end = pos + size
@@ -292,12 +313,7 @@ class PduFramer:
             return False
         self._discard(pos)
         if self._pending_skip:     # a stream that starts on a boundary needs no report
-            frame, ts = (self.chunks[0][1], self.chunks[0][2]) if self.chunks else (self.last_frame, self.last_ts)
-            garbage = self.resync_reason == "garbage"
-            cause = self._garbage_cause if garbage else None
-            detail = self._garbage_detail if garbage else ""
-            out.append(Resync(self.conn, self.direction, self.base, self._pending_skip,
-                              self.resync_reason or "garbage", cause, detail, frame, ts))
+            out.append(self._skipped(self._pending_skip, None))
         self._pending_skip = 0
         self.in_sync = True
         self.resync_reason = None

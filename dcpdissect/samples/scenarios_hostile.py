@@ -201,7 +201,7 @@ SPECS: tuple[Spec, ...] = (
          seq_jump, _jump, gaps=2),
     Spec("hostile-garbage-tcp", "hostile-garbage-tcp.pcap",
          "random bytes between messages, an HTTP request, and a connection of garbage",
-         garbage_tcp, resyncs=4),
+         garbage_tcp, resyncs=6),    # the garbage connection and trailing bytes are reported too
     Spec("hostile-findings-flood", "hostile-findings-flood.pcap",
          "1100 requests with an unknown opcode: more findings of one rule than are kept",
          findings_flood),
