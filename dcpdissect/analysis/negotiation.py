@@ -1,8 +1,10 @@
-"""What each connection negotiated, as far as the capture shows it.
+"""What each connection negotiated, as far as the capture shows it: the one record of it.
 
-HELLO (the features the server's response enables), DcpOpen (its flags, once the server
-accepted it) and whether the connection's start was captured at all: a value the capture
-did not show is None, and the rules that depend on it do not apply.
+HELLO (the features the server's response enables), DcpOpen (its name and flags, once the
+server accepted it), the DcpControl keys the server accepted, the bucket SelectBucket chose,
+and whether the connection's start was captured at all: a value the capture did not show is
+None, and the rules that depend on it do not apply. The :class:`~.engine.Analyzer` keeps one
+per connection up to date and hands it to the single-message rules and to the stream tracker.
 """
 
 from __future__ import annotations
@@ -12,18 +14,24 @@ from ..protocol import (
 )
 
 HELLO, DCP_OPEN = opcode_code("Hello"), opcode_code("DcpOpen")
+DCP_CONTROL, SELECT_BUCKET = opcode_code("DcpControl"), opcode_code("SelectBucket")
 _PRODUCER = DCP_OPEN_FLAGS.bit("producer")
 _DELETE_TIMES = DCP_OPEN_FLAGS.bit("include_delete_times")
+MAX_UNANSWERED = 64      # requests of the kinds above remembered until answered
+MAX_CONTROLS = 256       # accepted DcpControl keys remembered (kv_engine knows ~20)
 
 
 class Negotiation:
     """One connection's negotiated state (kv_engine daemon/connection.h)."""
 
-    __slots__ = ("features", "open_flags", "dcp", "_pending")
+    __slots__ = ("features", "open_flags", "name", "controls", "bucket", "dcp", "_pending")
 
     def __init__(self, start_seen: bool):
         self.features: frozenset[int] | None = None   # HELLO features the server enabled
         self.open_flags: int | None = None             # flags of the accepted DcpOpen
+        self.name: str | None = None                   # name of the accepted DcpOpen
+        self.controls: dict[str, str] = {}             # DcpControl key -> value, accepted
+        self.bucket: str | None = None                 # bucket of the accepted SelectBucket
         self.dcp: bool | None = False if start_seen else None   # opened as a DCP connection
         self._pending: dict[tuple[int, int], object] = {}
 
@@ -60,29 +68,46 @@ class Negotiation:
 
     def request(self, msg) -> None:
         """A request the client sent (the server acts on requests in order)."""
-        if msg.opcode == HELLO:
+        op = msg.opcode
+        if op == HELLO:
             self._remember(msg, None)
-        elif msg.opcode == DCP_OPEN:
-            self._remember(msg, (msg.fields.get("flags"), self.dcp))
+        elif op == DCP_OPEN:
+            self._remember(msg, (msg.fields.get("flags"), self.dcp, _text(msg.key)))
             self.dcp = True
+        elif op == DCP_CONTROL:
+            self._remember(msg, (_text(msg.key), _text(msg.value)))
+        elif op == SELECT_BUCKET:
+            self._remember(msg, _text(msg.key))
 
     def response(self, msg) -> None:
+        """A response the server sent: what it accepted becomes the connection's."""
         info = self._pending.pop((msg.opcode, msg.opaque), False)
         if info is False:
             return
         ok = msg.status == STATUS_SUCCESS
-        if msg.opcode == HELLO and ok:
+        op = msg.opcode
+        if op == HELLO and ok:
             v = bytes(msg.value)
             self.features = frozenset(int.from_bytes(v[i:i + 2], "big")
                                       for i in range(0, len(v) - 1, 2))
-        elif msg.opcode == DCP_OPEN:
-            flags, before = info
+        elif op == DCP_OPEN:
+            flags, before, name = info
             if ok:
-                self.open_flags = flags
+                self.open_flags, self.name = flags, name
             else:
                 self.dcp = before
+        elif op == DCP_CONTROL and ok:
+            key, value = info
+            if key in self.controls or len(self.controls) < MAX_CONTROLS:
+                self.controls[key] = value
+        elif op == SELECT_BUCKET and ok:
+            self.bucket = info
 
     def _remember(self, msg, info) -> None:
-        if len(self._pending) >= 64:
+        if len(self._pending) >= MAX_UNANSWERED:
             del self._pending[next(iter(self._pending))]
         self._pending[(msg.opcode, msg.opaque)] = info
+
+
+def _text(raw) -> str:
+    return bytes(raw).decode("utf-8", "replace")
