@@ -10,7 +10,7 @@ import pytest
 from dcpdissect.analysis.conventions import LABELS, classify_file
 from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
-from dcpdissect.analysis.streams import classify
+from dcpdissect.analysis.streams.snapshots import classify
 from dcpdissect.samples.pcapwrite import PcapWriter
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -21,23 +21,30 @@ LABELS = {
 }
 
 
+def marker_key(pdu) -> tuple[int, int, int]:
+    """(connection, frame, stream offset): which marker a label is about."""
+    return (pdu.conn, pdu.frame, pdu.offset)
+
+
 def classify_markers(events: Iterable) -> dict[tuple[int, int, int], str]:
-    """Map (connection, frame, stream offset) of each server-sent snapshot marker in
-    ``events`` (as yielded by :func:`dcpdissect.reassembly.pdus.iter_events`) to its
-    start-seqno convention, one of :data:`LABELS`. A marker's label is final once the
-    first item after it (or the next marker, STREAM_END, or the connection end) is seen,
-    so the whole event sequence is consumed first. A capture fault ends the labelling
-    where it occurs."""
-    analyzer = Analyzer()
-    analyzer.streams.conventions = {}
+    """Map :func:`marker_key` of each server-sent snapshot marker in ``events`` (as yielded
+    by :func:`dcpdissect.reassembly.pdus.iter_events`) to its start-seqno convention, one
+    of :data:`LABELS`, as the analyzer's ``on_marker`` reports them. A capture fault ends
+    the labelling where it occurs."""
+    labels: dict[tuple[int, int, int], str] = {}
+
+    def keep(pdu, label):
+        if label is not None:
+            labels[marker_key(pdu)] = label
+
+    analyzer = Analyzer(on_marker=keep)
     try:
         for ev in events:
             analyzer.feed(ev)
     except CaptureError:
         pass                    # a damaged capture: label what was read before the fault
     analyzer.finish()
-    return {k: ("unknown" if v == "pending" else v)
-            for k, v in analyzer.streams.conventions.items()}
+    return labels
 
 
 def classify_file(path: str) -> dict[tuple[int, int, int], str]:

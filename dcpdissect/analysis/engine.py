@@ -23,10 +23,13 @@ MAX_FINDINGS_PER_RULE = 1000
 
 
 class Analyzer:
-    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE):
+    """``on_marker(pdu, label)``, when given, gets the start-seqno convention of every
+    snapshot marker request fed (see :class:`.streams.StreamTracker`)."""
+
+    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE, on_marker=None):
         self.connections: dict[int, ConnectionOpened] = {}
-        self.negotiated: dict[int, Negotiation] = {}
-        self.streams = StreamTracker()
+        self.negotiated: dict[int, Negotiation] = {}     # what each connection negotiated
+        self.streams = StreamTracker(on_marker)
         self.rollback = RollbackTracker()
         self.messages = 0
         self.max_per_rule = max_per_rule
@@ -70,8 +73,8 @@ class Analyzer:
             return self._pdu(ev)
         if kind is ConnectionOpened:
             self.connections[ev.conn] = ev
-            self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
-            out = self.streams.on_open(ev)
+            neg = self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
+            out = self.streams.on_open(ev, neg)
             if ev.mid_stream:
                 out.append(Finding("mid-stream-start", f"no TCP handshake for {_ends(ev)}: the "
                                    "capture started inside the connection", ev.frame, (ev.frame,),
@@ -122,7 +125,7 @@ class Analyzer:
             elif not msg.is_request and not from_client:
                 neg.response(msg)
         opened = self.connections.get(pdu.conn)
-        out += self.streams.on_message(pdu, msg, opened)
+        out += self.streams.on_message(pdu, msg, opened, neg)
         out += self.rollback.on_message(pdu, msg, opened)
         return out
 

@@ -1,0 +1,85 @@
+"""Resume fidelity: does a consumer resume a vbucket where its previous stream stopped?
+
+When a stream ends (or its connection does), the point it reached is remembered per
+consumer (DcpOpen name), producer and vbucket. When the same consumer requests the
+vbucket again on another connection, the request is judged against it: a start beyond
+the last seqno received skips data (after an unfinished OSO snapshot, the seqno held before
+its start counts); a snapshot range collapsed to [start, start] inside a partly received
+snapshot hides from the server that a rollback is needed.
+"""
+
+from __future__ import annotations
+
+from ..findings import finding_for
+from .. import streams as limits
+from .state import FROM_LATEST, Conn, ResumePoint, Stream
+
+
+class Resume:
+    """Resume points of the consumers' streams, judged when a consumer requests again."""
+
+    def __init__(self):
+        self.points: dict[tuple, ResumePoint] = {}   # (consumer, producer, vb) -> point
+
+    def on_stream_end(self, c: Conn, st: Stream) -> None:
+        """Remember where the stream stopped."""
+        key = _consumer(c, st.vb)
+        if key is None or st.request.get("flags", 0) & FROM_LATEST:
+            return
+        snap = st.snap
+        last = st.last_received if st.last_received is not None else st.request.get(
+            "start_seqno", 0)
+        if st.in_oso:       # oso_snapshot.md: resume from the seqno held before the OSO start
+            last, snap = st.oso_resume_seqno, None
+        if len(self.points) >= limits.MAX_RESUME:
+            del self.points[next(iter(self.points))]
+        self.points[key] = ResumePoint(st.conn, last, snap and (snap.start, snap.end),
+                                       snap.pdu.frame if snap else st.request_pdu.frame,
+                                       st.in_oso)
+
+    def on_stream_request(self, c: Conn, st: Stream, pdu, msg, out) -> None:
+        """Judge a stream request against where the consumer's previous stream stopped."""
+        key = _consumer(c, st.vb)
+        point = self.points.get(key) if key else None
+        if point is None or point.conn == c.id or c.suppressed_because:
+            return
+        del self.points[key]
+        f = st.request
+        if f.get("flags", 0) & FROM_LATEST:
+            return
+        start, s0, s1 = f["start_seqno"], f["snap_start_seqno"], f["snap_end_seqno"]
+        x = point.last_received
+        shown = {"start_seqno": start, "snap_start_seqno": s0, "snap_end_seqno": s1,
+                 "last_received": x, "previous_connection": point.conn}
+        if start > x:
+            oso = (" before an OSO snapshot it did not complete (items inside one are no "
+                   "consistent point)") if point.inside_oso else ""
+            out.append(finding_for("resume-beyond-received", f"resume of vb {st.vb} at start "
+                                   f"{start}, but the previous stream (connection {point.conn}) "
+                                   f"received up to seqno {x}{oso}", pdu, msg, shown,
+                                   (point.frame,)))
+            return
+        if point.snapshot is None:
+            return
+        s, e = point.snapshot
+        shown["previous_snapshot"] = f"[{s},{e}]"
+        if not (s <= x < e and start == x):
+            return
+        how = None
+        if s1 < e:
+            how = f"sends snapshot [{s0},{s1}] start {start}"
+        elif s0 == start and s < x:          # needsRollback then takes the range as [start,start]
+            how = f"sends snapshot [{s0},{s1}] with snap_start == start {start}, read as [{x},{x}]"
+        if how is not None:
+            out.append(finding_for("resume-collapsed-snapshot",
+                                   f"resume of vb {st.vb} {how}; the previous stream (connection "
+                                   f"{point.conn}) stopped at {x} inside snapshot [{s},{e}] "
+                                   f"(frame {point.frame}), so it must send [{s},{e}]: the "
+                                   "server cannot see that a rollback is needed", pdu, msg,
+                                   shown, (point.frame,)))
+
+
+def _consumer(c: Conn, vb: int):
+    """(consumer name, producer, vbucket), or None before the DcpOpen was accepted."""
+    name = c.negotiation.name
+    return None if name is None else (name, c.server, vb)

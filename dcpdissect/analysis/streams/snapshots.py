@@ -1,0 +1,316 @@
+"""Snapshots: does the data a stream carries fit the markers that announce it?
+
+Judges snapshot markers (ordering against the previous marker and the request, behind the
+last seqno, inside OSO), the items and SeqnoAdvanced inside them (before any marker,
+outside the snapshot, not increasing, after SeqnoAdvanced, duplicate keys), OSO pairing,
+whether a snapshot completed before the next marker or STREAM_END, and which start-seqno
+convention each marker follows (:func:`classify`). The convention of every snapshot marker
+request is reported once through ``on_marker(pdu, label)``: at once, or when the first item
+after the marker (or what ends its snapshot) shows it; None when no convention applies.
+"""
+
+from __future__ import annotations
+
+from ...protocol import (ITEM_OPCODES, SNAPSHOT_CHECKPOINT, SNAPSHOT_DISK, SNAPSHOT_FLAGS,
+                         SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE, opcode_code)
+from ..findings import finding_for
+from .. import streams as limits
+from .state import (FROM_LATEST, Conn, Snap, Stream, frames_of, key_text, marker_fields,
+                    report_on_stream)
+
+MARKER, STREAM_END = opcode_code("DcpSnapshotMarker"), opcode_code("DcpStreamEnd")
+SEQNO_ADVANCED, OSO_SNAPSHOT = opcode_code("DcpSeqnoAdvanced"), opcode_code("DcpOsoSnapshot")
+# Document keys per namespace: committed items (mutation, deletion, expiration) share one;
+# prepares live in their own (the durability-prepare namespace of the checkpoint).
+KEYED_OPCODES = {opcode_code("DcpMutation"): "item", opcode_code("DcpDeletion"): "item",
+                 opcode_code("DcpExpiration"): "item", opcode_code("DcpPrepare"): "prepare"}
+_HISTORY_OR_DUPLICATES = SNAPSHOT_HISTORY | SNAPSHOT_MAY_DUPLICATE
+
+
+class Snapshots:
+    """Judges the messages of each stream against its snapshots."""
+
+    def __init__(self, on_marker=None):
+        self.on_marker = on_marker      # on_marker(pdu, label) per snapshot marker request
+
+    # --- hooks (called by the tracker) ----------------------------------------------------
+
+    def not_judged(self, pdu, msg, label: str | None = None) -> None:
+        """A message the stream rules do not judge: a marker among them gets ``label``."""
+        if self.on_marker is not None and msg.opcode == MARKER and msg.is_request:
+            self.on_marker(pdu, label)
+
+    def on_client_marker(self, c: Conn, pdu, msg, out) -> None:
+        """A marker the client sent: memcached receives markers on a consumer connection
+        (ns_server relays them), a producer's client never sends one."""
+        self.not_judged(pdu, msg)
+        if not c.suppressed_because and c.negotiation.consumer is False:
+            out.append(finding_for("snapshot-from-client", "snapshot marker sent client→server: "
+                                   "markers come from the producer", pdu, msg,
+                                   marker_fields(msg)))
+
+    def on_stream_message(self, st: Stream, pdu, msg, out) -> None:
+        """A message the server sent on an active stream, with the stream's opaque."""
+        op = msg.opcode
+        if op == MARKER:
+            self._marker(st, pdu, msg, out)
+        elif op in ITEM_OPCODES:
+            self._item(st, pdu, msg, out)
+        elif op == SEQNO_ADVANCED:
+            self._seqno_advanced(st, pdu, msg, out)
+        elif op == OSO_SNAPSHOT:
+            self._oso(st, pdu, msg, out)
+        elif op == STREAM_END:
+            if msg.fields.get("reason") == 0 and not st.in_oso:
+                self._check_complete(st, pdu, msg, out, "STREAM_END(Ok)")
+
+    def on_stream_end(self, st: Stream, out) -> None:
+        """The stream ended (or its connection did): its last marker's convention is final."""
+        self._decide_convention(st, out, None)
+
+    def on_suppress(self, c: Conn) -> None:
+        """The connection's streams are no longer judged: undecided markers stay unknown."""
+        for st in c.streams.values():
+            snap = st.snap
+            if snap is not None and snap.convention_undecided:
+                snap.convention_undecided = False
+                self._report_convention(snap.pdu, "unknown")
+
+    # --- messages -------------------------------------------------------------------------
+
+    def _marker(self, st: Stream, pdu, msg, out) -> None:
+        f = msg.fields
+        if "flags" not in f or f["start_seqno"] > f["end_seqno"]:
+            self._report_convention(pdu, "invalid")   # malformed: the structure rules say why
+            if not st.in_oso:
+                self._decide_convention(st, out, None)
+                st.snap, st.after_invalid_marker = None, True
+            return
+        start, end, flags = f["start_seqno"], f["end_seqno"], f["flags"]
+        if st.in_oso:
+            self._report_convention(pdu, "inside-oso")
+            report_on_stream(st, out, "oso-contains-marker", f"snapshot marker [{start},{end}] "
+                             f"inside the OSO snapshot of {st.describe()}", pdu, msg,
+                             marker_fields(msg))
+            return
+        history = bool(flags & SNAPSHOT_HISTORY)
+        prev = st.snap
+        shown = marker_fields(msg)
+        last = st.highest_seqno
+        if start < last and end <= last:
+            shown["last_seqno"] = last
+            self._report_convention(pdu, "dropped")
+            report_on_stream(st, out, "snapshot-behind-last-seqno", f"marker [{start},{end}] is "
+                             f"behind the last seqno {last}: the consumer drops it", pdu, msg,
+                             shown, frames_of(prev and prev.pdu))
+            return                              # the old snapshot stays current
+        after_non_history = history and not (st.prev_marker_flags or 0) & SNAPSHOT_HISTORY
+        if prev is not None and not (after_non_history and end == prev.end):
+            self._check_complete(st, pdu, msg, out, f"the marker [{start},{end}]")
+        self._decide_convention(st, out, None)
+        first = st.marker_count == 0
+        req = st.request
+        prev_end = st.prev_marker_end
+        ctx = frames_of(prev and prev.pdu)
+        rid = text = None
+        if prev_end is not None and (end < prev_end or end == prev_end and not (
+                history and flags & SNAPSHOT_DISK)):
+            rid, text = "snapshot-end-not-increasing", (f"end {end} is not above the previous "
+                                                      f"marker's end {prev_end}")
+        elif prev_end is not None and start <= prev_end and not after_non_history:
+            rid, text = "snapshot-start-overlap", (f"start {start} is not above the previous "
+                                                 f"marker's end {prev_end}")
+        elif first and not req.get("flags", 0) & FROM_LATEST and start < req["snap_start_seqno"]:
+            rid, text = "snapshot-start-below-requested", (
+                f"first marker starts at {start}, below the requested snapshot start "
+                f"{req['snap_start_seqno']}")
+            ctx = frames_of(st.request_pdu)
+        snap = Snap(start, end, flags, pdu, msg, first)
+        if rid is not None:
+            shown["last_seqno"] = last
+            report_on_stream(st, out, rid, text, pdu, msg, shown, ctx)
+            snap.faulty_marker = True
+        st.snap = snap
+        st.marker_count += 1
+        st.prev_marker_end, st.prev_marker_flags = end, flags
+        st.advanced_to = None
+        st.reported_before_marker = st.after_invalid_marker = False
+        if flags & _HISTORY_OR_DUPLICATES:
+            snap.seen_keys = None
+
+    def _item(self, st: Stream, pdu, msg, out) -> None:
+        field = msg.spec.seqno_field if msg.spec else None
+        seq = msg.fields.get(field) if field else None
+        if seq is None:
+            return
+        if st.in_oso:
+            st.oso_highest = max(st.oso_highest, seq)
+            st.last_received = max(st.last_received or 0, seq)
+            self._check_duplicate_key(st, st.oso_seen_keys, pdu, msg, out, None)
+            return
+        snap = st.snap
+        if snap is None:
+            self._before_marker(st, out, f"{msg.name} seqno {seq}", pdu, msg, seq,
+                                frames_of(st.request_pdu))
+            st.highest_seqno = max(st.highest_seqno, seq)
+            st.last_received = seq
+            return
+        outside = not snap.start <= seq <= snap.end
+        self._decide_convention(st, out, seq)
+        if st.advanced_to is not None and seq <= st.advanced_to:
+            report_on_stream(st, out, "data-after-seqno-advanced", f"seqno {seq} after "
+                             f"SeqnoAdvanced({st.advanced_to})", pdu, msg,
+                             {**_item_fields(seq, snap), "advanced": st.advanced_to})
+        elif seq <= st.highest_seqno:
+            report_on_stream(st, out, "data-seqno-not-increasing", f"seqno {seq} after seqno "
+                             f"{st.highest_seqno}", pdu, msg,
+                             {**_item_fields(seq, snap), "last_seqno": st.highest_seqno})
+        if outside:
+            report_on_stream(st, out, "data-outside-snapshot", f"seqno {seq} outside the "
+                             f"snapshot [{snap.start},{snap.end}]", pdu, msg,
+                             _item_fields(seq, snap), frames_of(snap.pdu))
+        if snap.seen_keys is not None:
+            self._check_duplicate_key(st, snap.seen_keys, pdu, msg, out, snap)
+        if seq == snap.end:
+            snap.complete = True
+            snap.seen_keys = None               # later items are outside it anyway
+        st.highest_seqno = max(st.highest_seqno, seq)
+        st.last_received = seq
+
+    def _before_marker(self, st: Stream, out, what: str, pdu, msg, seq, context) -> None:
+        if not st.reported_before_marker and not st.after_invalid_marker:
+            st.reported_before_marker = True
+            report_on_stream(st, out, "data-before-marker", f"{what} on {st.describe()} before "
+                             "any snapshot marker", pdu, msg, {"seqno": seq}, context)
+
+    def _check_duplicate_key(self, st: Stream, keys, pdu, msg, out, snap) -> None:
+        """Duplicate keys inside the current snapshot (``snap``) or OSO snapshot (None)."""
+        ns = KEYED_OPCODES.get(msg.opcode)
+        if keys is None or ns is None:
+            return
+        k = hash((ns, msg.key))
+        if k in keys:
+            where = "OSO snapshot" if snap is None else f"snapshot [{snap.start},{snap.end}]"
+            what = "prepare" if ns == "prepare" else "change"
+            report_on_stream(st, out, "data-duplicate-key", f"second {what} of key "
+                             f"{key_text(msg.key)} in the {where} of {st.describe()}", pdu,
+                             msg, {"key": key_text(msg.key)})
+        elif len(keys) < limits.MAX_KEYS:
+            keys.add(k)
+
+    def _seqno_advanced(self, st: Stream, pdu, msg, out) -> None:
+        seq = msg.fields.get("by_seqno")
+        if seq is None:
+            return
+        st.last_received = max(st.last_received or 0, seq)
+        if st.in_oso:
+            st.oso_highest = max(st.oso_highest, seq)
+            return
+        snap = st.snap
+        if snap is None:
+            self._before_marker(st, out, f"SeqnoAdvanced({seq})", pdu, msg, seq, ())
+            return
+        self._decide_convention(st, out, None)
+        if not snap.start <= seq <= snap.end:
+            report_on_stream(st, out, "data-outside-snapshot", f"SeqnoAdvanced({seq}) outside "
+                             f"the snapshot [{snap.start},{snap.end}]", pdu, msg,
+                             {"seqno": seq, "snapshot": f"[{snap.start},{snap.end}]"},
+                             frames_of(snap.pdu))
+        if seq == snap.end:
+            snap.complete = True
+        st.advanced_to = seq
+        st.highest_seqno = max(st.highest_seqno, seq)
+
+    def _oso(self, st: Stream, pdu, msg, out) -> None:
+        flags = msg.fields.get("flags", 0)
+        if flags & 0x01:                        # OSO start
+            if st.in_oso:
+                report_on_stream(st, out, "oso-unpaired", f"OSO start on {st.describe()} while "
+                                 "an OSO snapshot is open", pdu, msg, {"flags": flags})
+                return
+            if st.snap is not None:
+                self._check_complete(st, pdu, msg, out, "the OSO snapshot")
+                self._decide_convention(st, out, None)
+            st.in_oso, st.oso_highest, st.oso_seen_keys = True, st.highest_seqno, set()
+            st.oso_resume_seqno = st.highest_seqno
+            st.snap, st.after_invalid_marker = None, False
+        elif flags & 0x02:                      # OSO end
+            if not st.in_oso:
+                report_on_stream(st, out, "oso-unpaired", f"OSO end on {st.describe()} without "
+                                 "an OSO start", pdu, msg, {"flags": flags})
+                return
+            st.in_oso = False
+            st.oso_seen_keys = None
+            st.highest_seqno = max(st.highest_seqno, st.oso_highest)
+            st.prev_marker_end = max(st.prev_marker_end or 0, st.highest_seqno)
+            st.reported_before_marker = False
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def _check_complete(self, st: Stream, pdu, msg, out, what: str) -> None:
+        snap = st.snap
+        if snap is None or snap.complete or snap.faulty_marker:
+            return
+        report_on_stream(st, out, "snapshot-incomplete", f"snapshot [{snap.start},{snap.end}] "
+                         f"(frame {snap.pdu.frame}) of {st.describe()} ended by {what} without "
+                         f"an item or SeqnoAdvanced at {snap.end}", pdu, msg,
+                         {"snapshot": f"[{snap.start},{snap.end}]",
+                          "last_seqno": st.highest_seqno}, frames_of(snap.pdu))
+
+    def _decide_convention(self, st: Stream, out, first_seqno) -> None:
+        """Decide the start-seqno convention of the current marker (``first_seqno`` is the
+        first item after it, None when the snapshot ends without one); report it, and
+        ``snapshot-start-inconsistent`` when none fits."""
+        snap = st.snap
+        if snap is None or not snap.convention_undecided:
+            return
+        snap.convention_undecided = False
+        label, expected = classify(snap.start, snap.flags, snap.first_of_stream, st.request,
+                                   first_seqno)
+        self._report_convention(snap.pdu, label)
+        if expected is None or snap.faulty_marker:
+            return
+        if first_seqno is not None and not snap.start <= first_seqno <= snap.end:
+            return                              # data-outside-snapshot says it
+        shown = marker_fields(snap.msg)
+        shown["first_item_seqno"] = first_seqno
+        report_on_stream(st, out, "snapshot-start-inconsistent",
+                         f"marker [{snap.start},{snap.end}] ({SNAPSHOT_FLAGS.text(snap.flags)}) "
+                         f"start {snap.start} fits no convention: expected {expected}", snap.pdu,
+                         snap.msg, shown, frames_of(st.request_pdu))
+
+    def _report_convention(self, pdu, label: str) -> None:
+        if self.on_marker is not None:
+            self.on_marker(pdu, label)
+
+
+def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tuple[str, str | None]:
+    """Start-seqno convention of a marker: (label, None) when one fits, else
+    ("inconsistent", what was expected). Labels: first-of-stream, checkpoint, first-item,
+    backfill, no-items. ``req`` holds the stream request's fields (``filtered``: it had a
+    JSON value, so items may be held back by a collection filter)."""
+    if first and (req.get("flags", 0) & FROM_LATEST
+                  or start in (req.get("start_seqno"), req.get("snap_start_seqno"))):
+        return "first-of-stream", None
+    disk = flags & SNAPSHOT_DISK
+    if disk or flags & SNAPSHOT_CHECKPOINT:
+        name = "backfill" if disk else "checkpoint"
+        if first_seqno is None or start <= first_seqno:
+            return name, None
+        expected = (f"start <= the first item's seqno {first_seqno} ({name} convention: "
+                    f"{'disk' if disk else 'memory marker with CHK'})")
+    else:
+        if first_seqno is None:
+            return "no-items", None
+        if start == first_seqno or req.get("filtered") and start < first_seqno:
+            return "first-item", None           # a filter may hold back the first item
+        expected = (f"start == the first item's seqno {first_seqno} (first-item convention: "
+                    "memory marker without CHK)")
+    if first:
+        expected = (f"the requested start {req.get('start_seqno')} or snap_start "
+                    f"{req.get('snap_start_seqno')} (first-of-stream), or {expected}")
+    return "inconsistent", expected
+
+
+def _item_fields(seq: int, snap: Snap) -> dict:
+    return {"seqno": seq, "snapshot": f"[{snap.start},{snap.end}]"}

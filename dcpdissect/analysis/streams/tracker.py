@@ -1,0 +1,212 @@
+"""The stream tracker: connection and stream bookkeeping, and dispatch to the concerns.
+
+Judges little itself: that the stream rules apply at all (``semantics-suppressed`` after a
+gap or resync, or for a stream whose request the capture did not show). It keeps the
+table of connections and of their streams (a stream request opens one, its response
+activates it, STREAM_END or the connection's end closes it) and hands each message to
+the concerns in a fixed order: :mod:`.snapshots`, :mod:`.correlation`, :mod:`.resume`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...protocol import SERVER_MAGICS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_OPCODES, opcode_code
+from ..findings import Finding, finding_for
+from ..negotiation import Negotiation
+from .. import streams as limits
+from .correlation import Correlation
+from .resume import Resume
+from .snapshots import MARKER, STREAM_END, Snapshots
+from .state import Conn, Stream
+
+STREAM_REQUEST, ADD_STREAM = opcode_code("DcpStreamReq"), opcode_code("DcpAddStream")
+
+
+class StreamTracker:
+    """Tracks DCP connections and streams; each hook returns the findings it completes.
+
+    ``on_marker(pdu, label)``, when given, is called once for every snapshot marker
+    request the tracker is fed, with its start-seqno convention (one of
+    :data:`dcpdissect.analysis.conventions.LABELS`, or None when none applies): at once,
+    or as soon as the data after the marker decides it (at the latest in :meth:`finish`).
+    """
+
+    def __init__(self, on_marker=None):
+        self.conns: dict[int, Conn] = {}
+        self.snapshots = Snapshots(on_marker)
+        self.correlation = Correlation()
+        self.resume = Resume()
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    def on_open(self, ev, negotiation: Negotiation | None = None) -> list[Finding]:
+        """A connection opens; ``negotiation`` is its record, kept up to date by the caller
+        (without one, nothing it negotiated is known)."""
+        self.conns[ev.conn] = Conn(ev, negotiation or Negotiation(not ev.mid_stream))
+        return []
+
+    def on_message(self, pdu, msg, opened, negotiation: Negotiation | None = None
+                   ) -> list[Finding]:
+        c = self.conns.get(pdu.conn)
+        if c is None:
+            if opened is None:
+                self.snapshots.not_judged(pdu, msg)
+                return []
+            c = self.conns[pdu.conn] = Conn(opened, negotiation
+                                            or Negotiation(not opened.mid_stream))
+        out: list[Finding] = []
+        if msg.magic in SERVER_MAGICS:
+            self.snapshots.not_judged(pdu, msg)
+            return out
+        if msg.is_request:
+            if pdu.direction == 0:
+                self._client_request(c, pdu, msg, out)
+            else:
+                c.server_messages += 1
+                if msg.opcode in STREAM_OPCODES:
+                    self._stream_message(c, pdu, msg, out)
+        elif pdu.direction == 1:
+            c.server_messages += 1
+            self._server_response(c, pdu, msg, out)
+        elif not c.suppressed_because:
+            self.correlation.on_consumer_response(c, pdu, msg, out)
+        return out
+
+    def on_gap(self, ev) -> list[Finding]:
+        side = "client→server" if ev.direction == 0 else "server→client"
+        return self._suppress(ev, f"{ev.length} bytes of {side} missing before frame {ev.frame}")
+
+    def on_resync(self, ev) -> list[Finding]:
+        if ev.reason == "mid_stream":
+            return []
+        side = "client→server" if ev.direction == 0 else "server→client"
+        return self._suppress(ev, f"{ev.skipped} {side} bytes skipped to resynchronise at frame "
+                                  f"{ev.frame}")
+
+    def on_close(self, ev) -> list[Finding]:
+        c = self.conns.pop(ev.conn, None)
+        if c is None:
+            return []
+        out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
+                                           + (f" at frame {ev.frame})" if ev.frame else ")"))
+        for st in c.streams.values():
+            self._end_stream(c, st, out)
+        return out
+
+    def finish(self) -> list[Finding]:
+        out: list[Finding] = []
+        for c in list(self.conns.values()):
+            out += self.correlation.on_close(c, "the connection stayed open to the end of "
+                                                "the capture")
+            for st in c.streams.values():
+                self._end_stream(c, st, out)
+        self.conns.clear()
+        return out
+
+    # --- the client's requests and the server's responses ---------------------------------
+
+    def _client_request(self, c: Conn, pdu, msg, out) -> None:
+        op = msg.opcode
+        if op == MARKER:
+            self.snapshots.on_client_marker(c, pdu, msg, out)
+        elif op == ADD_STREAM:
+            self.correlation.on_add_stream(c, pdu, msg)
+        elif op == STREAM_REQUEST and "start_seqno" in msg.fields:
+            self._open_stream(c, pdu, msg, out)
+
+    def _open_stream(self, c: Conn, pdu, msg, out) -> None:
+        request = dict(msg.fields)
+        request["filtered"] = bool(msg.value_len)   # a JSON value: collection filter, sid, ...
+        sid = None
+        if msg.value_len:
+            try:
+                sid = json.loads(bytes(msg.value)).get("sid")
+            except (ValueError, AttributeError, RecursionError):
+                sid = None
+            if type(sid) is not int or not 0 <= sid <= 0xFFFF:
+                sid = None          # the server rejects anything but a 16-bit id
+        key = (msg.vbucket, sid)
+        st = Stream(c.id, msg.vbucket, sid, msg.opaque, request, pdu)
+        old = c.streams.get(key)
+        if old is not None and old.active:
+            self._end_stream(c, old, out)
+        elif old is None and len(c.streams) >= limits.MAX_STREAMS:   # forget the oldest
+            self._end_stream(c, c.streams.pop(next(iter(c.streams))), out)
+        c.streams[key] = st
+        c.untracked_streams.discard(key)
+        if len(c.stream_requests) >= limits.MAX_PENDING:   # never answered: forget the oldest
+            del c.stream_requests[next(iter(c.stream_requests))]
+        c.stream_requests[msg.opaque] = st
+        self.correlation.on_stream_request(c, st)
+        self.resume.on_stream_request(c, st, pdu, msg, out)
+
+    def _server_response(self, c: Conn, pdu, msg, out) -> None:
+        op = msg.opcode
+        if op == ADD_STREAM:
+            self.correlation.on_add_stream_response(c, pdu, msg, out)
+        elif op == STREAM_REQUEST:
+            st = c.stream_requests.pop(msg.opaque, None)
+            if st is None:
+                return
+            st.response_status = msg.status
+            if msg.status == STATUS_SUCCESS:
+                st.active = True
+            elif msg.status == STATUS_ROLLBACK:
+                c.stream_requests[msg.opaque] = st     # the consumer may re-request (same opaque)
+
+    # --- the server's stream messages -----------------------------------------------------
+
+    def _stream_message(self, c: Conn, pdu, msg, out) -> None:
+        key = (msg.vbucket, msg.stream_id)
+        st = c.streams.get(key)
+        if st is None or st.suppressed:
+            self.snapshots.not_judged(pdu, msg, "unknown")
+            if (st is None and key not in c.untracked_streams and not c.suppressed_because
+                    and len(c.untracked_streams) < limits.MAX_STREAMS):
+                c.untracked_streams.add(key)
+                why = ("the capture started inside the connection" if c.mid_stream
+                       else "it was not captured")
+                out.append(finding_for("semantics-suppressed",
+                                       f"no stream request seen for vb {msg.vbucket} on this "
+                                       f"connection ({why}): stream rules are not applied to it",
+                                       pdu, msg))
+            return
+        if not st.active:
+            self.snapshots.not_judged(pdu, msg)
+            return
+        if msg.opaque != st.opaque:             # not the stream's message after all
+            self.correlation.on_foreign_opaque(st, pdu, msg, out)
+            self.snapshots.not_judged(pdu, msg)
+            return
+        self.snapshots.on_stream_message(st, pdu, msg, out)
+        op = msg.opcode
+        if op == MARKER:
+            self.correlation.on_marker(c, st, pdu)
+        elif op == STREAM_END:
+            self._end_stream(c, st, out)
+
+    def _end_stream(self, c: Conn, st: Stream, out) -> None:
+        if st.ended:
+            return
+        st.ended = True
+        if st.active and not st.suppressed:
+            self.snapshots.on_stream_end(st, out)
+            self.resume.on_stream_end(c, st)
+        st.active = False
+
+    def _suppress(self, ev, why: str) -> list[Finding]:
+        """Bytes of the connection were lost or skipped: its open streams' state is unknown."""
+        c = self.conns.get(ev.conn)
+        if c is None:
+            return []
+        for st in c.streams.values():
+            st.suppressed = True
+        self.snapshots.on_suppress(c)
+        self.correlation.on_suppress(c)
+        c.stream_requests.clear()
+        if c.suppressed_because:
+            return []
+        c.suppressed_because = why
+        return [Finding("semantics-suppressed", f"stream rules stop for the streams open on this "
+                        f"connection: {why}", ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
