@@ -59,32 +59,46 @@ def cmd_dissect(args) -> int:
             rows.clear()
             first_block = False
 
-    conventions = {}
+    def emit(record: dict) -> None:
+        if args.format == "jsonl":
+            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+        else:
+            rows.append(table_row(record))
+            if len(rows) >= TABLE_BLOCK:
+                flush_rows()
+
+    # The analyzer, fed as we go, labels each snapshot marker with its start-seqno
+    # convention; the records wait in capture order until their markers are labelled.
+    analyzer = ordered = None
     if args.file != "-" and not args.no_conventions:
-        from .analysis.conventions import classify_markers
-        conventions = classify_markers(iter_events(args.file, capture_options(args)))
+        from .analysis.conventions import InCaptureOrder
+        from .analysis.engine import Analyzer
+        ordered = InCaptureOrder(emit)
+        analyzer = Analyzer(on_marker=ordered.label)
     status = EXIT_OK
     try:
         for ev in iter_events(args.file, capture_options(args), summary):
+            if analyzer is not None:
+                analyzer.feed(ev)
             if type(ev) is not Pdu:
                 continue
             msg = decode(ev.data)
-            if opcodes and msg.opcode not in opcodes:
-                continue
-            if vbuckets and msg.vbucket not in vbuckets:
-                continue
-            record = message_record(ev, msg)
-            if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
-                record["convention"] = conventions.get((ev.conn, ev.frame, ev.offset))
-            if args.format == "jsonl":
-                out.write(json.dumps(record, separators=(",", ":")) + "\n")
-            else:
-                rows.append(table_row(record))
-                if len(rows) >= TABLE_BLOCK:
-                    flush_rows()
+            record = None
+            if (not opcodes or msg.opcode in opcodes) and (not vbuckets
+                                                           or msg.vbucket in vbuckets):
+                record = message_record(ev, msg)
+            if ordered is not None:
+                ordered.add(ev, msg, record)
+            elif record is not None:
+                if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
+                    record["convention"] = None
+                emit(record)
     except CaptureError as exc:
         status = EXIT_BAD_INPUT
         summary.error = str(exc)
+    if analyzer is not None:
+        analyzer.finish()
+        ordered.close()
     flush_rows()
     out.flush()
     print(summary.line(), file=sys.stderr)
@@ -187,8 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this opcode (number or name, e.g. 0x56 or DcpSnapshotMarker)")
     p.add_argument("--vbucket", type=int, action="append", help="only this vbucket")
     p.add_argument("--no-conventions", action="store_true",
-                   help="skip the start-seqno convention of snapshot markers (saves a pass "
-                        "over the file; never computed for stdin)")
+                   help="skip the start-seqno convention of snapshot markers (saves "
+                        "running the analyzer; never computed for stdin)")
     add_capture_options(p)
     p.set_defaults(func=cmd_dissect)
 
