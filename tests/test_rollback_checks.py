@@ -39,9 +39,20 @@ def test_rollback_violations(samples_dir):
         ("rollback-loop", 34, 5),
         ("rollback-unexpected", 34, 5),
         ("rollback-not-applied", 40, 6),
-        ("rollback-prediction-unsure", 46, 7),
-        ("rollback-purge-seqno-not-sent", 54, 8),
+        ("rollback-purge-seqno-not-sent", 74, 8),      # a connector with HELLO Collections
+        ("rollback-not-applied", 82, 9),               # the same request again after ROLLBACK(10)
+        ("rollback-missed", 88, 10),                   # success, its own log says rollback to 15
     ]
+
+
+def test_legal_rollback_answers_are_not_flagged(samples_dir):
+    """Two buckets on one node, FromLatest, a purge seqno that moved on after the marker, a
+    collection-filtered resume below the purge seqno, the retry after ROLLBACK(0): at most
+    'unsure' notes where the capture cannot show the server's purge seqno."""
+    got, findings = rollback_findings(samples_dir, "rollback-legal.pcap")
+    assert got == [("rollback-prediction-unsure", 58, 3), ("rollback-prediction-unsure", 62, 3),
+                   ("rollback-purge-seqno-not-sent", 88, 4), ("rollback-prediction-unsure", 90, 4)]
+    assert {f.severity for f in findings if f.rule in ROLLBACK_RULES} == {"info"}
 
 
 def test_analyze_cli_exit_codes_for_rollback(samples_dir):

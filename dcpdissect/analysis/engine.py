@@ -126,7 +126,7 @@ class Analyzer:
                 neg.response(msg)
         opened = self.connections.get(pdu.conn)
         out += self.streams.on_message(pdu, msg, opened, neg)
-        out += self.rollback.on_message(pdu, msg, opened)
+        out += self.rollback.on_message(pdu, msg, opened, neg)
         return out
 
     def _lost_bytes(self, conn: int) -> None:

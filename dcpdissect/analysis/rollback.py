@@ -33,10 +33,11 @@ class Decision:
 
 
 def sanitize(entries: Iterable[FailoverEntry], high_seqno: int,
-             max_entries: int = MAX_FAILOVER_ENTRIES) -> list[FailoverEntry]:
+             max_entries: int | None = MAX_FAILOVER_ENTRIES) -> list[FailoverEntry]:
     """Clean a table (newest first) as the server does: drop uuid-0 entries and entries
-    whose seqno exceeds that of the newer entry before them; keep at most ``max_entries``;
-    an emptied table becomes one entry at ``high_seqno``."""
+    whose seqno exceeds that of the newer entry before them; keep at most ``max_entries``
+    (None: all, for a log observed on the wire, since ``max_failover_entries`` is
+    configurable); an emptied table becomes one entry at ``high_seqno``."""
     out: list[FailoverEntry] = []
     for entry in entries:
         if entry.uuid == 0:
@@ -46,7 +47,7 @@ def sanitize(entries: Iterable[FailoverEntry], high_seqno: int,
         out.append(entry)
     if not out:
         out = [FailoverEntry(PLACEHOLDER_UUID, high_seqno)]
-    return out[:max_entries]
+    return out if max_entries is None else out[:max_entries]
 
 
 def needs_rollback(table: list[FailoverEntry], start: int, local_high: int, uuid: int,

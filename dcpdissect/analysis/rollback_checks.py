@@ -1,10 +1,13 @@
 """Rollback checks: predict each stream request's answer and compare with the server's.
 
-For every vbucket of every server the latest failover log seen in the capture (the responses
-of the opcodes in ``FAILOVER_LOG_OPCODES``: get failover log, successful stream requests) is
-kept; the highest seqno seen from that server for
-the vbucket is a lower bound of its high seqno, and a V2.2 marker's purge seqno gives its
-purge seqno. A conclusion is reported as sure only when the unknowns cannot change it.
+The model is kv_engine's ``FailoverTable::needsRollback`` as ``DcpProducer::streamRequest``
+calls it (engines/ep/src/dcp/producer.cc). Per server, bucket and vbucket the latest
+failover log of the capture is kept (``FAILOVER_LOG_OPCODES`` responses); a successful
+stream request is judged against the log in its own response, which the producer reads
+under the same lock as its decision. The highest seqno seen is a lower bound of the high
+seqno, a disk marker's purge seqno a lower bound of the purge seqno (compaction moves it
+on). A conclusion is reported as sure only when those unknowns, FromLatest's substitution
+and the collection purge exemption cannot change it.
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ import json
 from dataclasses import dataclass
 
 from ..protocol import (
-    FAILOVER_LOG_OPCODES, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_FLAGS, opcode_code,
+    FAILOVER_LOG_OPCODES, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_FLAGS, STREAM_OPCODES,
+    opcode_code,
 )
 from .findings import Finding, finding_for
-from .rollback import REASON_NO_UUID, FailoverEntry, needs_rollback, sanitize
-from .rules import ERROR, INFO, WARNING
+from .rollback import REASON_AHEAD, REASON_NO_UUID, Decision, FailoverEntry, needs_rollback, sanitize
 
 IGNORE_PURGED_TOMBSTONES = STREAM_FLAGS.bit("ignore_purged_tombstones")
 STRICT_VBUUID = STREAM_FLAGS.bit("strict_vbuuid")
+FROM_LATEST = STREAM_FLAGS.bit("from_latest")
 STREAM_REQ = opcode_code("DcpStreamReq")
 MARKER = opcode_code("DcpSnapshotMarker")
 
@@ -44,83 +48,93 @@ class _LastRollback:
 
 
 MAX_PENDING = 65536       # unanswered stream / failover-log requests remembered
+KV_REPLICATION = "replication:"   # DcpOpen names of kv_engine's own replication consumers
 
 
 class RollbackTracker:
     def __init__(self):
         self.pending: dict[tuple[int, int], _Request] = {}
-        self.tables: dict[tuple, list[FailoverEntry]] = {}     # (server, vb) -> table
-        self.high: dict[tuple, int] = {}                        # (server, vb) -> max seqno seen
-        self.purge: dict[tuple, int] = {}                       # (server, vb) -> purge seqno
-        self.rollbacks: dict[tuple, _LastRollback] = {}         # (client ip, server, vb)
+        self.tables: dict[tuple, list[FailoverEntry]] = {}  # (server, bucket, vb) -> table
+        self.high: dict[tuple, int] = {}        # (server, bucket, vb) -> highest seqno seen
+        self.purge: dict[tuple, int] = {}       # (server, bucket, vb) -> highest purge seqno seen
+        self.seen_purge: dict[tuple, int] = {}  # (consumer name, server, bucket, vb) -> purge
+        self.rollbacks: dict[tuple, _LastRollback] = {}     # (client ip, server, bucket, vb)
 
     def on_close(self, conn: int) -> None:
         for key in [k for k in self.pending if k[0] == conn]:
             del self.pending[key]
 
-    def on_message(self, pdu, msg, opened) -> list[Finding]:
+    def on_message(self, pdu, msg, opened, negotiated=None) -> list[Finding]:
+        """Requests are taken from either side: behind ns_server's proxy the consumer's
+        stream request travels server→client."""
         if opened is None:
             return []
-        server = opened.server
+        key = (opened.server, getattr(negotiated, "bucket", None), msg.vbucket)
         op = msg.opcode
         if msg.is_request:
-            if op in FAILOVER_LOG_OPCODES and pdu.direction == 0:
+            if op in FAILOVER_LOG_OPCODES:
                 pending = self.pending
                 if len(pending) >= MAX_PENDING:      # never answered: forget the oldest
                     del pending[next(iter(pending))]
                 pending[(pdu.conn, msg.opaque)] = _Request(op, msg.vbucket, msg.fields, pdu, msg)
                 if op == STREAM_REQ and "start_seqno" in msg.fields:
-                    return self._check_request(pdu, msg, opened)
-            elif pdu.direction == 1 and msg.vbucket is not None:
-                self._observe(server, msg)
+                    return self._check_request(pdu, msg, opened, negotiated, key)
+            elif op in STREAM_OPCODES and msg.vbucket is not None:
+                self._observe(key, msg, negotiated)
             return []
         req = self.pending.pop((pdu.conn, msg.opaque), None) if op in FAILOVER_LOG_OPCODES else None
         if req is None:
             return []
+        key = key[:2] + (req.vbucket,)
         log = msg.fields.get("failover_log")
         if msg.status == STATUS_SUCCESS and log:
-            table = [FailoverEntry(e["vbucket_uuid"], e["seqno"]) for e in log]
-            key = (server, req.vbucket)
+            # the response's own log is the one the producer decided with (producer.cc)
+            self.tables[key] = [FailoverEntry(e["vbucket_uuid"], e["seqno"]) for e in log]
             if req.opcode == STREAM_REQ:
-                out = self._judge(req, msg, pdu, opened, success=True)
-                self.tables[key] = table
-                return out
-            self.tables[key] = table
+                return self._judge(req, msg, pdu, opened, negotiated, key, success=True)
             return []
         if req.opcode == STREAM_REQ and msg.status == STATUS_ROLLBACK and "rollback_seqno" in msg.fields:
-            return self._judge(req, msg, pdu, opened, success=False)
+            return self._judge(req, msg, pdu, opened, negotiated, key, success=False)
         return []
 
     # -- internals ---------------------------------------------------------------------
-    def _observe(self, server, msg) -> None:
-        key = (server, msg.vbucket)
+    def _observe(self, key, msg, negotiated) -> None:
+        """A producer's stream message: its seqno bounds the high seqno, a disk marker's
+        purge seqno the purge seqno."""
         f = msg.fields
         seen = f.get("by_seqno") or f.get("commit_seqno") or f.get("abort_seqno") or f.get("end_seqno")
         if seen and seen > self.high.get(key, 0):
             self.high[key] = seen
-        if msg.opcode == MARKER and "purge_seqno" in f:
-            self.purge[key] = f["purge_seqno"]
+        purge = f.get("purge_seqno") if msg.opcode == MARKER else None
+        if purge:
+            self.purge[key] = max(purge, self.purge.get(key, 0))
+            name = getattr(negotiated, "name", None)
+            if name:
+                self.seen_purge[(name,) + key] = purge
 
-    def _check_request(self, pdu, msg, opened) -> list[Finding]:
-        """R11: a request after ROLLBACK(R) must start at or below R with a uuid below R."""
+    def _check_request(self, pdu, msg, opened, negotiated, key) -> list[Finding]:
+        """R11: a request after ROLLBACK(R) must start at or below R with a uuid below R;
+        R13: a connector resuming should pass on the purge seqno it was sent."""
         f = msg.fields
         out = []
-        purge = self.purge.get((opened.server, msg.vbucket))
+        name = getattr(negotiated, "name", None)
+        purge = self.seen_purge.get((name,) + key) if name else None
         sent = request_purge_seqno(msg)
-        if purge and f["start_seqno"] and sent != purge:
+        if (purge and f["start_seqno"] and sent != purge and not name.startswith(KV_REPLICATION)
+                and getattr(negotiated, "collections", None)):
             out.append(finding_for("rollback-purge-seqno-not-sent",
                                    f"request purge_seqno {sent if sent is not None else 'absent'}; "
-                                   f"the last disk marker carried purge seqno {purge}", pdu, msg,
+                                   f"this consumer's last disk marker for the vbucket carried "
+                                   f"purge seqno {purge}", pdu, msg,
                                    {"purge_seqno": sent, "last_marker_purge_seqno": purge}))
-        last = self.rollbacks.get((opened.client[0], opened.server, msg.vbucket))
+        last = self.rollbacks.get((opened.client[0],) + key)
         if last is None:
             return out
-        same = (f["vbucket_uuid"], f["start_seqno"]) == (last.uuid, last.start)
-        if same or (last.seqno == 0 and f["start_seqno"] == last.start):
-            return out         # a retry, or kv_engine's retry with an older uuid after ROLLBACK(0)
+        if last.seqno == 0 and f["start_seqno"] == last.start:
+            return out         # kv_engine's consumer retries with an older uuid after ROLLBACK(0)
         above = {e.uuid for e in last.table if e.seqno > last.seqno}
         problems = []
-        if f["start_seqno"] > last.seqno:
+        if f["start_seqno"] > last.seqno and not f.get("flags", 0) & FROM_LATEST:
             problems.append(f"start {f['start_seqno']} > rollback seqno {last.seqno}")
         if f["vbucket_uuid"] in above:
             problems.append(f"uuid {f['vbucket_uuid']:#x} belongs to history above {last.seqno}")
@@ -130,14 +144,14 @@ class RollbackTracker:
                             {"start_seqno": f["start_seqno"], "vbucket_uuid": f"{f['vbucket_uuid']:#x}",
                              "previous_rollback_seqno": last.seqno})]
 
-    def _judge(self, req: _Request, msg, pdu, opened, success: bool) -> list[Finding]:
+    def _judge(self, req: _Request, msg, pdu, opened, negotiated, key, success: bool) -> list[Finding]:
         f = req.fields
         if "start_seqno" not in f:
             return []
-        key = (opened.server, req.vbucket)
         start, uuid = f["start_seqno"], f["vbucket_uuid"]
         snap = (f["snap_start_seqno"], f["snap_end_seqno"])
         flags = f.get("flags", 0)
+        from_latest = bool(flags & FROM_LATEST)
         shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
                  "snap_end_seqno": snap[1]}
         context = tuple(req.pdu.frames)
@@ -145,9 +159,9 @@ class RollbackTracker:
         if not success:
             r = msg.fields["rollback_seqno"]
             shown["rollback_seqno"] = r
-            rb_key = (opened.client[0], opened.server, req.vbucket)
+            rb_key = (opened.client[0],) + key
             last = self.rollbacks.get(rb_key)
-            if r > start:
+            if r > start and not from_latest:        # FromLatest replaced start by the high seqno
                 out.append(finding_for("rollback-seqno-above-start",
                                        f"ROLLBACK({r}) for a request starting at {start}",
                                        pdu, msg, shown, context))
@@ -158,21 +172,14 @@ class RollbackTracker:
             self.rollbacks[rb_key] = _LastRollback(r, uuid, start, snap,
                                                    list(self.tables.get(key, [])))
         table = self.tables.get(key)
-        if table is None or start == 0 and not flags & STRICT_VBUUID:
+        if table is None or start == 0 and not flags & STRICT_VBUUID and not from_latest:
             return out
-        table = sanitize(table, self.high.get(key, 0))
         high_lb = self.high.get(key, 0)
-        purge_known = flags & IGNORE_PURGED_TOMBSTONES or key in self.purge
-        local_purge = 0 if flags & IGNORE_PURGED_TOMBSTONES else self.purge.get(key, 0)
-        d = needs_rollback(table, start, high_lb, uuid, snap[0], snap[1], local_purge,
-                           remote_purge=request_purge_seqno(req.msg) or 0,
-                           strict_uuid=bool(flags & STRICT_VBUUID))
-        uuid_pos = next((i for i, e in enumerate(table) if e.uuid == uuid), None)
-        upper_known = uuid_pos is not None and uuid_pos > 0
-        if d.rollback:
-            sure = d.reason == REASON_NO_UUID or upper_known
+        table = sanitize(table, high_lb, max_entries=None)
+        if from_latest:
+            d, sure = _from_latest(table, uuid, high_lb)
         else:
-            sure = bool(purge_known) or start == 0
+            d, sure = self._decide(req, table, start, uuid, snap, flags, high_lb, key, negotiated, success)
         model = (f"model: rollback to {d.seqno} ({d.reason})" if d.rollback else "model: no rollback")
         shown["model"] = model
         if success and d.rollback:
@@ -182,21 +189,73 @@ class RollbackTracker:
                                        context))
             else:
                 out.append(finding_for("rollback-prediction-unsure", f"{model} if the server's high "
-                                       f"seqno were {high_lb} (the highest seen); it answered success, "
-                                       "which is right if its high seqno was larger", pdu, msg,
-                                       shown, context))
+                                       f"and purge seqnos were the ones seen ({high_lb}, "
+                                       f"{self.purge.get(key, 0)}); it answered success, which is "
+                                       "right if they were larger or the collection purge exemption "
+                                       "applied", pdu, msg, shown, context))
         elif not success and not d.rollback:
-            if sure:
-                out.append(finding_for("rollback-unexpected", f"ROLLBACK({msg.fields['rollback_seqno']}) "
+            rolled_to = msg.fields["rollback_seqno"]
+            if sure and (rolled_to or flags & IGNORE_PURGED_TOMBSTONES):
+                out.append(finding_for("rollback-unexpected", f"ROLLBACK({rolled_to}) "
                                        f"for uuid {uuid:#x} start {start}; {model}", pdu, msg, shown,
                                        context))
             else:
                 out.append(finding_for("rollback-prediction-unsure", f"{model}, but the purge seqno "
-                                       "is not visible in the capture: a purge rollback to 0 "
+                                       "is only known as a lower bound: a purge rollback to 0 "
                                        "cannot be excluded", pdu, msg, shown, context))
         for finding in out:
             finding.vbucket = req.vbucket
         return out
+
+    def _decide(self, req, table, start, uuid, snap, flags, high_lb, key, negotiated, success):
+        """needsRollback with what the capture shows, and whether the unknowns (the high and
+        purge seqnos, the collection exemption) could change the answer."""
+        ignore_purge = bool(flags & IGNORE_PURGED_TOMBSTONES)
+        purge_lb = 0 if ignore_purge else self.purge.get(key, 0)
+        remote = request_purge_seqno(req.msg) or 0
+        d = needs_rollback(table, start, high_lb, uuid, snap[0], snap[1], purge_lb,
+                           remote_purge=remote, strict_uuid=bool(flags & STRICT_VBUUID))
+        uuid_pos = next((i for i, e in enumerate(table) if e.uuid == uuid), None)
+        if d.rollback and d.reason.startswith("purge"):
+            # the actual purge seqno is >= the one seen, so the rule holds when the client's
+            # differs from every candidate; the exemption needs a filtered (non pass-through)
+            # stream, which only kv_engine's own replication is known not to be
+            sure = remote < purge_lb and _pass_through(req.msg, negotiated)
+        elif d.rollback and uuid_pos == 0:
+            # the client's uuid is the newest: only the unknown high seqno (>= the seqnos seen)
+            # decides, and a success shows it was at least the snapshot end
+            return (Decision(False), True) if success else (d, False)
+        elif d.rollback:
+            sure = d.reason == REASON_NO_UUID or uuid_pos is not None
+        else:
+            sure = ignore_purge or start == 0 or not success
+        return d, sure
+
+
+def _pass_through(msg, negotiated) -> bool:
+    """A stream whose filter is pass-through (no collection purge exemption): kv_engine's
+    replication on a collection-aware connection without a collection or scope filter."""
+    name = getattr(negotiated, "name", None) or ""
+    if not name.startswith(KV_REPLICATION) or not getattr(negotiated, "collections", None):
+        return False
+    try:
+        value = json.loads(bytes(msg.value)) if msg.value_len else {}
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and not {"collections", "scope"} & set(value)
+
+
+def _from_latest(table, uuid, high_lb) -> tuple[Decision, bool]:
+    """FromLatest: the producer sets start and the snapshot to its high seqno H and a uuid
+    of 0 to the latest one before deciding (producer.cc); H >= the highest seqno seen."""
+    uuid = uuid or table[0].uuid
+    pos = next((i for i in range(len(table) - 1, -1, -1) if table[i].uuid == uuid), None)
+    if pos is None:
+        return Decision(True, 0, REASON_NO_UUID), high_lb > 0
+    if pos == 0:
+        return Decision(False), True
+    upper = table[pos - 1].seqno
+    return Decision(True, upper, REASON_AHEAD.format(upper=upper)), high_lb > upper
 
 
 def request_purge_seqno(msg) -> int | None:

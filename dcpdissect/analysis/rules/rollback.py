@@ -5,24 +5,35 @@ Judged by :mod:`dcpdissect.analysis.rollback_checks`.
 
 from .model import ERROR, INFO, WARNING, rule
 
+FT = "engines/ep/src/failover-table.cc FailoverTable::needsRollback"
+SR = "engines/ep/src/dcp/producer.cc DcpProducer::streamRequest"
+
 RULES = (
     rule("rollback-missed", ERROR, "server answered success where a rollback was required "
-         "(possible data loss)", "R10; FailoverTable::needsRollback with the failover log seen in "
-         "the capture (reference §5.8)", "rollback-missed.pcap"),
+         "(possible data loss)", f"{FT}, called by {SR} with the failover log of the response "
+         "itself (read under the decision's lock); reported only when the unknown high and purge "
+         "seqnos, FromLatest and the collection purge exemption cannot change the answer",
+         "rollback-missed.pcap"),
     rule("rollback-unexpected", WARNING, "server asked for a rollback that the model does not require",
-         "R10; FailoverTable::needsRollback", "rollback-violations.pcap"),
+         f"{FT}; a ROLLBACK(0) the model cannot explain is only 'unsure' (the purge seqno seen is a "
+         "lower bound)", "rollback-violations.pcap"),
     rule("rollback-seqno-above-start", ERROR, "rollback seqno greater than the request's start seqno",
-         "R10; the rollback seqno is min(upper, snap_start) <= start", "rollback-violations.pcap"),
+         f"{FT}: the rollback seqno is min(upper, snap_start) <= start (FromLatest requests "
+         "excepted: the producer replaces their start)", "rollback-violations.pcap"),
     rule("rollback-loop", ERROR, "the same request answered ROLLBACK to its own start again",
-         "R10; rollback loop (MB-11376/7): the client cannot make progress", "rollback-violations.pcap"),
+         f"{FT}; rollback loop (MB-11376/7): the client cannot make progress", "rollback-violations.pcap"),
     rule("rollback-not-applied", WARNING, "after ROLLBACK(R) the next request for the vbucket "
-         "starts above R or uses a uuid from above R", "R11; rollback.md: drop snapshots and "
-         "failover entries above R, then re-request", "rollback-violations.pcap"),
-    rule("rollback-purge-seqno-not-sent", WARNING, "a resume does not carry the purge seqno of the "
-         "last disk marker seen for the vbucket", "R13; stream-request-value.md purge_seqno lets the "
-         "server skip a purge rollback to 0 (MB-27800)", "rollback-violations.pcap"),
+         "starts above R or uses a uuid from above R", "engines/ep/src/dcp/passive_stream.cc "
+         "(the consumer rolls back to R before re-requesting); only the re-request of the same "
+         "start after ROLLBACK(0), which kv_engine's consumer sends, is exempt",
+         "rollback-violations.pcap"),
+    rule("rollback-purge-seqno-not-sent", INFO, "a connector's resume does not pass on the purge "
+         "seqno of its last disk marker for the vbucket", f"{FT}: remotePurgeSeqno == localPurgeSeqno "
+         "skips the purge rollback to 0 (MB-27800); a value needs HELLO Collections "
+         "(mcbp_validators.cc dcp_stream_req_validator), and kv_engine's own replication consumer "
+         "never sends it (passive_stream.cc createStreamReqValue)", "rollback-violations.pcap"),
     rule("rollback-prediction-unsure", INFO, "the rollback decision depends on the server's high "
          "or purge seqno, which the capture does not show",
-         "R10; the high seqno is only known as a lower bound from the seqnos seen",
-         "rollback-violations.pcap"),
+         f"{FT}: the high and purge seqnos seen are lower bounds; the collection purge exemption "
+         "depends on the filter's collections' high seqno", "rollback-legal.pcap"),
 )
