@@ -171,10 +171,10 @@ def legal_server_behaviour() -> list[Script]:
           ok(0x51, 0x43, fields={"new_opaque": 0x2043}))   # accepted: the stream opaque
     c.s2c(stream_req(6, 0x2043, start=0, value=b'{"uid":"0"}'))
     c.c2s(failover(0x2043, (UUID + 6, 0)))
-    c.c2s(marker(6, 0x2043, 1, 3, "memory+checkpoint"))
+    c.c2s(marker(6, 0x2043, 1, 4, "memory+checkpoint"))
     for seqno in (1, 2, 3):
         c.c2s(item(0x57, 6, 0x2043, seqno, ckey(0, f"doc-{seqno}"), doc(seqno), datatype=0x01))
-    c.c2s(item(0x58, 6, 0x2043, 4, ckey(0, "doc-1")))      # V2 deletion (collections)
+    c.c2s(item(0x58, 6, 0x2043, 4, ckey(0, "doc-0")))      # V2 deletion (collections)
     # no FIN: the capture ends with the replication connection open
 
     kv = Script(Endpoint("10.0.4.7", 50700), PRODUCER, start_ns=T0 + 2_000_000)

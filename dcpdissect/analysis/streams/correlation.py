@@ -33,11 +33,14 @@ class Correlation:
         del self.adds[:-limits.MAX_ADD_STREAMS]
 
     def on_stream_request(self, c: Conn, st: Stream) -> None:
-        """A stream request from a consumer host answers its latest Add Stream of the vb."""
-        for add in reversed(self.adds):
-            if add.vb == st.vb and add.consumer_host == c.client[0] and add.conn != c.id:
-                add.stream = st
-                break
+        """A consumer's stream request answers its latest Add Stream of the vb: on the same
+        connection behind ns_server's proxy (the consumer memcached sends it back to
+        ns_server), or on a connection of its own from the consumer's host."""
+        same = next((a for a in reversed(self.adds) if a.vb == st.vb and a.conn == c.id), None)
+        add = same or next((a for a in reversed(self.adds) if a.vb == st.vb
+                            and a.consumer_host == c.client[0] and a.conn != c.id), None)
+        if add is not None:
+            add.stream = st
 
     def on_add_stream_response(self, c: Conn, pdu, msg, out) -> None:
         add = next((a for a in reversed(self.adds)
@@ -117,7 +120,7 @@ class Correlation:
                                 {"status": STATUS.text(msg.status), "opcode": f"{op:#04x}"}, (),
                                 _vb_of(c, msg.opaque))
             if len(c.held_errors) < limits.MAX_ERRORS:
-                c.held_errors.append(HeldError(f, c.server_messages))
+                c.held_errors.append(HeldError(f, c.producer_messages))
 
     def on_suppress(self, c: Conn) -> None:
         c.held_errors.clear()
@@ -127,9 +130,9 @@ class Correlation:
         server sent after each."""
         out = []
         for held in c.held_errors:
-            after = c.server_messages - held.server_messages
+            after = c.producer_messages - held.producer_messages
             held.finding.message += f"; then {what}" + (
-                f", after {after} more server message(s)" if after else "")
+                f", after {after} more producer message(s)" if after else "")
             out.append(held.finding)
         c.held_errors.clear()
         return out

@@ -40,9 +40,9 @@ class Snapshots:
         if self.on_marker is not None and msg.opcode == MARKER and msg.is_request:
             self.on_marker(pdu, label)
 
-    def on_client_marker(self, c: Conn, pdu, msg, out) -> None:
-        """A marker the client sent: memcached receives markers on a consumer connection
-        (ns_server relays them), a producer's client never sends one."""
+    def on_consumer_marker(self, c: Conn, pdu, msg, out) -> None:
+        """A marker sent by the consumer's end of a producer connection (on a consumer
+        connection memcached receives the markers ns_server relays, from the TCP client)."""
         self.not_judged(pdu, msg)
         if not c.suppressed_because and c.negotiation.consumer is False:
             out.append(finding_for("snapshot-from-client", "snapshot marker sent client→server: "

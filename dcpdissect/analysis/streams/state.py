@@ -72,17 +72,17 @@ class Stream:
 
 class HeldError:
     """A consumer's rejection, reported when its connection ends (correlation.py)."""
-    __slots__ = ("finding", "server_messages")
+    __slots__ = ("finding", "producer_messages")
 
-    def __init__(self, finding: Finding, server_messages: int):
-        self.finding, self.server_messages = finding, server_messages
+    def __init__(self, finding: Finding, producer_messages: int):
+        self.finding, self.producer_messages = finding, producer_messages
 
 
 class Conn:
     """One DCP connection: its ends, what it negotiated and its streams."""
     __slots__ = ("id", "client", "server", "mid_stream", "negotiation", "streams",
                  "untracked_streams", "stream_requests", "suppressed_because",
-                 "server_messages", "awaiting_ack", "held_errors")
+                 "producer_messages", "awaiting_ack", "held_errors")
 
     def __init__(self, ev, negotiation: Negotiation):
         self.id, self.client, self.server = ev.conn, ev.client, ev.server
@@ -93,7 +93,7 @@ class Conn:
         self.untracked_streams: set = set()   # stream keys seen without a request (said once)
         self.stream_requests: dict[int, Stream] = {}     # opaque -> stream awaiting an answer
         self.suppressed_because: str | None = None       # why stream rules stopped
-        self.server_messages = 0              # messages the server sent
+        self.producer_messages = 0              # messages the producer sent
         # correlation.py's
         self.awaiting_ack: dict[int, int] = {}           # opaque -> markers with Ack unanswered
         self.held_errors: list[HeldError] = []

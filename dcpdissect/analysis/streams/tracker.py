@@ -59,16 +59,26 @@ class StreamTracker:
         if msg.magic in SERVER_MAGICS:
             self.snapshots.not_judged(pdu, msg)
             return out
+        # Roles come from DcpOpen, not from TCP: on a producer connection the DCP consumer
+        # is the TCP client; on a consumer connection (ns_server's proxy leg to the consumer
+        # memcached) it is the TCP server, which sends the stream request and receives the
+        # data. Add Stream always goes from ns_server to the consumer memcached.
+        from_consumer = pdu.direction == (1 if c.negotiation.consumer else 0)
+        op = msg.opcode
         if msg.is_request:
-            if pdu.direction == 0:
-                self._client_request(c, pdu, msg, out)
+            if op == ADD_STREAM:
+                self.correlation.on_add_stream(c, pdu, msg)
+            elif from_consumer:
+                self._consumer_request(c, pdu, msg, out)
             else:
-                c.server_messages += 1
-                if msg.opcode in STREAM_OPCODES:
+                c.producer_messages += 1
+                if op in STREAM_OPCODES:
                     self._stream_message(c, pdu, msg, out)
-        elif pdu.direction == 1:
-            c.server_messages += 1
-            self._server_response(c, pdu, msg, out)
+        elif op == ADD_STREAM:
+            self.correlation.on_add_stream_response(c, pdu, msg, out)
+        elif not from_consumer:
+            c.producer_messages += 1
+            self._producer_response(c, pdu, msg, out)
         elif not c.suppressed_because:
             self.correlation.on_consumer_response(c, pdu, msg, out)
         return out
@@ -104,14 +114,12 @@ class StreamTracker:
         self.conns.clear()
         return out
 
-    # --- the client's requests and the server's responses ---------------------------------
+    # --- the consumer's requests and the producer's responses -----------------------------
 
-    def _client_request(self, c: Conn, pdu, msg, out) -> None:
+    def _consumer_request(self, c: Conn, pdu, msg, out) -> None:
         op = msg.opcode
         if op == MARKER:
-            self.snapshots.on_client_marker(c, pdu, msg, out)
-        elif op == ADD_STREAM:
-            self.correlation.on_add_stream(c, pdu, msg)
+            self.snapshots.on_consumer_marker(c, pdu, msg, out)
         elif op == STREAM_REQUEST and "start_seqno" in msg.fields:
             self._open_stream(c, pdu, msg, out)
 
@@ -141,11 +149,8 @@ class StreamTracker:
         self.correlation.on_stream_request(c, st)
         self.resume.on_stream_request(c, st, pdu, msg, out)
 
-    def _server_response(self, c: Conn, pdu, msg, out) -> None:
-        op = msg.opcode
-        if op == ADD_STREAM:
-            self.correlation.on_add_stream_response(c, pdu, msg, out)
-        elif op == STREAM_REQUEST:
+    def _producer_response(self, c: Conn, pdu, msg, out) -> None:
+        if msg.opcode == STREAM_REQUEST:
             st = c.stream_requests.pop(msg.opaque, None)
             if st is None:
                 return
@@ -155,7 +160,7 @@ class StreamTracker:
             elif msg.status == STATUS_ROLLBACK:
                 c.stream_requests[msg.opaque] = st     # the consumer may re-request (same opaque)
 
-    # --- the server's stream messages -----------------------------------------------------
+    # --- the producer's stream messages ---------------------------------------------------
 
     def _stream_message(self, c: Conn, pdu, msg, out) -> None:
         key = (msg.vbucket, msg.stream_id)
