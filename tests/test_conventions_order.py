@@ -1,0 +1,44 @@
+"""dissect's one pass: records leave in capture order, each marker's with its convention,
+whatever the number of records held in memory before they go to the temporary file."""
+
+import pytest
+
+from dcpdissect.analysis.conventions import InCaptureOrder, classify_file, marker_key
+from dcpdissect.analysis.engine import Analyzer
+from dcpdissect.codec import decode
+from dcpdissect.reassembly.pdus import Pdu, iter_events
+from dcpdissect.reports.messages import message_record
+
+SAMPLES = ("stream-markers.pcap", "clean-replication.pcap", "stream-oso.pcap",
+           "resume-collapsed.pcap", "tcp-loss.pcap")
+
+
+def ordered_records(path, max_held):
+    out = []
+    ordered = InCaptureOrder(out.append, max_held=max_held)
+    analyzer = Analyzer(on_marker=ordered.label)
+    for ev in iter_events(path):
+        analyzer.feed(ev)
+        if type(ev) is Pdu:
+            msg = decode(ev.data)
+            ordered.add(ev, msg, message_record(ev, msg))
+    analyzer.finish()
+    ordered.close()
+    return out
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_records_in_capture_order_with_their_conventions(samples_dir, name):
+    path = str(samples_dir / name)
+    plain = [message_record(ev, decode(ev.data)) for ev in iter_events(path) if type(ev) is Pdu]
+    labels = classify_file(path)
+    want = []
+    for ev, record in zip((ev for ev in iter_events(path) if type(ev) is Pdu), plain):
+        if "convention" in record or (record["opcode"] == 0x56 and record["magic"] in (0x80, 0x08)):
+            record = {**record, "convention": labels.get(marker_key(ev))}
+        want.append(record)
+    assert any(r.get("convention") for r in want) or name == "tcp-loss.pcap"
+    for max_held in (1, 2, 3, 10_000):
+        got = ordered_records(path, max_held)
+        assert [(r["frame"], r["opcode"]) for r in got] == [(r["frame"], r["opcode"]) for r in want]
+        assert [r.get("convention") for r in got] == [r.get("convention") for r in want], max_held
