@@ -1,11 +1,19 @@
 """Resume fidelity: does a consumer resume a vbucket where its previous stream stopped?
 
 When a stream ends (or its connection does), the point it reached is remembered per
-consumer (DcpOpen name), producer and vbucket. When the same consumer requests the
-vbucket again on another connection, the request is judged against it: a start beyond
+consumer and vbucket: the DcpOpen name on a producer (server) and bucket (SelectBucket; each
+bucket has its own DcpConnMap, so one name may be used in two buckets of one node), with the
+vbucket and stream id. How the connection ended does not matter: a FIN both ways, an RST, a
+half-close, nothing at all (the server restarted) or a connection still open in the capture,
+because a second accepted DcpOpen with the same name on the same server and bucket ends the
+old connection's streams (the tracker calls :meth:`Resume.on_stream_end` for them then, as
+kv_engine's DcpConnMap::newProducer / newConsumer disconnect the connection that holds the
+name). When the same consumer requests the vbucket again on another connection, the request
+is judged against the latest point: a start beyond
 the last seqno received skips data (after an unfinished OSO snapshot, the seqno held before
 its start counts); a snapshot range collapsed to [start, start] inside a partly received
-snapshot hides from the server that a rollback is needed.
+snapshot hides from the server that a rollback is needed. Implicit streams (opened by a
+marker of a stream whose request the capture did not show) are never judged here.
 """
 
 from __future__ import annotations
@@ -19,18 +27,20 @@ class Resume:
     """Resume points of the consumers' streams, judged when a consumer requests again."""
 
     def __init__(self):
-        self.points: dict[tuple, ResumePoint] = {}   # (consumer, producer, vb) -> point
+        # (name, server, bucket, vb, sid) -> point
+        self.points: dict[tuple, ResumePoint] = {}
 
     def on_stream_end(self, c: Conn, st: Stream) -> None:
         """Remember where the stream stopped."""
-        key = _consumer(c, st.vb)
-        if key is None or st.request.get("flags", 0) & FROM_LATEST:
+        key = _consumer(c, st)
+        if key is None or st.request is None or st.request.get("flags", 0) & FROM_LATEST:
             return
         snap = st.snap
         last = st.last_received if st.last_received is not None else st.request.get(
             "start_seqno", 0)
         if st.in_oso:       # oso_snapshot.md: resume from the seqno held before the OSO start
             last, snap = st.oso_resume_seqno, None
+        self.points.pop(key, None)          # the latest point is the newest entry
         if len(self.points) >= limits.MAX_RESUME:
             del self.points[next(iter(self.points))]
         self.points[key] = ResumePoint(st.conn, last, snap and (snap.start, snap.end),
@@ -39,7 +49,7 @@ class Resume:
 
     def on_stream_request(self, c: Conn, st: Stream, pdu, msg, out) -> None:
         """Judge a stream request against where the consumer's previous stream stopped."""
-        key = _consumer(c, st.vb)
+        key = _consumer(c, st)
         point = self.points.get(key) if key else None
         if point is None or point.conn == c.id or c.suppressed_because:
             return
@@ -79,7 +89,8 @@ class Resume:
                                    shown, (point.frame,)))
 
 
-def _consumer(c: Conn, vb: int):
-    """(consumer name, producer, vbucket), or None before the DcpOpen was accepted."""
+def _consumer(c: Conn, st: Stream):
+    """(DcpOpen name, server, bucket, vbucket, stream id), or None before the DcpOpen was
+    accepted. The bucket is None when no SelectBucket was seen."""
     name = c.negotiation.name
-    return None if name is None else (name, c.server, vb)
+    return None if name is None else (name, c.server, c.negotiation.bucket, st.vb, st.sid)

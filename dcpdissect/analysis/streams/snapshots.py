@@ -120,7 +120,8 @@ class Snapshots:
         elif prev_end is not None and start <= prev_end and not after_non_history:
             rid, text = "snapshot-start-overlap", (f"start {start} is not above the previous "
                                                  f"marker's end {prev_end}")
-        elif first and not req.get("flags", 0) & FROM_LATEST and start < req["snap_start_seqno"]:
+        elif (first and req is not None and not req.get("flags", 0) & FROM_LATEST
+              and start < req["snap_start_seqno"]):
             rid, text = "snapshot-start-below-requested", (
                 f"first marker starts at {start}, below the requested snapshot start "
                 f"{req['snap_start_seqno']}")
@@ -288,7 +289,12 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
     """Start-seqno convention of a marker: (label, None) when one fits, else
     ("inconsistent", what was expected). Labels: first-of-stream, checkpoint, first-item,
     backfill, no-items. ``req`` holds the stream request's fields (``filtered``: it had a
-    JSON value, so items may be held back by a collection filter)."""
+    JSON value, so items may be held back by a collection filter; None: the request was not
+    captured, the first captured marker is "unknown" and a filter is assumed possible)."""
+    if req is None:
+        if first:
+            return "unknown", None
+        req = {"filtered": True}
     if first and (req.get("flags", 0) & FROM_LATEST
                   or start in (req.get("start_seqno"), req.get("snap_start_seqno"))):
         return "first-of-stream", None

@@ -41,10 +41,12 @@ class Stream:
                  "reported_before_marker", "in_oso", "oso_highest", "oso_resume_seqno",
                  "oso_seen_keys", "add_stream_frame")
 
-    def __init__(self, conn, vb, sid, opaque, request: dict, pdu):
+    def __init__(self, conn, vb, sid, opaque, request: dict | None, pdu):
         # the tracker's
         self.conn, self.vb, self.sid, self.opaque = conn, vb, sid, opaque
-        self.request, self.request_pdu = request, pdu   # request fields (+ "filtered")
+        # request fields (+ "filtered"); None: an implicit stream, opened by the first
+        # captured marker of a stream whose request the capture did not show
+        self.request, self.request_pdu = request, pdu
         self.response_status = None
         self.active = self.suppressed = self.ended = False
         self.findings_per_rule: dict[str, int] = {}
@@ -53,7 +55,7 @@ class Stream:
         self.marker_count = 0
         self.prev_marker_end = self.prev_marker_flags = None
         # the highest seqno reached: the requested start, then items and SeqnoAdvanced
-        self.highest_seqno = (0 if request.get("flags", 0) & FROM_LATEST
+        self.highest_seqno = (0 if request is None or request.get("flags", 0) & FROM_LATEST
                               else request.get("start_seqno", 0))
         self.last_received = None      # seqno of the last item or SeqnoAdvanced received
         self.advanced_to = None        # seqno of the current snapshot's SeqnoAdvanced

@@ -5,6 +5,21 @@ gap or resync, or for a stream whose request the capture did not show). It keeps
 table of connections and of their streams (a stream request opens one, its response
 activates it, STREAM_END or the connection's end closes it) and hands each message to
 the concerns in a fixed order: :mod:`.snapshots`, :mod:`.correlation`, :mod:`.resume`.
+
+A stream whose request the capture did not show (it started inside the connection) is
+opened implicitly by the producer's first captured marker for its (vbucket, stream id):
+from there on the rules that need only the markers apply (snapshot membership and order,
+SeqnoAdvanced, completeness, duplicates), never those that need the request (first-marker
+conventions, resume, Add Stream and opaque correlation). Such a stream has ``request`` None.
+
+A consumer is its DcpOpen name on a server and bucket, not its TCP connection: when a
+DcpOpen with a name is accepted, a connection that holds the same name on the same server
+and bucket loses its streams, whether or not the capture shows it closing (kv_engine
+engines/ep/src/dcp/dcpconnmap.cc DcpConnMap::newProducer "Disconnecting existing Dcp
+Producer as it has the same name as a new connection" → flagDisconnect, then
+DcpProducer::setDisconnect sets every stream dead; DcpConnMap::newConsumer likewise
+→ DcpConsumer::setDisconnect → closeAllStreams). So a restart without FIN or RST, a
+half-close, or a connection still open all leave the resume point of :mod:`.resume`.
 """
 
 from __future__ import annotations
@@ -21,6 +36,7 @@ from .snapshots import MARKER, STREAM_END, Snapshots
 from .state import Conn, Stream
 
 STREAM_REQUEST, ADD_STREAM = opcode_code("DcpStreamReq"), opcode_code("DcpAddStream")
+DCP_OPEN = opcode_code("DcpOpen")
 
 
 class StreamTracker:
@@ -34,6 +50,7 @@ class StreamTracker:
 
     def __init__(self, on_marker=None):
         self.conns: dict[int, Conn] = {}
+        self.names: dict[tuple, int] = {}   # (DcpOpen name, server, bucket) -> connection
         self.snapshots = Snapshots(on_marker)
         self.correlation = Correlation()
         self.resume = Resume()
@@ -59,6 +76,9 @@ class StreamTracker:
         if msg.magic in SERVER_MAGICS:
             self.snapshots.not_judged(pdu, msg)
             return out
+        if (msg.opcode == DCP_OPEN and not msg.is_request and pdu.direction == 1
+                and msg.status == STATUS_SUCCESS):
+            self._name_taken(c, pdu, out)
         # Roles come from DcpOpen, not from TCP: on a producer connection the DCP consumer
         # is the TCP client; on a consumer connection (ns_server's proxy leg to the consumer
         # memcached) it is the TCP server, which sends the stream request and receives the
@@ -98,6 +118,7 @@ class StreamTracker:
         c = self.conns.pop(ev.conn, None)
         if c is None:
             return []
+        self._release_name(c)
         out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                            + (f" at frame {ev.frame})" if ev.frame else ")"))
         for st in c.streams.values():
@@ -112,7 +133,34 @@ class StreamTracker:
             for st in c.streams.values():
                 self._end_stream(c, st, out)
         self.conns.clear()
+        self.names.clear()
         return out
+
+    # --- consumer identity ----------------------------------------------------------------
+
+    def _name_taken(self, c: Conn, pdu, out) -> None:
+        """The server accepted ``c``'s DcpOpen: the name is ``c``'s on that server and bucket;
+        a connection that held it is disconnected by the server, its streams end here
+        (dcpconnmap.cc DcpConnMap::newProducer / newConsumer)."""
+        name = c.negotiation.name
+        if name is None:
+            return
+        ident = (name, c.server, c.negotiation.bucket)
+        old = self.conns.get(self.names.get(ident, c.id))
+        if old is not None and old is not c:
+            for st in old.streams.values():
+                self._end_stream(old, st, out)
+            old.stream_requests.clear()
+        self.names.pop(ident, None)
+        if len(self.names) >= limits.MAX_RESUME:
+            del self.names[next(iter(self.names))]
+        self.names[ident] = c.id
+
+    def _release_name(self, c: Conn) -> None:
+        name = c.negotiation.name
+        ident = (name, c.server, c.negotiation.bucket)
+        if name is not None and self.names.get(ident) == c.id:
+            del self.names[ident]
 
     # --- the consumer's requests and the producer's responses -----------------------------
 
@@ -165,23 +213,20 @@ class StreamTracker:
     def _stream_message(self, c: Conn, pdu, msg, out) -> None:
         key = (msg.vbucket, msg.stream_id)
         st = c.streams.get(key)
+        if st is None and msg.opcode == MARKER and not c.suppressed_because:
+            st = self._implicit_stream(c, key, pdu, msg, out)
         if st is None or st.suppressed:
             self.snapshots.not_judged(pdu, msg, "unknown")
-            if (st is None and key not in c.untracked_streams and not c.suppressed_because
-                    and len(c.untracked_streams) < limits.MAX_STREAMS):
-                c.untracked_streams.add(key)
-                why = ("the capture started inside the connection" if c.mid_stream
-                       else "it was not captured")
-                out.append(finding_for("semantics-suppressed",
-                                       f"no stream request seen for vb {msg.vbucket} on this "
-                                       f"connection ({why}): stream rules are not applied to it",
-                                       pdu, msg))
+            if st is None and not c.suppressed_because:
+                self._untracked(c, key, pdu, msg, out, "stream rules are not applied to it "
+                                "until a snapshot marker is captured")
             return
         if not st.active:
             self.snapshots.not_judged(pdu, msg)
             return
         if msg.opaque != st.opaque:             # not the stream's message after all
-            self.correlation.on_foreign_opaque(st, pdu, msg, out)
+            if st.request is not None:          # implicit: the opaque was only inferred
+                self.correlation.on_foreign_opaque(st, pdu, msg, out)
             self.snapshots.not_judged(pdu, msg)
             return
         self.snapshots.on_stream_message(st, pdu, msg, out)
@@ -190,6 +235,28 @@ class StreamTracker:
             self.correlation.on_marker(c, st, pdu)
         elif op == STREAM_END:
             self._end_stream(c, st, out)
+
+    def _untracked(self, c: Conn, key, pdu, msg, out, what: str) -> None:
+        """Said once per (vbucket, stream id): no request seen for it."""
+        if key in c.untracked_streams or len(c.untracked_streams) >= limits.MAX_STREAMS:
+            return
+        c.untracked_streams.add(key)
+        why = ("the capture started inside the connection" if c.mid_stream
+               else "it was not captured")
+        out.append(finding_for("semantics-suppressed", f"no stream request seen for vb "
+                               f"{msg.vbucket} on this connection ({why}): {what}", pdu, msg))
+
+    def _implicit_stream(self, c: Conn, key, pdu, msg, out) -> Stream | None:
+        """A producer's marker for a stream whose request was not captured: open the stream
+        here (``request`` None) so that the rules needing only markers apply from it on."""
+        if len(c.streams) >= limits.MAX_STREAMS:
+            return None
+        self._untracked(c, key, pdu, msg, out, "from this snapshot marker on only the rules "
+                        "that need no stream request are applied (not the first-marker "
+                        "conventions, resume or correlation)")
+        st = c.streams[key] = Stream(c.id, msg.vbucket, msg.stream_id, msg.opaque, None, None)
+        st.active = True
+        return st
 
     def _end_stream(self, c: Conn, st: Stream, out) -> None:
         if st.ended:
