@@ -87,3 +87,40 @@ RULES = (
          "stream state is unknown after a capture gap or resync, or when the stream request was "
          "not captured", "tcp-loss.pcap"),
 )
+
+# ns_server's proxy (analysis/streams/relay.py): the producer leg (ns_server → active node's
+# memcached, DcpOpen with Producer) and the consumer leg (ns_server → the replica's memcached,
+# same DcpOpen name, no Producer) must carry the same messages.
+RN, RV = "replica-node.pcap", "replica-node-violations.pcap"
+RULES += (
+    rule("relay-message-differs", ERROR,
+         "a message relayed by ns_server's proxy differs between its producer and consumer legs",
+         "ns_server dcp_proxy:handle_packet appends each packet byte for byte (dcp_producer_conn "
+         "and dcp_consumer_conn rewrite nothing they proxy, not the opaque, not the stream "
+         "request flags): a producer message that reaches the replica changed, or a consumer's "
+         "stream request (engines/ep/src/dcp/passive_stream.cc PassiveStream::streamRequest) "
+         "that reaches the producer changed, leaves the replica with other data than the active "
+         "(kv_engine docs/dcp/documentation/rebalance.md, EBucketMigrator)", RV),
+    rule("relay-message-missing", ERROR,
+         "a producer message (or the consumer's stream request) never reached the other leg of "
+         "ns_server's proxy, though later ones did",
+         "dcp_proxy:process_data_loop relays in the order it reads: a later message on the other "
+         "leg proves the earlier one lost; the replica's PassiveStream then has a hole (or the "
+         "producer never got the request)", RV),
+    rule("relay-consumer-message-mismatch", WARNING,
+         "a consumer message other than the stream request (ack, buffer ack, control, error or "
+         "noop answer) differs or is missing on ns_server's producer leg",
+         "the producer's flow control and acks (engines/ep/src/dcp/producer.cc "
+         "DcpProducer::bufferAcknowledgement, handleResponse) see other answers than the "
+         "replica gave: the stream may stall or be dropped; the data is not changed", RV),
+    rule("relay-not-confirmed", INFO,
+         "messages read on one leg of ns_server's proxy never appeared on the other before a "
+         "leg or the capture ended",
+         "they may have been in flight (dcp_proxy buffers and relays asynchronously); no later "
+         "relayed message proves them lost", RN),
+    rule("relay-window-overflow", INFO,
+         "too many messages of one stream wait for their copy on the other leg of ns_server's "
+         "proxy: its relay is no longer judged",
+         "bounded memory: at most analysis.streams.relay.MAX_RELAY_WINDOW unmatched messages "
+         "per pair, flow and stream", RV),
+)

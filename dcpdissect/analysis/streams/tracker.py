@@ -31,6 +31,7 @@ from ..findings import Finding, finding_for
 from ..negotiation import Negotiation
 from .. import streams as limits
 from .correlation import Correlation
+from .relay import Relay
 from .resume import Resume
 from .snapshots import MARKER, STREAM_END, Snapshots
 from .state import Conn, Stream
@@ -54,6 +55,7 @@ class StreamTracker:
         self.snapshots = Snapshots(on_marker)
         self.correlation = Correlation()
         self.resume = Resume()
+        self.relay = Relay()     # the two legs of ns_server's proxy
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -79,6 +81,7 @@ class StreamTracker:
         if (msg.opcode == DCP_OPEN and not msg.is_request and pdu.direction == 1
                 and msg.status == STATUS_SUCCESS):
             self._name_taken(c, pdu, out)
+        self.relay.on_message(c, pdu, msg, out)
         # Roles come from DcpOpen, not from TCP: on a producer connection the DCP consumer
         # is the TCP client; on a consumer connection (ns_server's proxy leg to the consumer
         # memcached) it is the TCP server, which sends the stream request and receives the
@@ -121,6 +124,8 @@ class StreamTracker:
         self._release_name(c)
         out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                            + (f" at frame {ev.frame})" if ev.frame else ")"))
+        self.relay.on_end(c, f"closed: {ev.reason}" + (f" at frame {ev.frame}" if ev.frame
+                                                      else ""), out)
         for st in c.streams.values():
             self._end_stream(c, st, out)
         return out
@@ -130,6 +135,7 @@ class StreamTracker:
         for c in list(self.conns.values()):
             out += self.correlation.on_close(c, "the connection stayed open to the end of "
                                                 "the capture")
+            self.relay.on_end(c, "the capture ended", out)
             for st in c.streams.values():
                 self._end_stream(c, st, out)
         self.conns.clear()
