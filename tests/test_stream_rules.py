@@ -20,7 +20,7 @@ CLEAN = ("clean-replication.pcap", "add-stream.pcap", "seed-marker-v1.pcap",
          "seed-marker-v2_0.pcap", "seed-add-stream.pcap", "tcp-reorder.pcap",
          "tcp-retransmit.pcap", "tcp-seq-wrap.pcap", "sll2.pcap", "vlan-qinq.pcap", "ipv6.pcap",
          "loopback-ns-be.pcap", "pcapng-multi-interface.pcapng", "clean-replication.pcap.gz",
-         "resume-correct.pcap")
+         "resume-correct.pcap", "replica-node.pcap")
 
 
 def mine(path) -> list[tuple[str, int]]:

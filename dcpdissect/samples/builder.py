@@ -396,9 +396,11 @@ def all_specs() -> tuple[Spec, ...]:
         scenarios_hostile, scenarios_rollback, scenarios_streams, scenarios_validator,
         scenarios_violations,
     )
+    from . import scenarios_replica
     return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_validator.SPECS)
             + tuple(scenarios_streams.SPECS) + tuple(scenarios_rollback.SPECS)
-            + tuple(scenarios_hostile.SPECS))
+            + tuple(scenarios_hostile.SPECS)
+            + tuple(scenarios_replica.SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

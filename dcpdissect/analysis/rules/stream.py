@@ -107,9 +107,15 @@ RULES += (
          "dcp_proxy:process_data_loop relays in the order it reads: a later message on the other "
          "leg proves the earlier one lost; the replica's PassiveStream then has a hole (or the "
          "producer never got the request)", RV),
+    rule("relay-message-reordered", ERROR,
+         "ns_server's proxy relayed a producer message (or the consumer's stream request) after "
+         "one it read later",
+         "dcp_proxy:process_data_loop relays in the order it reads; out of order the replica's "
+         "PassiveStream sees seqnos go backwards (passive_stream.cc processMessageInner: ERANGE) "
+         "or markers and items swapped", RV),
     rule("relay-consumer-message-mismatch", WARNING,
          "a consumer message other than the stream request (ack, buffer ack, control, error or "
-         "noop answer) differs or is missing on ns_server's producer leg",
+         "noop answer) differs, is missing or comes out of order on ns_server's producer leg",
          "the producer's flow control and acks (engines/ep/src/dcp/producer.cc "
          "DcpProducer::bufferAcknowledgement, handleResponse) see other answers than the "
          "replica gave: the stream may stall or be dropped; the data is not changed", RV),

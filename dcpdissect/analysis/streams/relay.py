@@ -61,13 +61,14 @@ SRC, DST = 0, 1            # the leg that reads a flow's messages, the leg that 
 class _Msg:
     """An unmatched message: enough to compare it and to point at it, not its bytes."""
     __slots__ = ("digest", "ident", "index", "lane", "pdu_frame", "frames", "ts_ns", "conn",
-                 "vb", "opaque", "name", "summary")
+                 "vb", "opaque", "name", "summary", "overtaken_by")
 
     def __init__(self, digest, ident, index, lane, pdu, msg, vb, summary):
         self.digest, self.ident, self.index, self.lane = digest, ident, index, lane
         self.pdu_frame, self.frames, self.ts_ns, self.conn = (pdu.frame, pdu.frames, pdu.ts_ns,
                                                               pdu.conn)
         self.vb, self.opaque, self.name, self.summary = vb, msg.opaque, msg.name, summary
+        self.overtaken_by = None     # the frame of a later message the other leg carried first
 
 
 class _Leg:
@@ -234,12 +235,15 @@ class Relay:
                 self._hold(pair, flow, side, m, out)
             return
         # the proxy writes in the order it reads: everything the other side read before
-        # the message found, and this side never carried, is lost
-        pending = pair.pending[(flow, other)]
-        for x in [x for i, x in pending.items() if i < found.index]:
-            self._drop(pair, flow, other, x)
-            self._missing(pair, flow, other, x, pdu, out)
+        # the message found, and this side has not carried, is lost (or comes out of order)
+        for i, x in pair.pending[(flow, other)].items():
+            if i >= found.index:
+                break
+            if x.overtaken_by is None:
+                x.overtaken_by = pdu.frame
         self._drop(pair, flow, other, found)
+        if found.overtaken_by is not None:
+            self._reordered(pair, flow, side, found, pdu, msg, out)
         if differs:
             self._differs(pair, flow, side, found, m, pdu, msg, out)
 
@@ -297,7 +301,20 @@ class Relay:
             f.message = text
             out.append(f)
 
-    def _missing(self, pair, flow, side, x: _Msg, later_pdu, out) -> None:
+    def _reordered(self, pair, flow, side, found: _Msg, pdu, msg, out) -> None:
+        rid = ("relay-message-reordered" if flow == DOWN or msg.opcode == STREAM_REQUEST
+               else "relay-consumer-message-mismatch")
+        text = (f"{msg.name} read on the {self._leg_text(flow, 1 - side)} (frame "
+                f"{found.pdu_frame}) reached the {self._leg_text(flow, side)} (frame {pdu.frame}) "
+                f"after a message read later (frame {found.overtaken_by}); "
+                f"{_lane_text(found.lane)}, {pair.name}")
+        if self._count(pair, rid, text, out):
+            f = finding_for(rid, text, pdu, msg, {"flow": flow},
+                            (found.pdu_frame, found.overtaken_by))
+            f.vbucket = found.vb
+            out.append(f)
+
+    def _missing(self, pair, flow, side, x: _Msg, later_frame: int, out) -> None:
         src = side == SRC
         if flow == DOWN or x.name == "DcpStreamReq":
             rid = "relay-message-missing"
@@ -307,16 +324,19 @@ class Relay:
         if src:
             text = (f"{x.name} read on the {self._leg_text(flow, side)} (frame {x.pdu_frame}) "
                     f"never reached the {other}, though ns_server relayed a later message "
-                    f"(frame {later_pdu.frame}); {_lane_text(x.lane)}, {pair.name}")
+                    f"(frame {later_frame}); {_lane_text(x.lane)}, {pair.name}")
         else:
             text = (f"{x.name} written on the {self._leg_text(flow, side)} (frame "
                     f"{x.pdu_frame}) was never read on the {other}, though a later message "
-                    f"was (frame {later_pdu.frame}); {_lane_text(x.lane)}, {pair.name}")
+                    f"was (frame {later_frame}); {_lane_text(x.lane)}, {pair.name}")
         if self._count(pair, rid, text, out):
-            out.append(self._finding(pair, rid, x, text, {"flow": flow}, (later_pdu.frame,)))
+            out.append(self._finding(pair, rid, x, text, {"flow": flow}, (later_frame,)))
 
     def _unconfirmed(self, pair, flow, side, why: str, out) -> None:
         pending = pair.pending[(flow, side)]
+        for x in [x for x in pending.values() if x.overtaken_by is not None]:
+            self._drop(pair, flow, side, x)
+            self._missing(pair, flow, side, x, x.overtaken_by, out)
         if not pending:
             return
         first = next(iter(pending.values()))
