@@ -67,6 +67,7 @@ def test_replica_node_violations():
     b2 = sr.mutation(6, 0xA6, 2, "b2", doc(2).replace(b'"seq":2', b'"seq":9'))   # (b)
     a4 = sr.mutation(5, 0xA5, 4, "a4", doc(4))                  # (a) relayed after a5
     noop = encode(0x5C, opaque=0x22)
+    ack = encode(0x5D, {"bytes_to_ack": 1024}, opaque=0x30)    # (d) relayed as 1024, not 4096
     first_over = encode(0x5C, opaque=0x1000 + relay.MAX_RELAY_WINDOW)
     assert judged(n) == sorted([
         ("relay-message-missing", frame_of(n, b3, ACTIVE, 1)),
@@ -75,6 +76,7 @@ def test_replica_node_violations():
         ("relay-message-reordered", frame_of(n, a4, LOCAL, 0)),
         ("relay-not-confirmed", frame_of(n, noop, ACTIVE, 1)),
         ("relay-window-overflow", frame_of(n, first_over, FLOOD_ACTIVE, 1)),
+        ("relay-consumer-message-mismatch", frame_of(n, ack, ACTIVE, 0)),    # (d)
     ])
 
 
@@ -121,7 +123,7 @@ def test_window_bound_is_read_at_run_time(tmp_path, monkeypatch):
 
 
 def test_a_gap_on_a_leg_stops_the_judgement(tmp_path):
-    scripts = sr._replica(True)[:2]
+    scripts = sr._replica(False)
     pkts = scripts[1].conv.packets()
     d = ns.data_indices(pkts, "c2s")
     pkts = ns.drop(pkts, d[12])            # a consumer-leg segment the capture lost

@@ -13,7 +13,8 @@ TakeOver, SetVbucketState pending then active from the producer, StreamEnd.
 ``replica-node``: all legal. The consumer leg is closed with FIN while the producer's last
 Noop is in flight (relay-not-confirmed, info); the producer leg is never closed.
 ``replica-node-violations``: the same, with (a) two items of vb 5 relayed in swapped order,
-(b) a mutation of vb 6 whose value ns_server changed, (c) a mutation of vb 6 never relayed;
+(b) a mutation of vb 6 whose value ns_server changed, (c) a mutation of vb 6 never relayed,
+(d) a buffer ack that reaches the producer with another byte count;
 plus a second proxy pair whose consumer leg receives none of 1100 Noops (window overflow).
 """
 
@@ -155,7 +156,11 @@ def _replica(violations: bool) -> list[Script]:
     else:
         px.down(b2, b3)
     px.down(deletion(6, 0xA6, 4, key("b0")))
-    px.up(encode(0x5D, {"bytes_to_ack": 4096}, opaque=0x30))
+    ack = encode(0x5D, {"bytes_to_ack": 4096}, opaque=0x30)
+    if violations:      # (d) the buffer ack reaches the producer with another byte count
+        px.up(ack, relayed=(encode(0x5D, {"bytes_to_ack": 1024}, opaque=0x30),))
+    else:
+        px.up(ack)
     a4, a5 = mutation(5, 0xA5, 4, "a4", doc(4)), deletion(5, 0xA5, 5, key("a0"))
     if violations:      # (a) relayed in swapped order
         px.down(a4, a5, relayed=(a5, a4))
