@@ -393,13 +393,13 @@ def seed_add_stream_on(link: Link, start_ns: int) -> Script:
 
 def all_specs() -> tuple[Spec, ...]:
     from . import (
-        scenarios_hostile, scenarios_rollback, scenarios_streams, scenarios_validator,
-        scenarios_violations,
+        scenarios_hostile, scenarios_identity, scenarios_rollback, scenarios_streams,
+        scenarios_validator, scenarios_violations,
     )
     from . import scenarios_replica
     return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_validator.SPECS)
             + tuple(scenarios_streams.SPECS) + tuple(scenarios_rollback.SPECS)
-            + tuple(scenarios_hostile.SPECS)
+            + tuple(scenarios_hostile.SPECS) + tuple(scenarios_identity.SPECS)
             + tuple(scenarios_replica.SPECS))
 
 
