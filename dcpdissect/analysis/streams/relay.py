@@ -21,8 +21,10 @@ Stream to the consumer and their responses (``dcp_consumer_conn:handle_packet`` 
 them), Close Stream to the producer and its response (``dcp_producer_conn`` blocks it).
 
 The legs are paired by DcpOpen name (and bucket, when both are known): one opened with the
-Producer flag, the other without. Only once both legs of a pair are seen is anything judged:
-with one leg in the capture there is nothing to compare. Each flow is kept per *lane* (a
+Producer flag, the other without. Only once both legs of a pair are seen, and the consumer leg
+carried a message of the consumer memcached, is anything judged: with one leg in the capture
+there is nothing to compare, and a consumer that connects to the producer itself (no proxy:
+its connection to ns_server carries only Add Stream) relays nothing. Each flow is kept per *lane* (a
 vbucket and stream id for stream requests and stream messages, the stream request's vbucket
 for its response, the connection for everything else); a message is compared whole, except
 its opaque (ns_server keeps it, but a consistent renumbering would do no harm). Because the
@@ -88,7 +90,7 @@ class _Pair:
         self.name = name
         self.legs: list[_Leg | None] = [None, None]          # [producer leg, consumer leg]
         self.dead = False                                   # a gap or resync: not judged
-        self.started = False                                # both legs were bound
+        self.started = False     # both legs bound and the consumer leg relayed a message
         self.reset()
         self.reported: dict[str, int] = {}
 
@@ -133,14 +135,20 @@ class Relay:
             if bound is None:
                 return
         pair, leg = bound
-        if pair.dead or not pair.started:
-            return                  # one leg only (so far): nothing to compare
+        if pair.dead or msg.opcode in OWN_OPCODES or msg.magic in SERVER_MAGICS:
+            return
         other = pair.legs[1 - leg.role]
+        if not pair.started:
+            # a proxy pair relays from the moment the consumer memcached speaks on its leg
+            # (DcpControl, then its stream requests): before that the producer leg has
+            # nothing to relay. A consumer that dials the producer itself (no proxy) never
+            # sends anything but answers to ns_server's own Add Stream on that connection.
+            if other is None or leg.role != CONSUMER_LEG:
+                return
+            pair.started = True
         if c.suppressed_because or (other is not None and other.c.suppressed_because):
             pair.dead = True        # bytes lost on a leg: what it relayed is unknown
             pair.reset()
-            return
-        if msg.opcode in OWN_OPCODES or msg.magic in SERVER_MAGICS:
             return
         flow, side = _where(leg.role, pdu.direction)
         lane = self._lane(leg, msg)
@@ -201,8 +209,6 @@ class Relay:
         leg = _Leg(c, role)
         pair.legs[role] = leg
         self.legs[c.id] = (pair, leg)
-        if other is not None:
-            pair.started = True
         return pair, leg
 
     def _lane(self, leg: _Leg, msg) -> tuple:
