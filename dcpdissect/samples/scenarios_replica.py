@@ -196,6 +196,8 @@ def _flood(clock: Clock) -> list[Script]:
     """A second proxy pair (from 10.0.5.3) whose consumer leg gets none of 1100 Noops."""
     px = Proxy(clock, Endpoint("10.0.5.2", 40300), Endpoint("127.0.0.1", 40400),
                Endpoint("10.0.5.3", 11209), "replication:ns_1@10.0.5.3->ns_1@10.0.5.2:default")
+    px.up(encode(0x5E, key=b"enable_noop", value=b"true", opaque=0x40))
+    px.down(ok(0x5E, 0x40))
     clock(px.p).s2c(*[encode(0x5C, opaque=0x1000 + i) for i in range(FLOOD)])
     return [px.p, px.c]
 
