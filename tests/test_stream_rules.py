@@ -39,13 +39,16 @@ EXPECTED = {
     "stream-markers.pcap": [
         ("data-before-marker", 16),
         ("snapshot-end-not-increasing", 24), ("snapshot-incomplete", 24),
-        ("snapshot-start-overlap", 32),
+        # vb 2's overlap is no longer reported: its request lacks ActiveVbOnly, so a replica
+        # vbucket may serve it (audit #12a); the rule's sample is controls-violations.pcap
         ("snapshot-behind-last-seqno", 40),
         ("snapshot-start-below-requested", 46),
         ("data-outside-snapshot", 52),
         ("data-seqno-not-increasing", 58),
         ("snapshot-incomplete", 64),
         ("data-after-seqno-advanced", 70),
+        # vb 8's SeqnoAdvanced on a stream of a connection without HELLO Collections (#11)
+        ("seqno-advanced-not-enabled", 70), ("seqno-advanced-not-enabled", 70),
         ("data-duplicate-key", 76),
         ("snapshot-start-inconsistent", 86),
     ],
@@ -151,7 +154,9 @@ def test_classify_conventions():
     req = {"start_seqno": 10, "snap_start_seqno": 8, "snap_end_seqno": 12, "flags": 0}
     mem, chk, disk = 0x01, 0x05, 0x06
     assert classify(8, mem, True, req, 11) == ("first-of-stream", None)
-    assert classify(10, disk, True, req, 13) == ("first-of-stream", None)
+    # the first marker starts at the requested snap_start, not at start (audit #13a)
+    assert classify(10, disk, True, req, 13) == ("backfill", None)
+    assert classify(10, mem, True, req, 11)[0] == "inconsistent"
     # snapshot-marker.md: request start X, de-duplication, marker start X+n, mutation X+n
     assert classify(13, mem, True, req, 13) == ("first-item", None)
     assert classify(20, chk, False, req, 23) == ("checkpoint", None)
@@ -162,6 +167,7 @@ def test_classify_conventions():
     assert label == "inconsistent" and "checkpoint" in why
     assert classify(20, mem, False, req, None) == ("no-items", None)
     assert classify(20, mem, False, {**req, "filtered": True}, 23) == ("first-item", None)
+    assert classify(20, mem, False, {**req, "filtered": False}, 23)[0] == "inconsistent"
 
 
 # --- a capture crafted by hand -------------------------------------------------------------
@@ -270,10 +276,14 @@ def _run(*messages, rules=MINE):
     return [(f.rule, f.frame - 2) for f in out if f.rule in rules]
 
 
-def _setup(vb=0, opaque=0x10, value=b"", **kw):
-    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
-    return [(0, dcp_open("t", 1, 1)), (1, ok(0x50, 1)),
-            (0, stream_req(vb, opaque, value=value, **kw)), (1, failover(opaque, (7, 0)))]
+def _setup(vb=0, opaque=0x10, value=b"", oso=False, **kw):
+    from dcpdissect.codec import encode
+    from dcpdissect.samples.builder import control, dcp_open, failover, ok, stream_req
+    nego = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=8)),
+            (1, ok(0x1F, 8, value=b"\x00\x12")),
+            (0, control("enable_out_of_order_snapshots", "true", 9)), (1, ok(0x5E, 9))]
+    return ([(0, dcp_open("t", 1, 1)), (1, ok(0x50, 1))] + (nego if oso else []) +
+            [(0, stream_req(vb, opaque, value=value, **kw)), (1, failover(opaque, (7, 0)))])
 
 
 def test_error_response_to_a_marker_is_not_an_unexpected_ack():
@@ -303,19 +313,20 @@ def test_oso_snapshot_then_memory_marker():
     from dcpdissect.codec import encode
     from dcpdissect.samples.builder import marker, mutation
     oso = lambda f: (1, encode(0x65, {"flags": f}, vbucket=0, opaque=0x10))
-    msgs = _setup() + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
+    # OSO negotiated (HELLO Collections, enable_out_of_order_snapshots): audit #11
+    msgs = _setup(oso=True) + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
                        (1, mutation(0, 0x10, 2, "b", b"")),
                        (1, encode(0x64, {"by_seqno": 5}, vbucket=0, opaque=0x10)), oso(2),
                        (1, marker(0, 0x10, 6, 7, "memory+checkpoint")),
                        (1, mutation(0, 0x10, 6, "a", b"")), (1, mutation(0, 0x10, 7, "b", b""))]
     assert _run(*msgs) == []
     # a key twice inside one OSO snapshot; an item at the OSO baseline after the end
-    dup = _setup() + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
+    dup = _setup(oso=True) + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
                       (1, mutation(0, 0x10, 2, "a", b"")), oso(2),
                       (1, marker(0, 0x10, 5, 6, "memory+checkpoint")),
                       (1, mutation(0, 0x10, 4, "c", b"")), (1, mutation(0, 0x10, 6, "b", b""))]
-    assert _run(*dup) == [("data-duplicate-key", 6), ("data-seqno-not-increasing", 9),
-                          ("data-outside-snapshot", 9)]
+    assert _run(*dup) == [("data-duplicate-key", 10), ("data-seqno-not-increasing", 13),
+                          ("data-outside-snapshot", 13)]
 
 
 def test_findings_per_stream_and_rule_are_capped():
@@ -377,7 +388,12 @@ def test_resume_after_an_unfinished_oso_snapshot():
             out += a.feed(ConnectionOpened(cid, ("10.0.0.2", 5000 + cid), ("10.0.0.1", 11210),
                                            n, 0, False))
             off = [0, 0]
-            for d, data in [(0, dcp_open("o", 1, 1)), (1, ok(0x50, 1))] + msgs:
+            # OSO negotiated (audit #11): HELLO Collections and enable_out_of_order_snapshots
+            for d, data in [(0, dcp_open("o", 1, 1)), (1, ok(0x50, 1)),
+                            (0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=8)),
+                            (1, ok(0x1F, 8, value=b"\x00\x12")),
+                            (0, encode(0x5E, key=b"enable_out_of_order_snapshots",
+                                       value=b"true", opaque=9)), (1, ok(0x5E, 9))] + msgs:
                 n += 1
                 out += a.feed(Pdu(cid, d, off[d], data, (n,), n, n))
                 off[d] += len(data)

@@ -18,7 +18,8 @@ from ..reassembly.pdus import CaptureError, iter_events
 from .engine import Analyzer
 
 LABELS = {
-    "first-of-stream": "first marker of the stream: start = requested start or snap_start",
+    "first-of-stream": "first marker of the stream: start = the requested snap_start "
+                       "(min(snap_start, computed start)), or the FromLatest high seqno",
     "checkpoint": "memory marker with CHK: start = checkpoint start, <= the first item",
     "first-item": "memory marker without CHK: start = the first item's seqno",
     "backfill": "disk marker: start = backfill (or checkpoint) start, <= the first item",

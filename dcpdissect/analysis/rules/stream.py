@@ -6,6 +6,7 @@ Judged by :mod:`dcpdissect.analysis.streams` (per-connection and per-stream stat
 from .model import ERROR, INFO, WARNING, rule
 
 ST = "stream-markers.pcap"
+CV = "controls-violations.pcap"
 
 RULES = (
     rule("data-before-marker", ERROR, "data message on a stream before any snapshot marker",
@@ -15,9 +16,11 @@ RULES = (
          "R17; PassiveStream cur_snapshot_end is strictly monotonic (exception: Disk|History marker "
          "with an equal end, MB-58548)", ST),
     rule("snapshot-start-overlap", ERROR, "snapshot marker start is not above the previous marker's end",
-         "R17; ActiveStream::snapshot / markDiskSnapshot throw when start <= last sent end on an "
-         "active source (exception: History marker after a non-history one; replica-sourced "
-         "streams may overlap)", ST),
+         "R17; engines/ep/src/dcp/active_stream.cc ActiveStream::snapshot / markDiskSnapshot throw "
+         "when start <= last sent end, only on an active vbucket: judged only for streams "
+         "requested with ActiveVbOnly (a replica may serve the others and merge snapshots); not "
+         "for the first marker after an OSO snapshot (completeOSOBackfill leaves "
+         "lastSentSnapEndSeqno at 0); exception: History marker after a non-history one", CV),
     rule("snapshot-start-below-requested", ERROR,
          "first snapshot marker starts below the requested snapshot start",
          "R17; the first marker uses min(snap_start, computed start) and may not go below the "
@@ -44,17 +47,89 @@ RULES = (
          "prepares) in one snapshot without MayContainDuplicates or History",
          "R22; checkpoints and backfills deduplicate keys (MB-71914, MB-72198)", ST),
     rule("snapshot-start-inconsistent", WARNING, "inconsistent start-seqno semantics",
-         "snapshot-marker.md 'Implementation notes': first marker = requested start/snap_start, "
-         "CHK marker start <= first item, memory marker without CHK start = first item, "
-         "backfill start <= first item", ST),
+         "engines/ep/src/dcp/active_stream.cc: first marker = min(snap_start, computed) = the "
+         "requested snap_start (ActiveStream::snapshot, adjustStartIfFirstSnapshot); CHK marker "
+         "start <= first item; memory marker without CHK start = first sent item, computed after "
+         "filtering (relaxed only for a collections/scope filter); backfill start <= first item", ST),
     rule("oso-unpaired", ERROR, "OSO snapshot start/end markers are not paired",
          "R24; the producer sends 0x65 start, items in key order, then 0x65 end", "stream-oso.pcap"),
     rule("oso-contains-marker", ERROR, "snapshot marker 0x56 inside an OSO snapshot",
          "R24; no 0x56 markers are sent between the OSO start and end", "stream-oso.pcap"),
     rule("consumer-error-response", ERROR,
-         "the consumer rejected a data message (a status other than those meaning the stream is gone)",
-         "R28; DcpProducer::handleResponse disconnects on any error other than NOT_MY_VBUCKET, "
-         "STREAM_NOT_FOUND, OPAQUE_NO_MATCH (pre-v7 KEY_EEXISTS/KEY_ENOENT)", "stream-consumer.pcap"),
+         "the consumer answered a producer message with a status the producer disconnects on",
+         "engines/ep/src/dcp/producer.cc DcpProducer::handleResponse: a data message (mutation, "
+         "deletion, expiration, system event, prepare, commit, abort) must be answered Success, "
+         "a StreamEnd Success or KEY_ENOENT; otherwise errorMessageHandler keeps the connection "
+         "only for NOT_MY_VBUCKET, DCP_STREAM_NOT_FOUND, OPAQUE_NO_MATCH and, unless "
+         "v7_dcp_status_codes was accepted, KEY_EEXISTS or KEY_ENOENT (never KEY_ENOENT to "
+         "DcpCommit/DcpAbort), and disconnects", "stream-consumer.pcap"),
+    rule("consumer-error-response-undecided", INFO,
+         "the consumer answered KEY_EEXISTS/KEY_ENOENT; whether the producer disconnects "
+         "depends on v7_dcp_status_codes, which the capture does not show",
+         "engines/ep/src/dcp/producer.cc DcpProducer::handleResponse (allowPreV7StatusCodes "
+         "requires !enabledV7DcpStatus); the control may have been sent before the capture "
+         "started", "controls-undecided.pcap"),
+    rule("consumer-noop-opaque-mismatch", ERROR,
+         "noop response whose opaque is not the producer's last noop's",
+         "engines/ep/src/dcp/producer.cc DcpProducer::handleResponse: a DcpNoop response is "
+         "accepted only with noopCtx.opaque (each noop increments it, from 10000000); any "
+         "other goes to errorMessageHandler, which disconnects unless the status is tolerated", CV),
+    rule("consumer-response-unexpected", ERROR,
+         "the consumer answered a SeqnoAdvanced or OSO snapshot message",
+         "engines/ep/src/dcp/producer.cc DcpProducer::handleResponse: no case for "
+         "DcpSeqnoAdvanced/DcpOsoSnapshot, the default branch throws logic_error ('received an "
+         "unknown client opcode') and the connection is closed", CV),
+    rule("snapshot-version-not-negotiated", INFO,
+         "V2.0 marker on a stream requested without sync replication, or V2.2 marker on one "
+         "requested without max_marker_version=2.2",
+         "engines/ep/src/dcp/active_stream.cc ActiveStream::snapshot / markDiskSnapshot send the "
+         "MVS only with supportSyncReplication() (enable_sync_writes and consumer_name accepted, "
+         "producer.cc DcpProducer::control) and the purge seqno/HPS only with maxMarkerVersion "
+         "V2_2, copied into the stream when it is created; protocol/mcbp/"
+         "dcp_snapshot_marker_codec.cc encodes V1 otherwise. kv_engine's consumer decodes every "
+         "version (DcpSnapshotMarker::decode), so how the receiver reacts is not decidable", CV),
+    rule("snapshot-v1-disk-sync-replication", ERROR,
+         "V1 Disk marker (no HCS) on a stream that negotiated sync replication",
+         "engines/ep/src/dcp/passive_stream.cc PassiveStream::processMarker throws 'missing "
+         "HCS' for a Disk marker without HCS when the stream supports sync replication; the "
+         "producer always sends the MVS there (V2.0 or V2.2, active_stream.cc)", CV),
+    rule("snapshot-history-not-negotiated", INFO,
+         "History or MayContainDuplicates marker flag on a stream requested without "
+         "change_streams",
+         "engines/ep/src/dcp/active_stream.cc ActiveStream::getMarkerFlags / markDiskSnapshot set "
+         "History (and MayContainDuplicates with it) only when changeStreamsEnabled, copied from "
+         "the producer's change_streams control (producer.cc DcpProducer::control); the consumer "
+         "tolerates the flags, so the receiver's reaction is not decidable", CV),
+    rule("oso-not-negotiated", WARNING,
+         "OSO snapshot on a connection without enable_out_of_order_snapshots",
+         "engines/ep/src/dcp/producer.cc DcpProducer::control enables OSO only with "
+         "enable_out_of_order_snapshots=true|true_with_seqno_advanced "
+         "(isOutOfOrderSnapshotsEnabled); a client that did not ask for it gets items out of "
+         "seqno order", CV),
+    rule("seqno-advanced-not-enabled", WARNING,
+         "SeqnoAdvanced on a stream for which the producer never sends it",
+         "engines/ep/src/dcp/active_stream.cc ActiveStream::isSeqnoAdvancedEnabled: only "
+         "collection streams (HELLO Collections on the producer connection), and not sync-write "
+         "streams with flatbuffers_system_events unless skip_deletes_in_initial_backfill; inside "
+         "OSO also completeBackfillInner with enable_out_of_order_snapshots="
+         "true_with_seqno_advanced", CV),
+    rule("expiration-not-negotiated", INFO,
+         "DcpExpiration on a connection without enable_expiry_opcode",
+         "engines/ep/src/dcp/producer.cc DcpProducer::step sends expirations as deletions unless "
+         "enableExpiryOpcode (control enable_expiry_opcode=true with the DcpOpen flag "
+         "include_delete_times, DcpProducer::control); the consumer accepts 0x59 either way", CV),
+    rule("stream-id-request-mismatch", ERROR,
+         "stream request with a sid without enable_stream_id, or without one with it",
+         "engines/ep/src/dcp/producer.cc DcpProducer::constructFilterForStreamRequest: 'a valid "
+         "stream-ID is required' / 'a stream-ID is present but not required', answered "
+         "DcpStreamIdInvalid", CV),
+    rule("stream-id-message-mismatch", WARNING,
+         "producer message with a stream id on a connection without enable_stream_id, or "
+         "without one on a connection with it",
+         "daemon/connection.cc Connection::marker/mutation/...: the producer adds the stream-id "
+         "frame info (magic 0x08) exactly when the stream has a sid, which only "
+         "enable_stream_id allows (producer.cc DcpProducer::control); the client cannot tell "
+         "which of its streams the message belongs to", CV),
     rule("snapshot-ack-unexpected", WARNING,
          "a success response to a snapshot marker that did not carry the Ack flag",
          "R28; the consumer acknowledges only markers with Ack (0x08), after the end item",

@@ -9,14 +9,11 @@ rejected data message (held until the connection ends, to say what followed it).
 
 from __future__ import annotations
 
-from ...protocol import ITEM_OPCODES, SNAPSHOT_ACK, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS
+from ...protocol import SNAPSHOT_ACK, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS
 from ..findings import Finding, finding_for
 from .. import streams as limits
 from .snapshots import MARKER
-from .state import AddStream, Conn, HeldError, Stream, frames_of, report_on_stream
-
-# Statuses that mean the stream is gone, not that the consumer rejected the message.
-TOLERATED_STATUSES = frozenset({0x01, 0x02, 0x07, 0x0A, 0x0B})
+from .state import AddStream, Conn, Stream, frames_of, report_on_stream
 
 
 class Correlation:
@@ -112,15 +109,6 @@ class Correlation:
                                            "had the Ack flag", pdu, msg,
                                            {"status": STATUS.text(msg.status)}, (),
                                            _vb_of(c, msg.opaque)))
-        elif (op in ITEM_OPCODES and msg.status != STATUS_SUCCESS
-              and msg.status not in TOLERATED_STATUSES):     # stream gone: not a rejection
-            text = (f"consumer answered {msg.name} (opaque {msg.opaque:#x}) with "
-                    f"{STATUS.text(msg.status)}")
-            f = _about_response("consumer-error-response", text, pdu, msg,
-                                {"status": STATUS.text(msg.status), "opcode": f"{op:#04x}"}, (),
-                                _vb_of(c, msg.opaque))
-            if len(c.held_errors) < limits.MAX_ERRORS:
-                c.held_errors.append(HeldError(f, c.producer_messages))
 
     def on_suppress(self, c: Conn) -> None:
         c.held_errors.clear()

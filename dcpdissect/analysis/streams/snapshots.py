@@ -25,6 +25,7 @@ SEQNO_ADVANCED, OSO_SNAPSHOT = opcode_code("DcpSeqnoAdvanced"), opcode_code("Dcp
 KEYED_OPCODES = {opcode_code("DcpMutation"): "item", opcode_code("DcpDeletion"): "item",
                  opcode_code("DcpExpiration"): "item", opcode_code("DcpPrepare"): "prepare"}
 _HISTORY_OR_DUPLICATES = SNAPSHOT_HISTORY | SNAPSHOT_MAY_DUPLICATE
+ACTIVE_VB_ONLY = 0x10    # stream request flag: only an active vbucket may serve the stream
 
 
 class Snapshots:
@@ -108,16 +109,26 @@ class Snapshots:
         if prev is not None and not (after_non_history and end == prev.end):
             self._check_complete(st, pdu, msg, out, f"the marker [{start},{end}]")
         self._decide_convention(st, out, None)
-        first = st.marker_count == 0
         req = st.request
         prev_end = st.prev_marker_end
+        # An OSO snapshot went before (it leaves no current snapshot but sets prev_end):
+        # active_stream.cc completeOSOBackfill sets firstMarkerSent but leaves
+        # lastSentSnapEndSeqno at 0, so this marker is not the first and may start at or
+        # below the OSO snapshot's highest seqno (the MB-59759 checkpoint pin).
+        after_oso = prev is None and prev_end is not None and not st.after_invalid_marker
+        first = st.marker_count == 0 and prev_end is None
+        # ActiveStream::snapshot / markDiskSnapshot throw on start <= the last end only on an
+        # active vbucket; without ActiveVbOnly a replica vbucket may serve the stream (and
+        # merge disk and memory snapshots): the capture cannot tell, so nothing is said.
+        active_only = req is not None and bool(req.get("flags", 0) & ACTIVE_VB_ONLY)
         ctx = frames_of(prev and prev.pdu)
         rid = text = None
         if prev_end is not None and (end < prev_end or end == prev_end and not (
                 history and flags & SNAPSHOT_DISK)):
             rid, text = "snapshot-end-not-increasing", (f"end {end} is not above the previous "
                                                       f"marker's end {prev_end}")
-        elif prev_end is not None and start <= prev_end and not after_non_history:
+        elif (prev_end is not None and start <= prev_end and not after_non_history
+              and active_only and not after_oso):
             rid, text = "snapshot-start-overlap", (f"start {start} is not above the previous "
                                                  f"marker's end {prev_end}")
         elif (first and req is not None and not req.get("flags", 0) & FROM_LATEST
@@ -288,15 +299,20 @@ class Snapshots:
 def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tuple[str, str | None]:
     """Start-seqno convention of a marker: (label, None) when one fits, else
     ("inconsistent", what was expected). Labels: first-of-stream, checkpoint, first-item,
-    backfill, no-items. ``req`` holds the stream request's fields (``filtered``: it had a
-    JSON value, so items may be held back by a collection filter; None: the request was not
-    captured, the first captured marker is "unknown" and a filter is assumed possible)."""
+    backfill, no-items. ``req`` holds the stream request's fields (``filtered``: its JSON
+    value has a collections or scope filter, so the first items may be filtered out).
+
+    active_stream.cc: the first marker starts at min(snap_start, computed start), which is
+    the requested snap_start (the FromLatest high seqno); a memory marker without CHK starts
+    at its first item, computed after filtering (ActiveStream::snapshot). None: the request
+    was not captured, the first captured marker is "unknown" and a filter is assumed
+    possible."""
     if req is None:
         if first:
             return "unknown", None
         req = {"filtered": True}
     if first and (req.get("flags", 0) & FROM_LATEST
-                  or start in (req.get("start_seqno"), req.get("snap_start_seqno"))):
+                  or start == req.get("snap_start_seqno")):
         return "first-of-stream", None
     disk = flags & SNAPSHOT_DISK
     if disk or flags & SNAPSHOT_CHECKPOINT:
@@ -309,12 +325,12 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
         if first_seqno is None:
             return "no-items", None
         if start == first_seqno or req.get("filtered") and start < first_seqno:
-            return "first-item", None           # a filter may hold back the first item
+            return "first-item", None           # a collection filter held items back
         expected = (f"start == the first item's seqno {first_seqno} (first-item convention: "
                     "memory marker without CHK)")
     if first:
-        expected = (f"the requested start {req.get('start_seqno')} or snap_start "
-                    f"{req.get('snap_start_seqno')} (first-of-stream), or {expected}")
+        expected = (f"the requested snap_start {req.get('snap_start_seqno')} "
+                    f"(first-of-stream), or {expected}")
     return "inconsistent", expected
 
 

@@ -30,6 +30,7 @@ from ...protocol import SERVER_MAGICS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_O
 from ..findings import Finding, finding_for
 from ..negotiation import Negotiation
 from .. import streams as limits
+from .controls import Controls
 from .correlation import Correlation
 from .relay import Relay
 from .resume import Resume
@@ -55,6 +56,7 @@ class StreamTracker:
         self.snapshots = Snapshots(on_marker)
         self.correlation = Correlation()
         self.resume = Resume()
+        self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
 
     # --- hooks ----------------------------------------------------------------------------
@@ -104,6 +106,7 @@ class StreamTracker:
             self._producer_response(c, pdu, msg, out)
         elif not c.suppressed_because:
             self.correlation.on_consumer_response(c, pdu, msg, out)
+        self.controls.on_message(c, pdu, msg, from_consumer, out)
         return out
 
     def on_gap(self, ev) -> list[Finding]:

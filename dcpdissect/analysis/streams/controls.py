@@ -1,0 +1,381 @@
+"""Controls: what the DcpControl exchange (and HELLO, DcpOpen) allows each side to send.
+
+Follows, per connection and in both roles (on a consumer connection the consumer memcached
+sends the DcpControl requests and the stream request, server→client), the controls the
+producer accepted, and judges:
+
+* the producer's stream messages against what the stream negotiated when it was requested
+  (kv_engine copies sync replication, the marker version and change streams into the
+  ActiveStream when it is created): V2.0/V2.2 markers, a V1 Disk marker on a sync-replication
+  stream, History/MayContainDuplicates, OSO, SeqnoAdvanced, DcpExpiration, stream ids;
+* the consumer's stream request against ``enable_stream_id``;
+* the consumer's responses as engines/ep/src/dcp/producer.cc DcpProducer::handleResponse
+  does: which statuses it tolerates for which opcode (``v7_dcp_status_codes``), the
+  StreamEnd and Noop responses, responses to opcodes it never expects an answer to.
+
+A connection is judged only when the capture showed its whole negotiation: its start, its
+accepted DcpOpen, and no lost bytes. Otherwise a control may have been sent before the
+capture started and nothing is said (the status verdicts that depend on a control are then
+reported as ``consumer-error-response-undecided``, info). The stream request's collection
+filter (``collections`` or ``scope`` in its JSON value) is recorded here too, as the
+request's ``filtered`` field the start-seqno conventions read.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...protocol import (FEATURE_COLLECTIONS, ITEM_OPCODES, SNAPSHOT_DISK, SNAPSHOT_HISTORY,
+                         SNAPSHOT_MAY_DUPLICATE, STATUS, STATUS_SUCCESS, STREAM_OPCODES,
+                         opcode_code)
+from ..findings import finding_for
+from .. import streams as limits
+from .state import Conn, HeldError, Stream, report_on_stream
+
+OP = {n: opcode_code(n) for n in (
+    "DcpStreamReq", "DcpAddStream", "DcpControl", "DcpNoop", "DcpStreamEnd",
+    "DcpSnapshotMarker", "DcpExpiration", "DcpCommit", "DcpAbort", "DcpSeqnoAdvanced",
+    "DcpOsoSnapshot", "DcpCacheTransfer", "DcpCacheTransferEnd")}
+KEY_ENOENT, KEY_EEXISTS, NOT_MY_VBUCKET = 0x01, 0x02, 0x07
+STREAM_NOT_FOUND, OPAQUE_NO_MATCH, ENOMEM = 0x0A, 0x0B, 0x82
+# errorMessageHandler: statuses that mean "affects only one stream" whatever was negotiated
+ALWAYS_TOLERATED = frozenset({NOT_MY_VBUCKET, STREAM_NOT_FOUND, OPAQUE_NO_MATCH})
+# handleResponse: opcodes whose response must be Success, else errorMessageHandler (only the
+# ones a producer sends: the others in its list are answers to the consumer's own requests)
+SUCCESS_ONLY = ITEM_OPCODES | {OP["DcpCacheTransfer"], OP["DcpCacheTransferEnd"]}
+# handleResponse's default branch: throws logic_error ("received an unknown client opcode")
+NO_RESPONSE_EXPECTED = frozenset({OP["DcpSeqnoAdvanced"], OP["DcpOsoSnapshot"]})
+NOOP_INITIAL_OPAQUE = 10000000     # producer.cc: noopCtx.opaque, pre-incremented per noop
+_PRODUCER_FLAG, _DELETE_TIMES, _SKIP_DELETES = 0x01, 0x20, 0x200
+MAX_CONNS = 4096                   # connections whose controls are remembered
+
+
+def tolerated(opcode: int, status: int, v7: bool | None) -> bool | None:
+    """DcpProducer::handleResponse's errorMessageHandler: does the producer keep the
+    connection after this error status? None when it depends on ``v7_dcp_status_codes``
+    and the capture does not show whether it was accepted."""
+    if status in ALWAYS_TOLERATED:
+        return True
+    if status == KEY_EEXISTS or (status == KEY_ENOENT
+                                 and opcode not in (OP["DcpCommit"], OP["DcpAbort"])):
+        return None if v7 is None else not v7
+    return False
+
+
+class Negotiated:
+    """What a stream (or the connection, when ``stream`` is None) may receive."""
+    __slots__ = ("controls", "collections", "open_flags")
+
+    def __init__(self, controls: dict, collections: bool, open_flags: int):
+        self.controls, self.collections, self.open_flags = controls, collections, open_flags
+
+    def on(self, key: str, value: str = "true") -> bool:
+        return self.controls.get(key) == value
+
+    @property
+    def sync_writes(self) -> bool:             # producer.cc control(): enable_sync_writes
+        return self.on("enable_sync_writes")
+
+    @property
+    def sync_replication(self) -> bool:        # ... and a non-empty consumer_name
+        return self.sync_writes and bool(self.controls.get("consumer_name"))
+
+    @property
+    def marker_v22(self) -> bool:              # max_marker_version=2.2 (needs collections)
+        return self.on("max_marker_version", "2.2")
+
+    @property
+    def oso(self) -> bool:
+        return self.controls.get("enable_out_of_order_snapshots") in (
+            "true", "true_with_seqno_advanced")
+
+    @property
+    def stream_ids(self) -> bool:
+        return self.on("enable_stream_id")
+
+    @property
+    def expiry_opcode(self) -> bool | None:
+        """enableExpiryOpcode = "true" && IncludeDeleteTime (the DcpOpen flag, unknown on a
+        consumer connection: ns_server opens the producer leg)."""
+        if not self.on("enable_expiry_opcode"):
+            return False
+        return None if self.open_flags is None else bool(self.open_flags & _DELETE_TIMES)
+
+
+class ConnControls:
+    """One connection's accepted controls, pending control requests, noop opaque and the
+    negotiation each stream was requested under."""
+    __slots__ = ("conn", "controls", "pending", "noop_opaque", "streams")
+
+    def __init__(self, conn: Conn):
+        self.conn = conn
+        self.controls: dict[str, str] = {}
+        self.pending: dict[int, tuple[str, str]] = {}
+        self.noop_opaque = None if conn.mid_stream else NOOP_INITIAL_OPAQUE
+        self.streams: dict[tuple, tuple[Stream, Negotiated | None]] = {}
+
+
+def _known(c: Conn) -> bool:
+    """The capture shows the connection's whole negotiation."""
+    return (not c.mid_stream and not c.suppressed_because
+            and c.negotiation.open_flags is not None)
+
+
+def _text(raw) -> str:
+    return bytes(raw).decode("utf-8", "replace")
+
+
+def _value_json(msg):
+    if not msg.value_len:
+        return None
+    try:
+        v = json.loads(bytes(msg.value))
+    except (ValueError, RecursionError):
+        return None
+    return v if isinstance(v, dict) else None
+
+
+class Controls:
+    """Judges messages against the controls, HELLO features and DcpOpen flags negotiated."""
+
+    def __init__(self):
+        self.conns: dict[int, ConnControls] = {}
+
+    def _record(self, c: Conn) -> ConnControls:
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            if rec is None and len(self.conns) >= MAX_CONNS:
+                del self.conns[next(iter(self.conns))]
+            rec = self.conns[c.id] = ConnControls(c)
+        return rec
+
+    # --- the hook (called by the tracker after it dispatched the message) -----------------
+
+    def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
+        if c.suppressed_because:
+            self.conns.pop(c.id, None)
+            return
+        rec = self._record(c)
+        op = msg.opcode
+        if msg.is_request:
+            if op == OP["DcpAddStream"]:
+                return
+            if from_consumer:
+                if op == OP["DcpControl"]:
+                    if len(rec.pending) >= 64:
+                        del rec.pending[next(iter(rec.pending))]
+                    rec.pending[msg.opaque] = (_text(msg.key), _text(msg.value))
+                elif op == OP["DcpStreamReq"]:
+                    self._stream_request(c, rec, pdu, msg, out)
+            elif op == OP["DcpNoop"]:
+                rec.noop_opaque = msg.opaque
+            elif op in STREAM_OPCODES:
+                self._producer_message(c, rec, pdu, msg, out)
+        elif op == OP["DcpAddStream"]:
+            return
+        elif not from_consumer:
+            if op == OP["DcpControl"]:
+                kv = rec.pending.pop(msg.opaque, None)
+                if kv is not None and msg.status == STATUS_SUCCESS and len(rec.controls) < 256:
+                    rec.controls[kv[0]] = kv[1]
+        else:
+            self._consumer_response(c, rec, pdu, msg, out)
+
+    # --- the consumer's stream request ----------------------------------------------------
+
+    def _negotiated(self, c: Conn, rec: ConnControls, has_value: bool) -> Negotiated | None:
+        if not _known(c):
+            return None
+        features = c.negotiation.features
+        collections = has_value or bool(features and FEATURE_COLLECTIONS in features)
+        flags = c.negotiation.open_flags
+        # on a consumer connection the DcpOpen seen is ns_server's to the consumer memcached
+        producer_flags = None if c.negotiation.consumer else flags
+        return Negotiated(dict(rec.controls), collections, producer_flags)
+
+    def _stream_request(self, c: Conn, rec: ConnControls, pdu, msg, out) -> None:
+        value = _value_json(msg)
+        st = c.stream_requests.get(msg.opaque)
+        if st is not None and st.request_pdu is pdu:
+            # active_stream.cc: the start after filtering; only a collection/scope filter
+            # holds items back (kv_engine's own consumer always sends {"uid":...})
+            st.request["filtered"] = bool(value) and ("collections" in value or "scope" in value)
+            neg = self._negotiated(c, rec, bool(msg.value_len))
+            key = (st.vb, st.sid)
+            if key not in rec.streams and len(rec.streams) >= limits.MAX_STREAMS:
+                del rec.streams[next(iter(rec.streams))]
+            rec.streams[key] = (st, neg)
+        else:
+            neg = self._negotiated(c, rec, bool(msg.value_len))
+        if neg is None:
+            return
+        has_sid = value is not None and "sid" in value
+        if has_sid != neg.stream_ids:
+            why = ("carries a stream id (sid) but enable_stream_id was not accepted"
+                   if has_sid else "has no stream id (sid) although enable_stream_id was "
+                   "accepted")
+            out.append(finding_for("stream-id-request-mismatch", f"stream request for vb "
+                                   f"{msg.vbucket} {why}: the producer answers "
+                                   "DcpStreamIdInvalid", pdu, msg,
+                                   {"sid": value.get("sid") if has_sid else None,
+                                    "enable_stream_id": neg.stream_ids}))
+
+    # --- the producer's stream messages ---------------------------------------------------
+
+    def _stream_of(self, c: Conn, rec: ConnControls, msg):
+        """(stream, negotiation) of a producer message, or (None, None)."""
+        st = c.streams.get((msg.vbucket, msg.stream_id))
+        if st is None or st.opaque != msg.opaque:
+            st = next((s for (vb, _), s in c.streams.items()
+                       if vb == msg.vbucket and s.opaque == msg.opaque), None)
+        if st is None or st.suppressed or st.response_status != STATUS_SUCCESS:
+            return None, None
+        entry = rec.streams.get((st.vb, st.sid))
+        if entry is None or entry[0] is not st or entry[1] is None:
+            return None, None
+        return st, entry[1]
+
+    def _producer_message(self, c: Conn, rec: ConnControls, pdu, msg, out) -> None:
+        st, neg = self._stream_of(c, rec, msg)
+        if st is None:
+            return
+        op = msg.opcode
+        now = self._negotiated(c, rec, False)
+        if (msg.stream_id is not None) != neg.stream_ids:
+            why = (f"carries stream id {msg.stream_id} but enable_stream_id was not accepted"
+                   if msg.stream_id is not None else
+                   "has no stream id although enable_stream_id was accepted")
+            report_on_stream(st, out, "stream-id-message-mismatch", f"{msg.name} on "
+                             f"{st.describe()} {why}", pdu, msg, {"sid": msg.stream_id})
+        if op == OP["DcpSnapshotMarker"]:
+            self._marker(st, neg, pdu, msg, out)
+        elif op == OP["DcpExpiration"]:
+            if neg.expiry_opcode is False and not (now and now.expiry_opcode is not False):
+                report_on_stream(st, out, "expiration-not-negotiated", f"DcpExpiration on "
+                                 f"{st.describe()} without enable_expiry_opcode (and the "
+                                 "DcpOpen flag include_delete_times): the producer sends a "
+                                 "deletion instead", pdu, msg,
+                                 {"enable_expiry_opcode": neg.controls.get(
+                                     "enable_expiry_opcode")})
+        elif op == OP["DcpOsoSnapshot"]:
+            if msg.fields.get("flags", 0) & 0x01 and not neg.oso and not (now and now.oso):
+                report_on_stream(st, out, "oso-not-negotiated", f"OSO snapshot on "
+                                 f"{st.describe()} without enable_out_of_order_snapshots",
+                                 pdu, msg, {})
+        elif op == OP["DcpSeqnoAdvanced"]:
+            self._seqno_advanced(st, neg, pdu, msg, out)
+
+    def _marker(self, st: Stream, neg: Negotiated, pdu, msg, out) -> None:
+        f = msg.fields
+        flags = f.get("flags")
+        if flags is None:
+            return
+        version = {None: "V1", 0: "V2.0", 2: "V2.2"}.get(f.get("version"))
+        if version is None:
+            return                              # 2.1 or unknown: the structure rules say why
+        shown = {"version": version, "enable_sync_writes": neg.controls.get("enable_sync_writes"),
+                 "consumer_name": neg.controls.get("consumer_name"),
+                 "max_marker_version": neg.controls.get("max_marker_version")}
+        if version == "V2.0" and not neg.sync_replication:
+            report_on_stream(st, out, "snapshot-version-not-negotiated", f"V2.0 marker on "
+                             f"{st.describe()}, but the stream was requested without sync "
+                             "replication (enable_sync_writes and consumer_name accepted)",
+                             pdu, msg, shown)
+        elif version == "V2.2" and not neg.marker_v22:
+            report_on_stream(st, out, "snapshot-version-not-negotiated", f"V2.2 marker on "
+                             f"{st.describe()}, but the stream was requested without "
+                             "max_marker_version=2.2 accepted", pdu, msg, shown)
+        elif version == "V1" and flags & SNAPSHOT_DISK and neg.sync_replication:
+            report_on_stream(st, out, "snapshot-v1-disk-sync-replication", f"V1 Disk marker "
+                             f"on the sync-replication stream {st.describe()}: no HCS, the "
+                             "consumer throws 'missing HCS'", pdu, msg, shown)
+        if flags & (SNAPSHOT_HISTORY | SNAPSHOT_MAY_DUPLICATE) and not neg.on("change_streams"):
+            report_on_stream(st, out, "snapshot-history-not-negotiated", f"marker on "
+                             f"{st.describe()} with History/MayContainDuplicates, but the "
+                             "stream was requested without change_streams accepted", pdu,
+                             msg, {"flags": flags})
+
+    def _seqno_advanced(self, st: Stream, neg: Negotiated, pdu, msg, out) -> None:
+        # active_stream.cc isSeqnoAdvancedEnabled; inside OSO also completeBackfillInner
+        # with enable_out_of_order_snapshots=true_with_seqno_advanced
+        skip_deletes = bool((neg.open_flags or 0) & _SKIP_DELETES)
+        enabled = neg.collections and (not neg.sync_writes
+                                       or not neg.on("flatbuffers_system_events")
+                                       or skip_deletes)
+        if enabled or (st.in_oso and neg.on("enable_out_of_order_snapshots",
+                                            "true_with_seqno_advanced")):
+            return
+        why = ("not a collections stream (no HELLO Collections, no stream-request value)"
+               if not neg.collections else
+               "a sync-writes stream with flatbuffers_system_events")
+        report_on_stream(st, out, "seqno-advanced-not-enabled", f"SeqnoAdvanced on "
+                         f"{st.describe()}, {why}: the producer never sends it there", pdu,
+                         msg, {"collections": neg.collections})
+
+    # --- the consumer's responses ---------------------------------------------------------
+
+    def _consumer_response(self, c: Conn, rec: ConnControls, pdu, msg, out) -> None:
+        op, status = msg.opcode, msg.status
+        v7 = (rec.controls.get("v7_dcp_status_codes") == "true") if _known(c) else None
+        shown = {"status": STATUS.text(status), "opcode": f"{op:#04x}"}
+        vb = _vb_of(c, msg.opaque)
+        if op in NO_RESPONSE_EXPECTED:
+            out.append(_about(finding_for("consumer-response-unexpected", f"consumer answered "
+                                          f"{msg.name} (opaque {msg.opaque:#x}, "
+                                          f"{STATUS.text(status)}): the producer expects no "
+                                          "response to it and disconnects", pdu, msg, shown),
+                              vb))
+            return
+        if op == OP["DcpNoop"]:
+            expected = rec.noop_opaque
+            if expected is None or msg.opaque == expected:
+                return
+            verdict = tolerated(op, status, v7)
+            shown["noop_opaque"] = f"{expected:#x}"
+            if verdict is False:      # held: a later gap may show the noop was delayed
+                self._hold(c, _about(finding_for(
+                    "consumer-noop-opaque-mismatch", f"noop response with opaque "
+                    f"{msg.opaque:#x} ({STATUS.text(status)}), but the producer's last noop "
+                    f"had opaque {expected:#x}: the producer disconnects", pdu, msg, shown), vb))
+            elif verdict is None:
+                self._undecided(pdu, msg, shown, out, vb)
+            return
+        if op == OP["DcpStreamEnd"]:
+            if status in (STATUS_SUCCESS, KEY_ENOENT):
+                return
+        elif op not in SUCCESS_ONLY or status == STATUS_SUCCESS:
+            return
+        elif op == OP["DcpCacheTransfer"] and status == ENOMEM:
+            return
+        verdict = tolerated(op, status, v7)
+        if verdict is None:
+            self._undecided(pdu, msg, shown, out, vb)
+        elif verdict is False:
+            f = _about(finding_for("consumer-error-response", f"consumer answered {msg.name} "
+                                   f"(opaque {msg.opaque:#x}) with {STATUS.text(status)}"
+                                   + (" with v7_dcp_status_codes accepted" if v7 and status
+                                      in (KEY_ENOENT, KEY_EEXISTS) else ""),
+                                   pdu, msg, shown), vb)
+            self._hold(c, f)
+
+    def _hold(self, c: Conn, f) -> None:
+        """Reported when the connection ends (correlation.py says what followed), dropped
+        if bytes of the connection are lost first."""
+        if len(c.held_errors) < limits.MAX_ERRORS:
+            c.held_errors.append(HeldError(f, c.producer_messages))
+
+    def _undecided(self, pdu, msg, shown, out, vb) -> None:
+        out.append(_about(finding_for(
+            "consumer-error-response-undecided", f"consumer answered {msg.name} (opaque "
+            f"{msg.opaque:#x}) with {STATUS.text(msg.status)}: the producer tolerates it "
+            "unless v7_dcp_status_codes was accepted, which the capture does not show", pdu,
+            msg, shown), vb))
+
+
+def _about(f, vb):
+    f.vbucket = vb
+    return f
+
+
+def _vb_of(c: Conn, opaque: int):
+    return next((st.vb for st in c.streams.values() if st.opaque == opaque), None)
