@@ -396,11 +396,11 @@ def all_specs() -> tuple[Spec, ...]:
         scenarios_hostile, scenarios_identity, scenarios_rollback, scenarios_streams,
         scenarios_validator, scenarios_violations,
     )
-    from . import scenarios_replica
+    from . import scenarios_controls, scenarios_replica
     return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_validator.SPECS)
             + tuple(scenarios_streams.SPECS) + tuple(scenarios_rollback.SPECS)
             + tuple(scenarios_hostile.SPECS) + tuple(scenarios_identity.SPECS)
-            + tuple(scenarios_replica.SPECS))
+            + tuple(scenarios_replica.SPECS) + tuple(scenarios_controls.SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

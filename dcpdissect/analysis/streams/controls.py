@@ -29,6 +29,7 @@ from ...protocol import (FEATURE_COLLECTIONS, ITEM_OPCODES, SNAPSHOT_DISK, SNAPS
                          SNAPSHOT_MAY_DUPLICATE, STATUS, STATUS_SUCCESS, STREAM_OPCODES,
                          opcode_code)
 from ..findings import finding_for
+from ..rules.structure import check_message
 from .. import streams as limits
 from .state import Conn, HeldError, Stream, report_on_stream
 
@@ -248,7 +249,7 @@ class Controls:
             report_on_stream(st, out, "stream-id-message-mismatch", f"{msg.name} on "
                              f"{st.describe()} {why}", pdu, msg, {"sid": msg.stream_id})
         if op == OP["DcpSnapshotMarker"]:
-            self._marker(st, neg, pdu, msg, out)
+            self._marker(c, st, neg, pdu, msg, out)
         elif op == OP["DcpExpiration"]:
             if neg.expiry_opcode is False and not (now and now.expiry_opcode is not False):
                 report_on_stream(st, out, "expiration-not-negotiated", f"DcpExpiration on "
@@ -265,11 +266,12 @@ class Controls:
         elif op == OP["DcpSeqnoAdvanced"]:
             self._seqno_advanced(st, neg, pdu, msg, out)
 
-    def _marker(self, st: Stream, neg: Negotiated, pdu, msg, out) -> None:
+    def _marker(self, c: Conn, st: Stream, neg: Negotiated, pdu, msg, out) -> None:
         f = msg.fields
         flags = f.get("flags")
-        if flags is None:
-            return
+        if flags is None or msg.problems or any(check_message(msg, c.negotiation,
+                                                              pdu.direction == 0)):
+            return            # one finding per defect: the single-message rules judge it
         version = {None: "V1", 0: "V2.0", 2: "V2.2"}.get(f.get("version"))
         if version is None:
             return                              # 2.1 or unknown: the structure rules say why
