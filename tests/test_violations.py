@@ -23,7 +23,10 @@ GOLDEN = Path(__file__).resolve().parent / "golden" / "findings.jsonl"
 CLEAN = ("clean-replication", "add-stream", "seed-marker-v1", "seed-marker-v2_0",
          "seed-add-stream", "tcp-reorder", "tcp-retransmit", "tcp-seq-wrap", "sll2", "vlan-qinq",
          "ipv6", "loopback-ns-be", "pcapng-multi-interface", "clean-replication-gz",
-         "legal-server-behaviour", "rollback-legal", "replica-node")
+         "legal-server-behaviour", "rollback-legal", "replica-node", "controls-legal",
+         "controls-undecided", "resume-correct", "rollback-correct", "identity-restart-correct",
+         "identity-half-close-correct", "identity-kicked-correct", "identity-two-buckets",
+         "identity-two-buckets-b-complete", "identity-mid-stream-clean")
 
 # the golden file covers the per-message and framing rules
 GOLDEN_RULES = {r.id for r in RULES.values() if r.family in ("structure", "framing")}
