@@ -197,7 +197,7 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
     """
     out: list[tuple[str, str, dict]] = []
     add = out.append
-    codes = {p.code for p in m.problems}
+    codes = {p.code for p in m.problems} if m.problems else ()
     if HEADER_OVERRUN in codes:
         add(("header-invariant", f"framing extras {m.framing_len} + extras {m.extlen} + key "
              f"{m.keylen} exceed body length {m.bodylen}", _sizes(m)))
@@ -236,15 +236,29 @@ def _sizes(m: Message) -> dict:
             "value_len": m.value_len, "bodylen": m.bodylen}
 
 
+_EXTRAS: dict[tuple[int, bool | None], tuple[dict, str]] = {}
+
+
+def _allowed_extras(shape: Shape, ctx) -> tuple[dict, str]:
+    """The extras layouts the server accepts here, by size, and their sizes as text (cached:
+    they depend only on the shape and, for DcpDeletion, the negotiation)."""
+    v2 = None if ctx is None else ctx.delete_v2
+    key = (id(shape), v2)
+    hit = _EXTRAS.get(key)
+    if hit is None:
+        by_size = {lay.size: lay for lay in shape.extras if _layout_allowed(lay, v2)}
+        sizes = sorted(by_size) or [0]
+        hit = _EXTRAS[key] = (by_size or {0: None}, " or ".join(map(str, sizes)))
+    return hit
+
+
 def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     name = m.spec.name
-    layouts = [lay for lay in shape.extras if _layout_allowed(lay, ctx)]
-    sizes = sorted({lay.size for lay in layouts}) or [0]
-    if m.extlen not in sizes:
-        add(("extras-length", f"{name}: extras length {m.extlen}, must be "
-             + " or ".join(map(str, sizes)), _sizes(m)))
+    by_size, sizes_text = _allowed_extras(shape, ctx)
+    if m.extlen not in by_size:
+        add(("extras-length", f"{name}: extras length {m.extlen}, must be {sizes_text}", _sizes(m)))
         return
-    extras = next((lay for lay in layouts if lay.size == m.extlen), None)
+    extras = by_size[m.extlen]
     _key(m, shape, ctx, add)
     value = extras.value if extras is not None and extras.value is not None else shape.value
     if shape.value_context == "collections" and ctx is not None and ctx.collections is False:
@@ -296,10 +310,10 @@ def _xattr(m: Message) -> str | None:
     return xattr_problem(value)
 
 
-def _layout_allowed(lay, ctx) -> bool:
-    if lay.context is None or ctx is None or ctx.delete_v2 is None:
+def _layout_allowed(lay, delete_v2: bool | None) -> bool:
+    if lay.context is None or delete_v2 is None:
         return True
-    return ctx.delete_v2 == (lay.context == "delete_v2")
+    return delete_v2 == (lay.context == "delete_v2")
 
 
 def _key(m: Message, shape: Shape, ctx, add) -> None:

@@ -241,7 +241,6 @@ class Controls:
         if st is None:
             return
         op = msg.opcode
-        now = self._negotiated(c, rec, False)
         if (msg.stream_id is not None) != neg.stream_ids:
             why = (f"carries stream id {msg.stream_id} but enable_stream_id was not accepted"
                    if msg.stream_id is not None else
@@ -251,6 +250,7 @@ class Controls:
         if op == OP["DcpSnapshotMarker"]:
             self._marker(c, st, neg, pdu, msg, out)
         elif op == OP["DcpExpiration"]:
+            now = self._negotiated(c, rec, False)
             if neg.expiry_opcode is False and not (now and now.expiry_opcode is not False):
                 report_on_stream(st, out, "expiration-not-negotiated", f"DcpExpiration on "
                                  f"{st.describe()} without enable_expiry_opcode (and the "
@@ -259,7 +259,8 @@ class Controls:
                                  {"enable_expiry_opcode": neg.controls.get(
                                      "enable_expiry_opcode")})
         elif op == OP["DcpOsoSnapshot"]:
-            if msg.fields.get("flags", 0) & 0x01 and not neg.oso and not (now and now.oso):
+            if (msg.fields.get("flags", 0) & 0x01 and not neg.oso
+                    and not ((now := self._negotiated(c, rec, False)) and now.oso)):
                 report_on_stream(st, out, "oso-not-negotiated", f"OSO snapshot on "
                                  f"{st.describe()} without enable_out_of_order_snapshots",
                                  pdu, msg, {})
