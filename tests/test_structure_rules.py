@@ -134,3 +134,15 @@ def test_context_free_rules_hold_in_both_directions():
     zero = encode(0x57, {"by_seqno": 0, "rev_seqno": 1}, key=b"k", value=b"{}", opaque=7)
     assert run(*opened(0x1), (S2C, zero)) == [("seqno-zero", 2)]
     assert run(*opened(0x0), (C2S, zero)) == [("seqno-zero", 2)]
+
+
+def test_headers_like_a_passing_one_are_still_judged_on_what_differs():
+    """The analyzer skips re-judging a header like one that passed; the lengths' limits,
+    datatype and CAS are part of what "like" means."""
+    def mut(keylen, **kw):
+        return encode(0x57, {"by_seqno": 1, "rev_seqno": 1}, key=b"k" * keylen, value=b"{}",
+                      opaque=7, **kw)
+    msgs = [(S2C, mut(251)), (S2C, mut(252)), (S2C, mut(3)), (S2C, mut(3, datatype=0x08)),
+            (S2C, mut(3, cas=5)), (S2C, mut(0))]
+    assert run(*opened(0x1), *msgs) == [("key-too-long", 3), ("datatype-invalid", 5),
+                                         ("key-presence", 7)]

@@ -21,11 +21,13 @@ from ...protocol import (
     DATATYPE, DCP_OPCODES, FRAME_INFOS_NOT_FOR_DCP, MAX_COLLECTIONS_KEY_LENGTH,
     MAX_COLLECTIONS_LOGICAL_KEY_LENGTH, MAX_KEY_LENGTH, OPCODE_NAMES, REQUEST_FRAME_INFO_SIZES,
     REQUEST_FRAME_INFOS, RESERVED_COLLECTION_IDS, SERVER_MAGICS, Check, Presence, Shape,
+    opcode_code,
 )
 from .model import ERROR, WARNING, Rule, rule
 
 V = "daemon/mcbp_validators.cc"
 SNAPPY, XATTR = DATATYPE.bit("snappy"), DATATYPE.bit("xattr")
+DCP_OPEN, GET_FAILOVER_LOG = opcode_code("DcpOpen"), opcode_code("GetFailoverLog")
 VH = f"{V} McbpValidator::verify_header"
 SAMPLE = "violations-validator.pcap"
 
@@ -214,7 +216,11 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
     shape = m.shape
     ctx = negotiated if from_client else None
     if m.is_request and shape.validated:
-        _verify_header(m, shape, ctx, add)
+        if (ctx is None and not codes and not m.frame_infos and not m.datatype & XATTR
+                and m.opcode != DCP_OPEN):
+            _verify_header_seen(m, shape, add)
+        else:
+            _verify_header(m, shape, ctx, add)
         if from_client:
             _connection(m, spec, negotiated, add)
     else:
@@ -229,6 +235,27 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
         if not check_passes(check, m):
             add((check.rule, render_text(check.text, m), {n: _value(m, n) for n in sorted(check.fields)}))
     return out
+
+
+_PASSED: set[tuple] = set()     # header signatures that passed _verify_header without a context
+MAX_PASSED = 4096
+
+
+def _verify_header_seen(m: Message, shape: Shape, add) -> None:
+    """_verify_header without a negotiation, skipped for a header like one that passed: what
+    it judges then is the opcode, the lengths' classes, datatype, CAS and layout (the message
+    has no frame infos, no xattr and no decoder problem)."""
+    sig = (id(shape), m.opcode, m.extlen, m.keylen == 0, m.keylen > MAX_COLLECTIONS_KEY_LENGTH,
+           m.value_len == 0, m.value_len < shape.value_min, m.datatype, m.cas == 0, m.layout)
+    if sig in _PASSED:
+        return
+    found = []
+    _verify_header(m, shape, None, found.append)
+    if found:
+        for f in found:
+            add(f)
+    elif len(_PASSED) < MAX_PASSED:
+        _PASSED.add(sig)
 
 
 def _sizes(m: Message) -> dict:
@@ -296,7 +323,7 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
         lay = next((lay for lay in shape.extras + shape.values if lay.label == m.layout), None)
         if lay is not None and lay.rule:
             add((lay.rule, f"{name}: {lay.note}", _sizes(m)))
-    if m.opcode == 0x50 and m.value_len:
+    if m.opcode == DCP_OPEN and m.value_len:
         _open_value(m, add)
 
 
@@ -402,8 +429,8 @@ def _connection(m: Message, spec, ctx, add) -> None:
     if m.stream_id is not None and ctx.consumer:
         add(("stream-id-on-consumer", f"{spec.name} with stream id {m.stream_id} on a consumer "
              "connection", {"stream_id": m.stream_id}))
-    if m.opcode == 0x50:
+    if m.opcode == DCP_OPEN:
         if ctx.dcp:
             add(("dcp-open-twice", "DcpOpen on a connection already opened for DCP", {}))
-    elif m.opcode != 0x96 and ctx.dcp is False:
+    elif m.opcode != GET_FAILOVER_LOG and ctx.dcp is False:
         add(("dcp-not-open", f"{spec.name} on a connection that sent no DcpOpen since its start", {}))
