@@ -10,6 +10,7 @@ from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.samples.builder import build
 from dcpdissect.samples.scenarios_controls import SPECS
+from feed import feed
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 STREAM = {r.id for r in RULES.values() if r.family == "stream"}
@@ -96,17 +97,7 @@ def test_undecided_when_the_controls_were_not_captured():
 # --- fed message by message -----------------------------------------------------------------
 
 def _run(*messages, mid=False, rules=STREAM):
-    from dcpdissect.analysis.engine import Analyzer
-    from dcpdissect.reassembly.connections import ConnectionOpened
-    from dcpdissect.reassembly.framing import Pdu
-    a = Analyzer()
-    out = a.feed(ConnectionOpened(1, ("10.0.0.2", 5000), ("10.0.0.1", 11210), 1, 0, mid))
-    off = [0, 0]
-    for i, (d, data) in enumerate(messages, start=2):
-        out += a.feed(Pdu(1, d, off[d], data, (i,), i, i))
-        off[d] += len(data)
-    out += a.finish()
-    return [(f.rule, f.frame - 2) for f in out if f.rule in rules]
+    return [(r, i) for r, i in feed(*messages, mid_stream=mid) if r in rules]
 
 
 def _open(*controls, flags=1):

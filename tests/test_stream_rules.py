@@ -12,6 +12,7 @@ from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.analysis.streams.snapshots import classify
 from dcpdissect.samples.pcapwrite import PcapWriter
+from feed import feed
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 MINE = {r.id for r in RULES.values() if r.family == "stream"}
@@ -261,19 +262,8 @@ def test_hand_crafted_capture_points_at_the_right_frames(tmp_path):
 # --- events fed directly ---------------------------------------------------------------------
 
 def _run(*messages, rules=MINE):
-    """Feed (direction, bytes) messages on one connection; (rule, index) of the findings of
-    ``rules`` (the stream rules by default)."""
-    from dcpdissect.analysis.engine import Analyzer
-    from dcpdissect.reassembly.connections import ConnectionOpened
-    from dcpdissect.reassembly.framing import Pdu
-    a = Analyzer()
-    out = a.feed(ConnectionOpened(1, ("10.0.0.2", 5000), ("10.0.0.1", 11210), 1, 0, False))
-    off = [0, 0]
-    for i, (d, data) in enumerate(messages, start=2):
-        out += a.feed(Pdu(1, d, off[d], data, (i,), i, i))
-        off[d] += len(data)
-    out += a.finish()
-    return [(f.rule, f.frame - 2) for f in out if f.rule in rules]
+    """(rule, index) of the findings of ``rules`` (the stream rules by default)."""
+    return [(r, i) for r, i in feed(*messages) if r in rules]
 
 
 def _setup(vb=0, opaque=0x10, value=b"", oso=False, **kw):

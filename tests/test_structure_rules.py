@@ -9,12 +9,10 @@ import struct
 
 import pytest
 
-from dcpdissect.analysis.engine import Analyzer
 from dcpdissect.analysis.rules import RULES
 from dcpdissect.codec import encode
-from dcpdissect.reassembly.connections import ConnectionOpened, StreamGap
-from dcpdissect.reassembly.framing import Pdu
 from dcpdissect.samples.builder import dcp_open, ok
+from feed import feed
 
 STRUCTURE = {r.id for r in RULES.values() if r.family == "structure"}
 C2S, S2C = 0, 1
@@ -22,18 +20,7 @@ C2S, S2C = 0, 1
 
 def run(*messages, mid_stream=False):
     """(rule, index) of the structure findings for (direction, bytes | "gap") messages."""
-    a = Analyzer()
-    out = a.feed(ConnectionOpened(1, ("10.0.0.2", 5000), ("10.0.0.1", 11210), 1, 0, mid_stream))
-    off = [0, 0]
-    for i, (d, data) in enumerate(messages):
-        if data == "gap":
-            out += a.feed(StreamGap(1, d, off[d], 100, i + 2, i + 2))
-            off[d] += 100
-            continue
-        out += a.feed(Pdu(1, d, off[d], data, (i + 2,), i + 2, i + 2))
-        off[d] += len(data)
-    out += a.finish()
-    return [(f.rule, f.frame - 2) for f in out if f.rule in STRUCTURE]
+    return [(r, i) for r, i in feed(*messages, mid_stream=mid_stream) if r in STRUCTURE]
 
 
 def hello(*features):

@@ -1,3 +1,2 @@
-"""Analysis: the rule catalogue, per-message checks, stream state machines, findings."""
-
-from . import engine  # noqa: F401  (registers every rule, always in the same order)
+"""Analysis: the rule catalogue (``rules``), what each connection negotiated, per-message
+checks, stream state machines, the rollback model, findings."""

@@ -7,7 +7,6 @@ import json
 from collections import OrderedDict
 from pathlib import Path
 
-from ..analysis import run as _run  # noqa: F401  (registers every rule)
 from ..analysis.findings import Finding
 from ..analysis.rules import RULES, SEVERITY_RANK
 from .findings import finding_record

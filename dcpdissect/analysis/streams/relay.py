@@ -43,7 +43,7 @@ from collections import deque
 
 from ...protocol import SERVER_MAGICS, STREAM_OPCODES, opcode_code
 from ..findings import Finding, finding_for
-from .state import Conn, frames_of
+from .state import Conn
 
 STREAM_REQUEST = opcode_code("DcpStreamReq")
 # What ns_server sends itself on either leg (dcp_proxy:connect, dcp_commands:add_stream /
