@@ -13,6 +13,9 @@ _FAMILY_TITLES = {
     "framing": "TCP reassembly and MCBP framing",
     "structure": "one message, as kv_engine's validator, consumer and producer judge it",
     "stream": "stream state: snapshots, items, correlation, resume",
+    "durability": "sync writes: prepares, commits, aborts and the HCS",
+    "lifecycle": "a stream's end, close, takeover and dropped collections; change streams",
+    "flow": "liveness and flow control: noops, buffer acks, the consumer's window, datatypes",
     "rollback": "rollback decisions against kv_engine's failover table",
 }
 
@@ -32,6 +35,7 @@ def render_rules_markdown(rules: dict[str, Rule] | None = None) -> str:
     groups: dict[str, list[Rule]] = {family: [] for family in FAMILIES}
     for r in rules.values():
         groups[r.family].append(r)
+    groups = {cat: members for cat, members in groups.items() if members}
     out = [
         "# dcpdissect rule catalogue",
         "",
