@@ -51,6 +51,11 @@ def opcode_code(name: str) -> int:
     return OPCODE_CODES[name]
 
 
+def status_code(name: str) -> int:
+    """The code of the status kv_engine calls ``name`` (``"KeyEnoent"`` -> 0x01)."""
+    return next(code for code, n in STATUS.values.items() if n == name)  # noqa: F405
+
+
 def shape_fields(shape: Shape) -> dict[str, Field]:
     """Every field of a shape's extras and value layouts by name (the first layout that
     declares a name wins: layouts of one shape that share a name describe one field)."""

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 
-from ...protocol import (FEATURE_COLLECTIONS, ITEM_OPCODES, SNAPSHOT_DISK, SNAPSHOT_HISTORY,
-                         SNAPSHOT_MAY_DUPLICATE, STATUS, STATUS_SUCCESS, STREAM_OPCODES,
-                         opcode_code)
+from ...protocol import (DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, ITEM_OPCODES, SNAPSHOT_DISK,
+                         SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE, STATUS, STATUS_SUCCESS,
+                         STREAM_OPCODES, opcode_code, status_code)
 from ..findings import finding_for
 from ..rules.structure import check_message
 from .. import streams as limits
@@ -37,8 +37,10 @@ OP = {n: opcode_code(n) for n in (
     "DcpStreamReq", "DcpAddStream", "DcpControl", "DcpNoop", "DcpStreamEnd",
     "DcpSnapshotMarker", "DcpExpiration", "DcpCommit", "DcpAbort", "DcpSeqnoAdvanced",
     "DcpOsoSnapshot", "DcpCacheTransfer", "DcpCacheTransferEnd")}
-KEY_ENOENT, KEY_EEXISTS, NOT_MY_VBUCKET = 0x01, 0x02, 0x07
-STREAM_NOT_FOUND, OPAQUE_NO_MATCH, ENOMEM = 0x0A, 0x0B, 0x82
+KEY_ENOENT, KEY_EEXISTS, NOT_MY_VBUCKET = (status_code(n) for n in ("KeyEnoent", "KeyEexists",
+                                                                   "NotMyVbucket"))
+STREAM_NOT_FOUND, OPAQUE_NO_MATCH, ENOMEM = (status_code(n) for n in ("DcpStreamNotFound",
+                                                                      "OpaqueNoMatch", "Enomem"))
 # errorMessageHandler: statuses that mean "affects only one stream" whatever was negotiated
 ALWAYS_TOLERATED = frozenset({NOT_MY_VBUCKET, STREAM_NOT_FOUND, OPAQUE_NO_MATCH})
 # handleResponse: opcodes whose response must be Success, else errorMessageHandler (only the
@@ -47,7 +49,8 @@ SUCCESS_ONLY = ITEM_OPCODES | {OP["DcpCacheTransfer"], OP["DcpCacheTransferEnd"]
 # handleResponse's default branch: throws logic_error ("received an unknown client opcode")
 NO_RESPONSE_EXPECTED = frozenset({OP["DcpSeqnoAdvanced"], OP["DcpOsoSnapshot"]})
 NOOP_INITIAL_OPAQUE = 10000000     # producer.cc: noopCtx.opaque, pre-incremented per noop
-_PRODUCER_FLAG, _DELETE_TIMES, _SKIP_DELETES = 0x01, 0x20, 0x200
+_PRODUCER_FLAG, _DELETE_TIMES, _SKIP_DELETES = (DCP_OPEN_FLAGS.bit(n) for n in (
+    "producer", "include_delete_times", "skip_deletes_in_initial_backfill"))
 MAX_CONNS = 4096                   # connections whose controls are remembered
 
 

@@ -48,7 +48,9 @@ from .state import Conn
 STREAM_REQUEST = opcode_code("DcpStreamReq")
 # What ns_server sends itself on either leg (dcp_proxy:connect, dcp_commands:add_stream /
 # close_stream): neither these requests nor their responses are relayed.
-OWN_OPCODES = frozenset({0x1F, 0x20, 0x21, 0x22, 0x50, 0x51, 0x52, 0x89, 0xFE})
+OWN_OPCODES = frozenset(opcode_code(name) for name in (
+    "Hello", "SaslListMechs", "SaslAuth", "SaslStep", "DcpOpen", "DcpAddStream",
+    "DcpCloseStream", "SelectBucket", "GetErrorMap"))
 LANE_OPCODES = STREAM_OPCODES | {STREAM_REQUEST}
 
 MAX_RELAY_WINDOW = 1024    # unmatched messages held per pair, flow, side and lane
