@@ -400,7 +400,8 @@ def all_specs() -> tuple[Spec, ...]:
     return (SPECS + tuple(scenarios_violations.SPECS) + tuple(scenarios_validator.SPECS)
             + tuple(scenarios_streams.SPECS) + tuple(scenarios_rollback.SPECS)
             + tuple(scenarios_hostile.SPECS) + tuple(scenarios_identity.SPECS)
-            + tuple(scenarios_replica.SPECS) + tuple(scenarios_controls.SPECS))
+            + tuple(scenarios_replica.SPECS) + tuple(scenarios_controls.SPECS)
+            + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

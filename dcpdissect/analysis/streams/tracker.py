@@ -32,6 +32,7 @@ from ..negotiation import Negotiation
 from .. import streams as limits
 from .controls import Controls
 from .correlation import Correlation
+from .durability import Durability
 from .relay import Relay
 from .resume import Resume
 from .snapshots import MARKER, STREAM_END, Snapshots
@@ -58,6 +59,7 @@ class StreamTracker:
         self.resume = Resume()
         self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
+        self.durability = Durability(self.controls)
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -107,6 +109,7 @@ class StreamTracker:
         elif not c.suppressed_because:
             self.correlation.on_consumer_response(c, pdu, msg, out)
         self.controls.on_message(c, pdu, msg, from_consumer, out)
+        self.durability.on_message(c, pdu, msg, from_consumer, out)
         return out
 
     def on_gap(self, ev) -> list[Finding]:
@@ -274,6 +277,7 @@ class StreamTracker:
         if st.active and not st.suppressed:
             self.snapshots.on_stream_end(st, out)
             self.resume.on_stream_end(c, st)
+        self.durability.on_stream_end(c, st)
         st.active = False
 
     def _suppress(self, ev, why: str) -> list[Finding]:
