@@ -26,7 +26,8 @@ CLEAN = ("clean-replication", "add-stream", "seed-marker-v1", "seed-marker-v2_0"
          "legal-server-behaviour", "rollback-legal", "replica-node", "controls-legal",
          "controls-undecided", "resume-correct", "rollback-correct", "identity-restart-correct",
          "identity-half-close-correct", "identity-kicked-correct", "identity-two-buckets",
-         "identity-two-buckets-b-complete", "identity-mid-stream-clean", "durability-legal")
+         "identity-two-buckets-b-complete", "identity-mid-stream-clean", "durability-legal",
+         "lifecycle-legal")
 
 # the golden file covers the per-message and framing rules
 GOLDEN_RULES = {r.id for r in RULES.values() if r.family in ("structure", "framing")}

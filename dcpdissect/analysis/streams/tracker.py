@@ -32,6 +32,7 @@ from ..negotiation import Negotiation
 from .. import streams as limits
 from .controls import Controls
 from .correlation import Correlation
+from .lifecycle import Lifecycle
 from .durability import Durability
 from .relay import Relay
 from .resume import Resume
@@ -59,6 +60,7 @@ class StreamTracker:
         self.resume = Resume()
         self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
+        self.lifecycle = Lifecycle()
         self.durability = Durability(self.controls)
 
     # --- hooks ----------------------------------------------------------------------------
@@ -91,6 +93,7 @@ class StreamTracker:
         # memcached) it is the TCP server, which sends the stream request and receives the
         # data. Add Stream always goes from ns_server to the consumer memcached.
         from_consumer = pdu.direction == (1 if c.negotiation.consumer else 0)
+        self.lifecycle.on_message(c, pdu, msg, from_consumer, out)   # before the end is recorded
         op = msg.opcode
         if msg.is_request:
             if op == ADD_STREAM:
@@ -128,6 +131,7 @@ class StreamTracker:
         if c is None:
             return []
         self._release_name(c)
+        self.lifecycle.forget(c)
         out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                            + (f" at frame {ev.frame})" if ev.frame else ")"))
         self.relay.on_end(c, f"closed: {ev.reason}" + (f" at frame {ev.frame}" if ev.frame
@@ -146,6 +150,7 @@ class StreamTracker:
                 self._end_stream(c, st, out)
         self.conns.clear()
         self.names.clear()
+        self.lifecycle.conns.clear()
         return out
 
     # --- consumer identity ----------------------------------------------------------------
