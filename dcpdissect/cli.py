@@ -118,14 +118,19 @@ def cmd_analyze(args) -> int:
     from .reports.progress import Progress
 
     progress = Progress(f"analyzing {args.file}", enabled=args.progress)
+    flow: dict | None = {} if args.format == "jsonl" else None
     try:
-        findings, summary = analyze_file(args.file, capture_options(args), progress=progress)
+        findings, summary = analyze_file(args.file, capture_options(args), progress=progress,
+                                         flow=flow)
     finally:
         progress.close()
     summary_line = summary.line() + f", {len(findings)} findings"
     if args.format == "jsonl":
+        from .reports.findings import flow_control_records
         for f in findings:
             sys.stdout.write(json.dumps(finding_record(f), separators=(",", ":")) + "\n")
+        for rec in flow_control_records(flow):
+            sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
     elif args.format == "markdown":
         from .reports.markdown import markdown_report
         sys.stdout.write(markdown_report(args.file, findings, summary))

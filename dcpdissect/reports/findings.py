@@ -27,6 +27,15 @@ def finding_record(f: Finding) -> dict:
     }
 
 
+def flow_control_records(series: dict) -> list[dict]:
+    """One ``flow_control`` record per connection whose producer sent under a flow-control
+    window: ``points`` are ``[time, unacked bytes]`` (time as in the findings), after every
+    counted message and buffer ack, downsampled to at most 256 points."""
+    return [{"type": "flow_control", "connection": conn,
+             "points": [[iso_time(ts), unacked] for ts, unacked in points]}
+            for conn, points in sorted(series.items())]
+
+
 def summary_rows(findings: list[Finding]) -> list[list]:
     counts = Counter(f.rule for f in findings)
     order = sorted(counts, key=lambda r: (-SEVERITY_RANK[RULES[r].severity], r))

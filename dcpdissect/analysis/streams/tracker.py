@@ -32,8 +32,8 @@ from ..negotiation import Negotiation
 from .. import streams as limits
 from .controls import Controls
 from .correlation import Correlation
-from .lifecycle import Lifecycle
 from .durability import Durability
+from .flow import Flow
 from .relay import Relay
 from .resume import Resume
 from .snapshots import MARKER, STREAM_END, Snapshots
@@ -60,7 +60,7 @@ class StreamTracker:
         self.resume = Resume()
         self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
-        self.lifecycle = Lifecycle()
+        self.flow = Flow()       # flow control, noops, unrequested answers, datatypes sent
         self.durability = Durability(self.controls)
 
     # --- hooks ----------------------------------------------------------------------------
@@ -93,7 +93,6 @@ class StreamTracker:
         # memcached) it is the TCP server, which sends the stream request and receives the
         # data. Add Stream always goes from ns_server to the consumer memcached.
         from_consumer = pdu.direction == (1 if c.negotiation.consumer else 0)
-        self.lifecycle.on_message(c, pdu, msg, from_consumer, out)   # before the end is recorded
         op = msg.opcode
         if msg.is_request:
             if op == ADD_STREAM:
@@ -113,6 +112,7 @@ class StreamTracker:
             self.correlation.on_consumer_response(c, pdu, msg, out)
         self.controls.on_message(c, pdu, msg, from_consumer, out)
         self.durability.on_message(c, pdu, msg, from_consumer, out)
+        self.flow.on_message(c, pdu, msg, from_consumer, out)
         return out
 
     def on_gap(self, ev) -> list[Finding]:
@@ -131,7 +131,7 @@ class StreamTracker:
         if c is None:
             return []
         self._release_name(c)
-        self.lifecycle.forget(c)
+        self.flow.on_end(c)
         out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                            + (f" at frame {ev.frame})" if ev.frame else ")"))
         self.relay.on_end(c, f"closed: {ev.reason}" + (f" at frame {ev.frame}" if ev.frame
@@ -143,6 +143,7 @@ class StreamTracker:
     def finish(self) -> list[Finding]:
         out: list[Finding] = []
         for c in list(self.conns.values()):
+            self.flow.on_end(c)
             out += self.correlation.on_close(c, "the connection stayed open to the end of "
                                                 "the capture")
             self.relay.on_end(c, "the capture ended", out)
@@ -150,7 +151,6 @@ class StreamTracker:
                 self._end_stream(c, st, out)
         self.conns.clear()
         self.names.clear()
-        self.lifecycle.conns.clear()
         return out
 
     # --- consumer identity ----------------------------------------------------------------

@@ -1,0 +1,312 @@
+"""Flow: flow control, noop liveness, answers to messages never sent, the producer's datatypes.
+
+Per connection, in both roles (on a consumer connection the producer's data travels
+client→server and the consumer sends the DcpControl requests and the buffer acks
+server→client):
+
+* **Flow control** as engines/ep/src/dcp/producer.cc DcpProducer::BufferLog counts it: the
+  window is the accepted ``connection_buffer_size`` (control(); 0, the default, disables
+  flow control), every message the producer's streams send passes
+  ``bufferLogInsert(getMessageSize())`` (active_stream.cc ActiveStream::nextQueuedItem: its
+  header, extras, key, value and stream-id frame info, i.e. the bytes on the wire;
+  SetVBucketState counts 25), noops bypass it (maybeSendNoop runs before the isFull check in
+  DcpProducer::step); ``insert`` succeeds while ``bytesOutstanding < maxBytes``, so the message
+  that crosses the window is legal and the next one is not; a buffer ack releases its bytes
+  (BufferLog::acknowledge → release: more than outstanding is logged and the counter wraps).
+  The consumer acks what it received (consumer.cc UpdateFlowControl per message, FlowControl::
+  handleFlowCtl), in capture order: an ack captured before a producer message may have
+  reached the producer before it sent it, so the verdicts lean the producer's way.
+* **Noop liveness**: with ``enable_noop`` accepted the producer sends a DcpNoop when
+  ``set_noop_interval`` (default DcpProducer::defaultDcpNoopTxInterval, 20 s) has passed since
+  the last one and the last one was answered (maybeSendNoop); it checks at its own pace (the
+  connection manager interval), so only an idle period longer than twice the interval plus
+  :data:`NOOP_MARGIN_NS` is reported.
+* **Responses to messages never sent**: a response whose (opcode, opaque) matches no request
+  captured in the other direction, once the capture shows the connection's start and until
+  bytes of it are lost. The consumer's Noop, SeqnoAdvanced and OSO answers are left to
+  :mod:`.controls`.
+* **Datatypes the producer sends** on a producer connection (server→client): Snappy without
+  HELLO Snappy, Xattr without the DcpOpen flag include_xattrs. What the client sends is the
+  single-message rules' (``datatype-not-negotiated``).
+
+A connection whose negotiation the capture did not show (started inside it) gets at most one
+info finding, ``flow-control-undecided``, when it shows buffer acks or noops.
+
+The per-connection series of unacked bytes (:meth:`Flow.timelines`) is kept bounded:
+at most :data:`MAX_POINTS` points, halved (every other point kept) when full.
+"""
+
+from __future__ import annotations
+
+from ...protocol import opcode_code
+from ..findings import finding_for
+from .state import Conn
+
+OP = {n: opcode_code(n) for n in ("DcpControl", "DcpNoop", "DcpBufferAcknowledgement",
+                                  "DcpStreamEnd", "DcpSeqnoAdvanced", "DcpOsoSnapshot",
+                                  "DcpSetVbucketState")}
+HEADER = 24
+DEFAULT_NOOP_NS = 20_000_000_000        # producer.cc defaultDcpNoopTxInterval (20 s)
+NOOP_MARGIN_NS = 5_000_000_000          # the connection manager's pace, and the network
+SNAPPY, XATTR = 0x02, 0x04
+FEATURE_SNAPPY = 0x0A
+OPEN_PRODUCER, OPEN_XATTRS = 0x01, 0x04
+MAX_CONNS = 4096
+MAX_REQUESTS = 4096          # (opcode, opaque) of requests remembered per direction
+MAX_PER_RULE = 5             # findings per connection and rule
+MAX_POINTS = 256             # timeline points per connection
+MAX_TIMELINES = 256          # connections whose timeline is kept
+
+
+def _counted() -> frozenset:
+    out = set()
+    for n in ("DcpStreamEnd", "DcpSnapshotMarker", "DcpMutation", "DcpDeletion",
+              "DcpExpiration", "DcpSetVbucketState", "DcpSystemEvent", "DcpPrepare",
+              "DcpCommit", "DcpAbort", "DcpSeqnoAdvanced", "DcpOsoSnapshot",
+              "DcpCacheTransfer", "DcpCacheTransferEnd"):
+        try:
+            out.add(opcode_code(n))
+        except (KeyError, ValueError):
+            pass
+    return frozenset(out)
+
+
+COUNTED = _counted()
+
+
+class ConnFlow:
+    """One connection's flow-control, noop and request bookkeeping."""
+    __slots__ = ("conn", "judged", "pending", "window", "sent", "acked", "broken",
+                 "noop", "noop_interval", "noop_pending", "idle_since", "requests",
+                 "reported", "undecided_said", "points", "stride", "skipped")
+
+    def __init__(self, conn: Conn):
+        self.conn = conn
+        self.judged = not conn.mid_stream        # the negotiation is on the capture
+        self.pending: dict[int, tuple[str, str]] = {}    # DcpControl opaque -> (key, value)
+        self.window = 0 if self.judged else None  # connection_buffer_size; None: unknown
+        self.sent = self.acked = 0
+        self.broken = False        # an ack beyond what was sent: the producer's count wrapped
+        self.noop = False if self.judged else None
+        self.noop_interval = DEFAULT_NOOP_NS
+        self.noop_pending = False
+        self.idle_since: int | None = None
+        self.requests: tuple[dict, dict] = ({}, {})     # per direction: (opcode, opaque)
+        self.reported: dict[str, int] = {}
+        self.undecided_said = False
+        self.points: list[list] = []
+        self.stride, self.skipped = 1, 0
+
+
+class Flow:
+    """Judges flow control, noop liveness, unrequested responses and producer datatypes."""
+
+    def __init__(self):
+        self.conns: dict[int, ConnFlow] = {}
+        self.series: dict[int, list[list]] = {}    # finished connections' timelines
+
+    def _record(self, c: Conn) -> ConnFlow:
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            if rec is not None:
+                self._keep_series(rec)
+            elif len(self.conns) >= MAX_CONNS:
+                self._keep_series(self.conns.pop(next(iter(self.conns))))
+            rec = self.conns[c.id] = ConnFlow(c)
+        return rec
+
+    # --- the hook (called by the tracker for every message it is fed) --------------------
+
+    def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
+        rec = self._record(c)
+        if c.suppressed_because:
+            rec.judged = False
+        op = msg.opcode
+        if msg.is_request:
+            reqs = rec.requests[pdu.direction]
+            if (op, msg.opaque) not in reqs:
+                if len(reqs) >= MAX_REQUESTS:
+                    del reqs[next(iter(reqs))]
+                reqs[(op, msg.opaque)] = pdu.frame
+            if from_consumer:
+                self._consumer_request(rec, pdu, msg, out)
+            else:
+                self._producer_request(rec, pdu, msg, out)
+        else:
+            self._response(rec, pdu, msg, from_consumer, out)
+
+    def on_end(self, c: Conn) -> None:
+        rec = self.conns.pop(c.id, None)
+        if rec is not None and rec.conn is c:
+            self._keep_series(rec)
+
+    # --- requests -------------------------------------------------------------------------
+
+    def _consumer_request(self, rec: ConnFlow, pdu, msg, out) -> None:
+        op = msg.opcode
+        if op == OP["DcpControl"]:
+            if len(rec.pending) >= 64:
+                del rec.pending[next(iter(rec.pending))]
+            rec.pending[msg.opaque] = (bytes(msg.key).decode("utf-8", "replace"),
+                                       bytes(msg.value).decode("utf-8", "replace"))
+        elif op == OP["DcpBufferAcknowledgement"]:
+            n = msg.fields.get("bytes_to_ack")
+            if n is None:
+                return
+            if rec.window is None:
+                self._undecided(rec, pdu, msg, out, "a buffer acknowledgement")
+                return
+            if not rec.judged or not rec.window or rec.broken:
+                return               # BufferLog::acknowledge: ignored while disabled
+            if rec.acked + n > rec.sent:
+                self._report(rec, out, "buffer-ack-exceeds-sent", f"buffer ack of {n} bytes, "
+                             f"but only {rec.sent - rec.acked} bytes sent by the producer are "
+                             f"unacknowledged ({rec.sent} counted, {rec.acked} acked): the "
+                             "producer logs it and its outstanding count wraps", pdu, msg,
+                             {"bytes_to_ack": n, "sent": rec.sent, "acked": rec.acked,
+                              "window": rec.window})
+                rec.broken = True
+                return
+            rec.acked += n
+            self._point(rec, pdu.ts_ns)
+
+    def _producer_request(self, rec: ConnFlow, pdu, msg, out) -> None:
+        op, t = msg.opcode, pdu.ts_ns
+        if rec.noop is None and op == OP["DcpNoop"]:
+            self._undecided(rec, pdu, msg, out, "a noop")
+        if rec.noop and rec.judged and not rec.noop_pending and rec.idle_since is not None:
+            limit = 2 * rec.noop_interval + NOOP_MARGIN_NS
+            if t - rec.idle_since > limit:
+                self._report(rec, out, "noop-interval-exceeded", f"the producer was silent "
+                             f"for {(t - rec.idle_since) / 1e9:.1f} s without a noop, with "
+                             f"enable_noop accepted and a noop interval of "
+                             f"{rec.noop_interval / 1e9:g} s", pdu, msg,
+                             {"idle_s": round((t - rec.idle_since) / 1e9, 3),
+                              "noop_interval_s": rec.noop_interval / 1e9})
+        rec.idle_since = t
+        if op == OP["DcpNoop"]:
+            rec.noop_pending = True
+            return
+        if op not in COUNTED:
+            return
+        if rec.judged and rec.window and not rec.broken:
+            outstanding = rec.sent - rec.acked
+            if outstanding >= rec.window and op != OP["DcpStreamEnd"]:
+                self._report(rec, out, "flow-control-window-exceeded", f"{msg.name} sent with "
+                             f"{outstanding} bytes unacknowledged, the consumer's window "
+                             f"(connection_buffer_size) being {rec.window}: the producer "
+                             "stops at a full window until a buffer ack", pdu, msg,
+                             {"unacked": outstanding, "window": rec.window})
+        rec.sent += HEADER + msg.bodylen
+        if rec.window and rec.judged:
+            self._point(rec, t)
+        if msg.datatype & (SNAPPY | XATTR) and pdu.direction == 1:
+            self._datatype(rec, pdu, msg, out)
+
+    def _datatype(self, rec: ConnFlow, pdu, msg, out) -> None:
+        neg = rec.conn.negotiation
+        if not rec.judged or neg.consumer is not False or neg.open_flags is None:
+            return
+        bad = []
+        if msg.datatype & SNAPPY and neg.features is not None \
+                and FEATURE_SNAPPY not in neg.features:
+            bad.append("snappy without HELLO Snappy")
+        if msg.datatype & XATTR and not neg.open_flags & OPEN_XATTRS:
+            bad.append("xattr without the DcpOpen flag include_xattrs")
+        if bad:
+            self._report(rec, out, "producer-datatype-not-negotiated", f"{msg.name} from the "
+                         f"producer with datatype {msg.datatype:#04x}: " + ", ".join(bad)
+                         + "; the producer inflates or strips such values", pdu, msg,
+                         {"datatype": msg.datatype})
+
+    # --- responses ------------------------------------------------------------------------
+
+    def _response(self, rec: ConnFlow, pdu, msg, from_consumer: bool, out) -> None:
+        op = msg.opcode
+        asked = rec.requests[1 - pdu.direction]
+        if (op, msg.opaque) not in asked:
+            if rec.judged and not (from_consumer and op in (OP["DcpNoop"], OP["DcpSeqnoAdvanced"],
+                                                            OP["DcpOsoSnapshot"])):
+                self._report(rec, out, "response-without-request", f"{msg.name} response "
+                             f"(opaque {msg.opaque:#x}) answers no request captured in the "
+                             "other direction", pdu, msg, {"opcode": f"{op:#04x}"})
+        if from_consumer:
+            if op == OP["DcpNoop"] and rec.noop_pending:
+                rec.noop_pending = False
+                rec.idle_since = max(rec.idle_since or 0, pdu.ts_ns)
+            return
+        if op != OP["DcpControl"]:
+            return
+        kv = rec.pending.pop(msg.opaque, None)
+        if kv is None or msg.status != 0:
+            return
+        key, value = kv
+        if key == "connection_buffer_size" and rec.window is not None:
+            try:
+                size = int(value)
+            except ValueError:
+                return
+            if not 0 <= size < 2**32:
+                return
+            rec.window = size
+            if size == 0:                 # BufferLog::setBufferSize(0) resets the counts
+                rec.sent = rec.acked = 0
+                rec.broken = False
+            self._point(rec, pdu.ts_ns)
+        elif key == "enable_noop" and rec.noop is not None:
+            rec.noop = value == "true"
+            rec.idle_since = max(rec.idle_since or 0, pdu.ts_ns)
+        elif key == "set_noop_interval":
+            try:
+                secs = float(value)
+            except ValueError:
+                return
+            if secs > 0 and secs == secs and secs < 1e9:
+                rec.noop_interval = int(secs * 1e9)
+                rec.idle_since = max(rec.idle_since or 0, pdu.ts_ns)
+
+    # --- findings and timelines -----------------------------------------------------------
+
+    def _report(self, rec: ConnFlow, out, rid, text, pdu, msg, fields) -> None:
+        n = rec.reported.get(rid, 0) + 1
+        rec.reported[rid] = n
+        if n > MAX_PER_RULE:
+            return
+        if n == MAX_PER_RULE:
+            text += " (further occurrences on this connection are not reported)"
+        out.append(finding_for(rid, text, pdu, msg, fields))
+
+    def _undecided(self, rec: ConnFlow, pdu, msg, out, what: str) -> None:
+        if rec.undecided_said:
+            return
+        rec.undecided_said = True
+        out.append(finding_for("flow-control-undecided", f"{msg.name}: {what} on a connection "
+                               "whose negotiation the capture did not show: the window "
+                               "(connection_buffer_size), the bytes sent before the capture "
+                               "and the noop settings are unknown, flow control and noop "
+                               "liveness are not judged on it", pdu, msg, {}))
+
+    def _point(self, rec: ConnFlow, ts_ns: int) -> None:
+        rec.skipped += 1
+        if rec.skipped < rec.stride:
+            return
+        rec.skipped = 0
+        if len(rec.points) >= MAX_POINTS:
+            rec.points = rec.points[::2]
+            rec.stride *= 2
+        rec.points.append([ts_ns, rec.sent - rec.acked])
+
+    def _keep_series(self, rec: ConnFlow) -> None:
+        if rec.points and rec.judged is not None:
+            if rec.conn.id not in self.series and len(self.series) >= MAX_TIMELINES:
+                return
+            self.series[rec.conn.id] = rec.points
+
+    def timelines(self) -> dict[int, list[list]]:
+        """Connection -> [[ts_ns, unacked bytes], ...] for every connection whose producer
+        sent counted bytes under a flow-control window (finished ones first)."""
+        out = dict(self.series)
+        for rec in self.conns.values():
+            if rec.points and (rec.conn.id in out or len(out) < MAX_TIMELINES):
+                out[rec.conn.id] = rec.points
+        return out
