@@ -401,6 +401,7 @@ def all_specs() -> tuple[Spec, ...]:
             + tuple(scenarios_streams.SPECS) + tuple(scenarios_rollback.SPECS)
             + tuple(scenarios_hostile.SPECS) + tuple(scenarios_identity.SPECS)
             + tuple(scenarios_replica.SPECS) + tuple(scenarios_controls.SPECS)
+            + tuple(__import__(f"{__package__}.scenarios_lifecycle", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_flow", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS))
 

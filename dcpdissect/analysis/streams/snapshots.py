@@ -24,7 +24,6 @@ SEQNO_ADVANCED, OSO_SNAPSHOT = opcode_code("DcpSeqnoAdvanced"), opcode_code("Dcp
 # prepares live in their own (the durability-prepare namespace of the checkpoint).
 KEYED_OPCODES = {opcode_code("DcpMutation"): "item", opcode_code("DcpDeletion"): "item",
                  opcode_code("DcpExpiration"): "item", opcode_code("DcpPrepare"): "prepare"}
-_HISTORY_OR_DUPLICATES = SNAPSHOT_HISTORY | SNAPSHOT_MAY_DUPLICATE
 ACTIVE_VB_ONLY = 0x10    # stream request flag: only an active vbucket may serve the stream
 
 
@@ -147,7 +146,7 @@ class Snapshots:
         st.prev_marker_end, st.prev_marker_flags = end, flags
         st.advanced_to = None
         st.reported_before_marker = st.after_invalid_marker = False
-        if flags & _HISTORY_OR_DUPLICATES:
+        if flags & SNAPSHOT_MAY_DUPLICATE:    # History alone: history-duplicate-key (lifecycle)
             snap.seen_keys = None
 
     def _item(self, st: Stream, pdu, msg, out) -> None:
@@ -204,7 +203,9 @@ class Snapshots:
         if k in keys:
             where = "OSO snapshot" if snap is None else f"snapshot [{snap.start},{snap.end}]"
             what = "prepare" if ns == "prepare" else "change"
-            report_on_stream(st, out, "data-duplicate-key", f"second {what} of key "
+            rid = ("history-duplicate-key" if snap is not None and snap.flags & SNAPSHOT_HISTORY
+                   else "data-duplicate-key")
+            report_on_stream(st, out, rid, f"second {what} of key "
                              f"{key_text(msg.key)} in the {where} of {st.describe()}", pdu,
                              msg, {"key": key_text(msg.key)})
         elif len(keys) < limits.MAX_KEYS:

@@ -32,6 +32,7 @@ from ..negotiation import Negotiation
 from .. import streams as limits
 from .controls import Controls
 from .correlation import Correlation
+from .lifecycle import Lifecycle
 from .durability import Durability
 from .flow import Flow
 from .relay import Relay
@@ -60,8 +61,9 @@ class StreamTracker:
         self.resume = Resume()
         self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
-        self.flow = Flow()       # flow control, noops, unrequested answers, datatypes sent
+        self.lifecycle = Lifecycle()
         self.durability = Durability(self.controls)
+        self.flow = Flow()       # flow control, noops, unrequested answers, datatypes sent
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -93,6 +95,7 @@ class StreamTracker:
         # memcached) it is the TCP server, which sends the stream request and receives the
         # data. Add Stream always goes from ns_server to the consumer memcached.
         from_consumer = pdu.direction == (1 if c.negotiation.consumer else 0)
+        self.lifecycle.on_message(c, pdu, msg, from_consumer, out)   # before the end is recorded
         op = msg.opcode
         if msg.is_request:
             if op == ADD_STREAM:
@@ -132,6 +135,7 @@ class StreamTracker:
             return []
         self._release_name(c)
         self.flow.on_end(c)
+        self.lifecycle.forget(c)
         out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                            + (f" at frame {ev.frame})" if ev.frame else ")"))
         self.relay.on_end(c, f"closed: {ev.reason}" + (f" at frame {ev.frame}" if ev.frame
@@ -151,6 +155,7 @@ class StreamTracker:
                 self._end_stream(c, st, out)
         self.conns.clear()
         self.names.clear()
+        self.lifecycle.conns.clear()
         return out
 
     # --- consumer identity ----------------------------------------------------------------

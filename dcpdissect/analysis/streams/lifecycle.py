@@ -1,0 +1,185 @@
+"""Lifecycle: nothing for a stream after its end, its close, a completed takeover, or for a
+collection the stream saw dropped.
+
+Judges the producer's stream messages against what ended the stream (kv_engine is the
+authority):
+
+* ``data-after-stream-end``: a message with the opaque of a stream after its STREAM_END,
+  whatever the reason (active_stream.cc ActiveStream::endStream queues the StreamEnd as the
+  stream's last message; consumer.cc DcpConsumer::streamEnd removes the stream). A new
+  stream with another opaque replaces it: its messages are the new stream's, and a message
+  with the old opaque while the new one is active is correlation's ``stream-opaque-mismatch``.
+* ``data-after-close`` (``-undecided``): after the producer's success response to the
+  consumer's CloseStream (producer.cc DcpProducer::closeStream). With the control
+  ``send_stream_end_on_client_close_stream`` the stream drains until its StreamEnd(Closed)
+  (ActiveStream::deadPhase); without it nothing follows; when the capture did not show the
+  negotiation, which one applies is not known (info). Messages before the response are in
+  flight and legal.
+* ``data-after-takeover``: after the producer's SetVbucketState(active) a takeover stream
+  waits for the ack and ends (ActiveStream::takeoverSendPhase / setVBucketStateAckRecieved):
+  only the StreamEnd may follow.
+* ``data-for-dropped-collection``: an item whose key's collection id (leb128 prefix) the
+  stream dropped with a DcpSystemEvent EndCollection (value layout version 0/1:
+  collections/system_event_types.h DropEventDcpData: manifest uid, scope id, collection id);
+  a BeginCollection of the same id makes it live again.
+
+The tracker calls :meth:`Lifecycle.on_message` for every message before it dispatches it.
+"""
+
+from __future__ import annotations
+
+from ...codec.keys import split_collection_key
+from ...protocol import (ITEM_OPCODES, STATUS_SUCCESS, STREAM_END_REASONS, STREAM_OPCODES,
+                         opcode_code)
+from .. import streams as limits
+from .state import Conn, Stream, frames_of, key_text, report_on_stream
+
+STREAM_END, CLOSE_STREAM = opcode_code("DcpStreamEnd"), opcode_code("DcpCloseStream")
+SET_VB_STATE, SYSTEM_EVENT = opcode_code("DcpSetVbucketState"), opcode_code("DcpSystemEvent")
+BEGIN_COLLECTION, END_COLLECTION = 0, 1
+VB_ACTIVE = 1
+CLOSE_CONTROL = "send_stream_end_on_client_close_stream"
+_KEYED = ITEM_OPCODES - {SYSTEM_EVENT}
+
+
+class _Ended:
+    """What made a stream's later messages illegal (kind: end, close, takeover)."""
+    __slots__ = ("stream", "opaque", "kind", "pdu", "what", "drains")
+
+    def __init__(self, stream: Stream, opaque: int, kind: str, pdu, what: str,
+                 drains: bool | None = False):
+        self.stream, self.opaque, self.kind, self.pdu, self.what = stream, opaque, kind, pdu, what
+        self.drains = drains    # close: the stream may drain until its StreamEnd (None: unknown)
+
+
+class _ConnLife:
+    __slots__ = ("ended", "closing", "dropped")
+
+    def __init__(self):
+        self.ended: dict[tuple, _Ended] = {}          # (vb, sid) -> the latest end/close
+        self.closing: dict[int, tuple] = {}           # CloseStream opaque -> (vb, sid)
+        self.dropped: dict[tuple, tuple] = {}         # (vb, sid) -> (stream, {cid: pdu})
+
+
+class Lifecycle:
+    """Judges each producer stream message against the end of its stream."""
+
+    def __init__(self):
+        self.conns: dict[int, _ConnLife] = {}
+
+    def forget(self, c: Conn) -> None:
+        self.conns.pop(c.id, None)
+
+    def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
+        op = msg.opcode
+        if op == CLOSE_STREAM:
+            if msg.is_request and from_consumer:
+                life = self._life(c)
+                if len(life.closing) >= limits.MAX_PENDING:
+                    del life.closing[next(iter(life.closing))]
+                life.closing[msg.opaque] = (msg.vbucket, msg.stream_id)
+            elif not msg.is_request and not from_consumer:
+                self._close_response(c, pdu, msg)
+            return
+        if not msg.is_request or from_consumer or op not in STREAM_OPCODES:
+            return
+        life = self.conns.get(c.id)
+        key = (msg.vbucket, msg.stream_id)
+        st = c.streams.get(key)
+        live = (st is not None and st.active and not st.suppressed and msg.opaque == st.opaque)
+        rec = life.ended.get(key) if life is not None else None
+        if not live:
+            if (rec is not None and rec.kind == "end" and msg.opaque == rec.opaque
+                    and not c.suppressed_because and not rec.stream.suppressed
+                    and (st is rec.stream or st is None or not st.active)):
+                self._report(rec, out, "data-after-stream-end", f"{msg.name} for "
+                             f"{rec.stream.describe()} after its {rec.what}", pdu, msg)
+            return
+        if rec is not None and rec.stream is st and not c.suppressed_because:
+            if op == STREAM_END:
+                pass
+            elif rec.kind == "takeover":
+                self._report(rec, out, "data-after-takeover", f"{msg.name} for {st.describe()} "
+                             f"after {rec.what}: only the StreamEnd may follow", pdu, msg)
+            elif rec.kind == "close" and rec.drains is False:
+                self._report(rec, out, "data-after-close", f"{msg.name} for {st.describe()} "
+                             f"after {rec.what} (no {CLOSE_CONTROL})", pdu, msg)
+            elif rec.kind == "close" and rec.drains is None:
+                self._report(rec, out, "data-after-close-undecided", f"{msg.name} for "
+                             f"{st.describe()} after {rec.what}; legal only if "
+                             f"{CLOSE_CONTROL} was enabled, which the capture does not show",
+                             pdu, msg)
+        if op == STREAM_END:
+            reason = msg.fields.get("reason")
+            what = (f"StreamEnd({STREAM_END_REASONS.text(reason)}) at frame {pdu.frame}"
+                    if reason is not None else f"StreamEnd at frame {pdu.frame}")
+            life = self._life(c)
+            life.ended[key] = _Ended(st, msg.opaque, "end", pdu, what)
+            life.dropped.pop(key, None)
+        elif op == SET_VB_STATE and msg.fields.get("state") == VB_ACTIVE:
+            self._life(c).ended[key] = _Ended(st, msg.opaque, "takeover", pdu,
+                                              f"SetVbucketState(active) at frame {pdu.frame}")
+        elif op == SYSTEM_EVENT:
+            self._system_event(c, st, key, pdu, msg)
+        elif op in _KEYED and msg.key and c.negotiation.collections and not c.suppressed_because:
+            self._item(c, st, key, pdu, msg, out)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _life(self, c: Conn) -> _ConnLife:
+        life = self.conns.get(c.id)
+        if life is None:
+            life = self.conns[c.id] = _ConnLife()
+        return life
+
+    def _close_response(self, c: Conn, pdu, msg) -> None:
+        life = self.conns.get(c.id)
+        key = life.closing.pop(msg.opaque, None) if life is not None else None
+        if key is None or msg.status != STATUS_SUCCESS:
+            return
+        st = c.streams.get(key)
+        if st is None or not st.active:
+            return
+        if c.mid_stream:
+            drains = None           # the controls were negotiated before the capture
+        else:
+            drains = c.negotiation.controls.get(CLOSE_CONTROL, "").lower() == "true"
+        life.ended[key] = _Ended(st, st.opaque, "close", pdu, f"the CloseStream response at "
+                                 f"frame {pdu.frame}", drains)
+
+    def _system_event(self, c: Conn, st: Stream, key, pdu, msg) -> None:
+        event = msg.fields.get("event")
+        value = bytes(msg.value or b"")
+        if event not in (BEGIN_COLLECTION, END_COLLECTION) or msg.fields.get("version") not in (
+                0, 1) or len(value) < 16:
+            return                  # FlatBuffers (version 2) payloads are not read here
+        cid = int.from_bytes(value[12:16], "big")
+        life = self._life(c)
+        entry = life.dropped.get(key)
+        if entry is None or entry[0] is not st:
+            entry = life.dropped[key] = (st, {})
+        if event == END_COLLECTION:
+            if len(entry[1]) < limits.MAX_KEYS:
+                entry[1][cid] = pdu
+        else:
+            entry[1].pop(cid, None)
+
+    def _item(self, c: Conn, st: Stream, key, pdu, msg, out) -> None:
+        life = self.conns.get(c.id)
+        entry = life.dropped.get(key) if life is not None else None
+        if entry is None or entry[0] is not st or not entry[1]:
+            return
+        cid = split_collection_key(bytes(msg.key)).collection
+        drop = entry[1].get(cid)
+        if drop is None:
+            return
+        report_on_stream(st, out, "data-for-dropped-collection", f"{msg.name} of key "
+                         f"{key_text(msg.key)} in collection {cid:#x} on {st.describe()} after "
+                         f"the collection's drop event at frame {drop.frame}", pdu, msg,
+                         {"collection": f"{cid:#x}"}, frames_of(drop))
+
+    @staticmethod
+    def _report(rec: _Ended, out, rid, text, pdu, msg) -> None:
+        report_on_stream(rec.stream, out, rid, text, pdu, msg, {"after": rec.what},
+                         frames_of(rec.pdu))
+

@@ -1,0 +1,71 @@
+"""Stream lifecycle (analysis/streams/lifecycle.py, rules/lifecycle.py): expected frames are
+located from the samples' construction (the builder's record of which frames carry which
+message bytes)."""
+
+from pathlib import Path
+
+from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
+from dcpdissect.analysis.run import analyze_file
+from dcpdissect.samples import scenarios_lifecycle as sl
+from dcpdissect.samples.builder import build, marker
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SPECS = {s.name: s for s in sl.SPECS}
+MINE = {r.id for r in RULES.values() if r.family == "lifecycle"}
+
+
+def frame_of(name, data, direction=1):
+    hits = [m for m in build(SPECS[name]).messages if m.data == data and m.direction == direction]
+    assert len(hits) == 1, (len(hits), data[:4])
+    return max(hits[0].frames)
+
+
+def judged(name):
+    return sorted((f.rule, f.frame) for f in analyze_file(str(SAMPLES / f"{name}.pcap"))[0]
+                  if f.rule in MINE or RULES[f.rule].severity != INFO)
+
+
+def test_rules_and_severities():
+    assert {r: RULES[r].severity for r in MINE} == {
+        "data-after-stream-end": WARNING, "data-after-close": WARNING,
+        "data-after-close-undecided": INFO, "data-after-takeover": WARNING,
+        "data-for-dropped-collection": ERROR, "history-duplicate-key": ERROR}
+    for r in MINE:
+        assert "engines/ep/src/" in RULES[r].rationale
+
+
+def test_samples_are_current():
+    for spec in sl.SPECS:
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data
+
+
+def test_legal_is_clean():
+    assert judged("lifecycle-legal") == []
+
+
+def test_violations_at_their_frames():
+    n, k, mut = "lifecycle-violations", sl.k, sl.mut
+    expected = [
+        ("data-after-stream-end", frame_of(n, mut(10, 0x20A, 2, k("a2")))),
+        ("data-after-stream-end", frame_of(n, marker(11, 0x20B, 2, 2, "memory"))),
+        ("data-after-takeover", frame_of(n, mut(13, 0x20D, 2, k("d2")))),
+        ("data-after-close", frame_of(n, mut(12, 0x20C, 3, k("c3")))),
+        ("data-after-stream-end", frame_of(n, mut(13, 0x20D, 3, k("d3")))),
+        ("history-duplicate-key", frame_of(n, mut(15, 0x20F, 2, k("h")))),
+        ("data-for-dropped-collection", frame_of(n, mut(14, 0x20E, 3, k("x3", 8)))),
+        ("data-after-stream-end", frame_of(n, sl.seqno_advanced(15, 0x20F, 3))),
+        ("data-after-stream-end", frame_of(n, mut(16, 0x210, 1, k("e")))),
+        ("data-after-stream-end", frame_of(n, mut(17, 0x211, 1, k("f")))),
+        # the consumer connection: data client→server
+        ("data-after-stream-end", frame_of(n, mut(20, 0x300, 2, b"p2"), 0)),
+        ("data-after-takeover", frame_of(n, marker(21, 0x301, 2, 2, "memory"), 0)),
+    ]
+    assert judged(n) == sorted(expected)
+    # the message in flight before the close response is not judged
+    assert frame_of(n, mut(12, 0x20C, 2, k("c2"))) not in {f for _, f in judged(n)}
+
+
+def test_undecided_close():
+    n = "lifecycle-undecided"
+    got = [x for x in judged(n) if x[0] in MINE]
+    assert got == [("data-after-close-undecided", frame_of(n, sl.mut(5, 0x150, 2, sl.k("u2"))))]
