@@ -50,6 +50,7 @@ def test_rules_are_registered_with_kv_engine_references():
     assert RULES["flow-control-undecided"].severity == INFO
     assert RULES["flow-control-window-exceeded"].severity == WARNING
     assert RULES["noop-interval-exceeded"].severity == WARNING
+    assert RULES["buffer-ack-exceeds-sent"].severity == WARNING
 
 
 def test_legal_sample_is_clean():

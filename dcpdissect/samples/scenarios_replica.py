@@ -156,7 +156,7 @@ def _replica(violations: bool) -> list[Script]:
     else:
         px.down(b2, b3)
     px.down(deletion(6, 0xA6, 4, key("b0")))
-    ack = encode(0x5D, {"bytes_to_ack": 4096}, opaque=0x30)
+    ack = encode(0x5D, {"bytes_to_ack": 3000}, opaque=0x30)    # of the bytes sent so far
     if violations:      # (d) the buffer ack reaches the producer with another byte count
         px.up(ack, relayed=(encode(0x5D, {"bytes_to_ack": 1024}, opaque=0x30),))
     else:
@@ -182,7 +182,7 @@ def _replica(violations: bool) -> list[Script]:
     px.down(encode(0x5B, {"state": 1}, vbucket=7, opaque=0xA7))        # active
     px.up(ok(0x5B, 0xA7))
     px.down(encode(0x55, {"reason": 0}, vbucket=7, opaque=0xA7))
-    px.up(encode(0x5D, {"bytes_to_ack": 2048}, opaque=0x31))
+    px.up(encode(0x5D, {"bytes_to_ack": 1000}, opaque=0x31))
     # the producer's last Noop is in flight when ns_server closes the consumer leg
     clock(px.p).s2c(encode(0x5C, opaque=0x22))
     clock(c).conv.close()

@@ -9,7 +9,7 @@ FV = "flow-violations.pcap"
 FL = "flow-undecided.pcap"
 
 RULES: tuple = (
-    rule("buffer-ack-exceeds-sent", INFO,
+    rule("buffer-ack-exceeds-sent", WARNING,
          "buffer acknowledgement of more bytes than the producer sent and has not had acked",
          "engines/ep/src/dcp/producer.cc DcpProducer::bufferAcknowledgement → "
          "BufferLog::acknowledge → BufferLog::release: an ack larger than bytesOutstanding is "

@@ -44,7 +44,7 @@ RULES = (
          "R20; SeqnoAdvanced(S) promises nothing up to S follows (MB-62847)", ST),
     rule("data-duplicate-key", WARNING,
          "the same key gets the same kind of change twice (two mutations, two deletions or two "
-         "prepares) in one snapshot without MayContainDuplicates or History",
+         "prepares) in one snapshot without MayContainDuplicates",
          "R22; checkpoints and backfills deduplicate keys (MB-71914, MB-72198)", ST),
     rule("snapshot-start-inconsistent", WARNING, "inconsistent start-seqno semantics",
          "engines/ep/src/dcp/active_stream.cc: first marker = min(snap_start, computed) = the "

@@ -4,7 +4,8 @@ Judges little itself: that the stream rules apply at all (``semantics-suppressed
 gap or resync, or for a stream whose request the capture did not show). It keeps the
 table of connections and of their streams (a stream request opens one, its response
 activates it, STREAM_END or the connection's end closes it) and hands each message to
-the concerns in a fixed order: :mod:`.snapshots`, :mod:`.correlation`, :mod:`.resume`.
+the concerns in a fixed order: :mod:`.lifecycle`, :mod:`.snapshots`, :mod:`.correlation`,
+:mod:`.resume`, :mod:`.relay`, :mod:`.controls`, :mod:`.durability`, :mod:`.flow`.
 
 A stream whose request the capture did not show (it started inside the connection) is
 opened implicitly by the producer's first captured marker for its (vbucket, stream id):
