@@ -104,7 +104,19 @@ def cmd_dissect(args) -> int:
     print(summary.line(), file=sys.stderr)
     if status == EXIT_BAD_INPUT:
         print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+    if status == EXIT_OK and (no_mcbp := _ports_report(summary)):
+        return no_mcbp
     return status
+
+
+def _ports_report(summary) -> int:
+    """Issue 15: name the ports found by the heuristic; exit 2 when no MCBP was found."""
+    if summary.port_note():
+        print(summary.port_note(), file=sys.stderr)
+    if summary.no_mcbp:
+        print(summary.no_mcbp_hint(), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 FAIL_ON = ("error", "warning", "info", "never")
@@ -144,6 +156,8 @@ def cmd_analyze(args) -> int:
     print(summary_line, file=sys.stderr)
     if summary.error:
         print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if _ports_report(summary):
         return EXIT_BAD_INPUT
     if args.fail_on != "never":
         threshold = SEVERITY_RANK[args.fail_on]

@@ -75,7 +75,8 @@ def test_extra_port_and_tls_port(samples_dir, tmp_path):
     path = tmp_path / "ports.pcap"
     ns.write_pcap(str(path), [moved.conv, tls.conv])
     code, out, err = run("dissect", str(path), "--format", "jsonl")
-    assert code == 0 and out == "" and "1 TLS connections skipped" in err
+    # one DcpOpen and no answer: nothing confirms it as MCBP (issue 15: exit 2, name --port)
+    assert code == 2 and out == "" and "1 TLS connections skipped" in err and "--port" in err
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--port", "12000")
     assert code == 0 and json.loads(out)["fields"]["flags"] == 1
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--any-port")

@@ -84,10 +84,14 @@ class LuaPdu:
         return [int(show, 0) for show, _ in self.fields.get(name, [])]
 
 
+# Samples whose MCBP is on a port the plugin does not own (the Python heuristic finds it).
+PORT_PREFS = {"ports-heuristic.pcap": ("-o", "dcp.tcp_ports:11210,11209,12000")}
+
+
 @cache
 def lua_pdus(path: Path) -> tuple[dict[int, list[LuaPdu]], dict[int, list[LuaPdu]], int, str]:
     """(frame -> PDUs, frame -> not-MCBP chunks, count of _ws.lua.error, stderr)."""
-    out, stderr = run_tshark(path, "-T", "pdml")
+    out, stderr = run_tshark(path, "-T", "pdml", *PORT_PREFS.get(Path(path).name, ()))
     root = ET.fromstring(out)
     pdus, garbage, lua_err = defaultdict(list), defaultdict(list), 0
     for packet in root.iter("packet"):

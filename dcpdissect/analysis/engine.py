@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..codec import decode
 from ..protocol import SERVER_MAGICS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
+from ..reassembly.pdus import TlsConnection
 from ..reassembly.framing import ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, LostPdu, Pdu, Resync
 from .findings import Finding, finding_for
 from .negotiation import Negotiation
@@ -105,6 +106,13 @@ class Analyzer:
             self.connections.pop(ev.conn, None)
             self.negotiated.pop(ev.conn, None)
             return out
+        if kind is TlsConnection:
+            how = ("on a TLS port" if ev.by_port
+                   else "it starts with a TLS record header")
+            return [Finding("tls-connection", f"{_ends(ev)}: TLS ({how}): encrypted, "
+                            "not decoded", ev.frame, (ev.frame,), ev.ts_ns, None,
+                            fields={"client": f"{ev.client[0]}:{ev.client[1]}",
+                                    "server": f"{ev.server[0]}:{ev.server[1]}"})]
         return []
 
     def finish(self) -> list[Finding]:

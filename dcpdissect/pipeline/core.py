@@ -136,10 +136,11 @@ class _Filter:
     """Which segments a ConnectionTable built from ``options`` would look at."""
 
     def __init__(self, options: Options):
-        self.any_port = options.any_port
+        # The heuristic (PduStream) looks at the first bytes of every connection.
+        self.any_port = options.any_port or options.heuristic
         server = options.server_ports
         self.ports = server | (frozenset(TLS_PORTS) - server)
-        self.tls = frozenset(TLS_PORTS) - server
+        self.tls = frozenset() if options.heuristic else frozenset(TLS_PORTS) - server
 
     def keep(self, seg) -> bool:
         return self.any_port or seg.sport in self.ports or seg.dport in self.ports
@@ -248,7 +249,8 @@ class FlowResult:
     def __init__(self, stream: PduStream, ticks: int):
         s = stream.summary
         self.counts = {k: getattr(s, k) for k in ("connections", "pdus", "gaps", "gap_bytes",
-                                                   "resyncs", "lost_pdus")}
+                                                   "resyncs", "lost_pdus", "tls_connections")}
+        self.ports = (dict(s.heuristic_ports), dict(s.undecoded_ports))
         self.tcp = dict(stream.table.stats)
         self.tcp["segments"] -= ticks
         self.tcp["ignored_segments"] -= ticks
@@ -343,7 +345,9 @@ class FileAnalysis:
 
     def feed(self, flow: str, ev) -> list[Finding]:
         kind = type(ev)
-        if kind is ConnectionOpened:
+        if ev.conn is None:         # TlsConnection: not a numbered connection
+            pass
+        elif kind is ConnectionOpened:
             gid = len(self.ids) + 1
             self.ids[(flow, ev.conn)] = gid
             ev = ev._replace(conn=gid)
@@ -392,6 +396,7 @@ class FileTotals:
         self.counts: dict = defaultdict(int)
         self.tcp: dict = dict.fromkeys(ConnectionTable().stats, 0)
         self.errors: list[CaptureError] = []
+        self.ports: tuple[dict, dict] = ({}, {})     # heuristic_ports, undecoded_ports
 
     def add_chunk(self, c: ChunkStats) -> None:
         self.frames += c.frames
@@ -403,6 +408,9 @@ class FileTotals:
     def add_flow(self, r: FlowResult) -> None:
         for k, v in r.counts.items():
             self.counts[k] += v
+        for mine, theirs in zip(self.ports, r.ports):
+            for port, n in theirs.items():
+                mine[port] = mine.get(port, 0) + n
         for k, v in r.tcp.items():
             self.tcp[k] = self.tcp.get(k, 0) + v
 
@@ -414,7 +422,7 @@ class FileTotals:
         tcp["segments"] = self.tcp_segments
         tcp["ignored_segments"] += self.filtered
         s.tcp = tcp
-        s.tls_connections = tcp.get("tls_connections", 0)
+        s.heuristic_ports, s.undecoded_ports = (dict(sorted(d.items())) for d in self.ports)
         if self.errors:
             s.error = str(min(self.errors, key=lambda e: e.frame or 0))
         return s

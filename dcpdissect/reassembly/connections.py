@@ -11,6 +11,9 @@ every TCP connection with ``any_port=True``).  Which endpoint is the server:
   the first segment's source).
 
 Connections on ``tls_ports`` (and not on ``server_ports``) are only counted.
+With ``track_all=True`` every connection is tracked, oriented as in ``server_ports`` mode
+when one endpoint is on a server port (else as in ``any_port`` mode), until the caller
+gives it up with ``drop`` (the heuristic of :mod:`.pdus` decides from its first bytes).
 
 A connection opens on a SYN, a SYN-ACK or a segment carrying data; pure
 ACKs, FINs and RSTs of unknown 4-tuples are ignored.  It closes on an RST,
@@ -89,10 +92,11 @@ class ConnectionTable:
                  any_port: bool = False, max_connections: int = 100_000,
                  max_ooo_segments: int = 1024, max_ooo_bytes: int = 16 << 20, *,
                  fin_linger_ns: int = 1_000_000_000, tail_window: int = 64 << 10,
-                 max_closed_remembered: int = 65536):
+                 max_closed_remembered: int = 65536, track_all: bool = False):
         self.server_ports = frozenset(server_ports)
         self.tls_ports = frozenset(tls_ports) - self.server_ports
         self.any_port = any_port
+        self.track_all = track_all
         self.max_connections = max(1, max_connections)
         self.max_ooo_segments = max_ooo_segments
         self.max_ooo_bytes = max_ooo_bytes
@@ -101,7 +105,7 @@ class ConnectionTable:
         self.stats: dict = dict.fromkeys((
             "connections", "tls_connections", "segments", "retransmissions", "duplicates",
             "out_of_order", "overlaps_mismatched", "gaps", "gap_bytes", "ignored_segments",
-            "ooo_cap_hits", "connections_evicted", "seq_jumps"), 0)
+            "ooo_cap_hits", "connections_evicted", "seq_jumps", "connections_dropped"), 0)
         self._flows: dict = {}                  # 4-tuple (src, sport, dst, dport) -> reassembler
         self._lru: OrderedDict = OrderedDict()  # conn id -> _Conn, least recently active first
         self._mru: Optional[_Conn] = None
@@ -183,7 +187,7 @@ class ConnectionTable:
                 self._count_tls(seg)
                 st["ignored_segments"] += 1
                 return EMPTY
-            if not self.any_port:
+            if not (self.any_port or self.track_all):
                 st["ignored_segments"] += 1
                 return EMPTY
         if flags & RST or not (flags & SYN or seg.payload):
@@ -338,6 +342,14 @@ class ConnectionTable:
             if len(closed) > self._closed_max:
                 closed.popitem(last=False)
         out.append(ConnectionClosed(conn.id, frame, ts_ns, reason))
+
+    def drop(self, cid: int) -> None:
+        """Stop tracking open connection ``cid`` (not decoded): its later segments are
+        ignored like those of a closed connection, and no event is returned."""
+        conn = self._lru.get(cid)
+        if conn is not None:
+            self._close(conn, "dropped", None, None, [])
+            self.stats["connections_dropped"] += 1
 
     def close(self) -> list:
         """End of capture: flush and close every open connection (in id order)."""

@@ -2,26 +2,50 @@
 
 Every stage is a plain iterator so that the CLI and the Spark job share it. Events are
 ``Pdu``, ``Resync``, ``LostPdu`` (framing), ``StreamGap``, ``ConnectionOpened``,
-``ConnectionClosed`` and ``TcpAnomaly`` (TCP). A fault in the capture file is raised as
+``ConnectionClosed`` and ``TcpAnomaly`` (TCP), and ``TlsConnection`` (not decoded).
+
+Which connections are decoded: those on the DCP ports and ``--port`` always, every one with
+``--any-port``; any other connection only when the first bytes of its directions are MCBP
+(a legal magic, a known opcode, sane lengths, confirmed by a second header or by the other
+direction's answer), as Wireshark's heuristic dissectors judge a conversation. Connections
+that start with a TLS record header (or sit on the TLS port) are counted and reported; the
+others are dropped from reassembly. Decoded connections are numbered in decision order.
+A fault in the capture file is raised as
 ``CaptureError`` only after everything decoded before it has been yielded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from ..capture.packets import decode_packet
 from ..capture.readers import CaptureError, Frame, open_capture
 from ..protocol import DCP_PORTS, TLS_PORTS
+from ..codec.header import frame_size
+from ..protocol import HEADER_SIZE
 from .connections import ConnectionClosed, ConnectionOpened, ConnectionTable, StreamData, StreamGap
-from .framing import LostPdu, Pdu, PduFramer, Resync
+from .framing import _LEGAL_MAGICS, LostPdu, Pdu, PduFramer, Resync, plausible
+
+HEURISTIC_HOLD = 64 << 10     # bytes per direction held while a connection is undecided
+
+
+class TlsConnection(NamedTuple):
+    """A connection that starts with a TLS record (or is on a TLS port): not decoded."""
+    conn: None                      # not numbered: the MCBP connections keep their numbers
+    client: tuple[str, int]
+    server: tuple[str, int]
+    frame: int
+    ts_ns: int
+    by_port: bool                   # True: judged by its port, no TLS record header was seen
 
 
 @dataclass
 class Options:
     ports: tuple[int, ...] = ()          # extra server ports to decode
-    any_port: bool = False               # heuristic: try every TCP connection
+    any_port: bool = False               # decode every TCP connection, whatever its bytes
+    heuristic: bool = True               # other ports: decode the connections whose first
+                                         # bytes are MCBP (see ``direction_verdict``)
     max_connections: int = 100_000
 
     @property
@@ -42,6 +66,8 @@ class Summary:
     resyncs: int = 0
     lost_pdus: int = 0
     tls_connections: int = 0
+    heuristic_ports: dict = field(default_factory=dict)   # server port -> connections decoded
+    undecoded_ports: dict = field(default_factory=dict)   # server port -> connections not MCBP
     tcp: dict = field(default_factory=dict)
     error: str | None = None
 
@@ -54,6 +80,31 @@ class Summary:
             text += f", {mismatched} overlapping retransmissions with different bytes"
         return text + (f"; stopped: {self.error}" if self.error else "")
 
+    def port_note(self) -> str | None:
+        """One line naming the ports whose MCBP was found by the heuristic (None: none)."""
+        if not self.heuristic_ports:
+            return None
+        ports = sorted(self.heuristic_ports)
+        listed = ", ".join(f"{p} ({n} connection{'s' * (n != 1)})"
+                           for p, n in sorted(self.heuristic_ports.items()))
+        return (f"dcpdissect: MCBP found by its first bytes on port{'s' * (len(ports) != 1)} "
+                f"{listed}; --port {ports[0]} decodes it without the heuristic")
+
+    @property
+    def no_mcbp(self) -> bool:
+        """Nothing was decoded as MCBP (and the capture could be read)."""
+        return self.pdus == 0 and self.connections == 0 and not self.error
+
+    def no_mcbp_hint(self) -> str:
+        """One line: why the capture gave nothing, and which option to try."""
+        seen = sorted(self.undecoded_ports, key=lambda p: (-self.undecoded_ports[p], p))
+        what = (f"TCP ports seen: {', '.join(map(str, seen[:5]))}"
+                f"{', ...' if len(seen) > 5 else ''}") if seen else "no TCP connections"
+        if self.tls_connections:
+            what += f"; {self.tls_connections} TLS connection{'s' * (self.tls_connections != 1)} not decoded"
+        return (f"dcpdissect: no MCBP found in {self.path or 'the capture'} ({what}); if the "
+                f"traffic is MCBP on another port, try --port N (or --any-port)")
+
 
 class PduStream:
     """Feeds frames through TCP reassembly and MCBP framing; iterate for events."""
@@ -61,13 +112,22 @@ class PduStream:
     def __init__(self, options: Options | None = None, summary: Summary | None = None):
         self.options = options or Options()
         self.summary = summary or Summary()
-        self.table = ConnectionTable(server_ports=self.options.server_ports,
-                                     tls_ports=frozenset(TLS_PORTS) - self.options.server_ports,
-                                     any_port=self.options.any_port,
-                                     max_connections=self.options.max_connections)
+        opts = self.options
+        self.server_ports = opts.server_ports
+        self.tls_ports = frozenset(TLS_PORTS) - self.server_ports
+        self.heuristic = opts.heuristic and not opts.any_port
+        self.table = ConnectionTable(server_ports=self.server_ports,
+                                     tls_ports=frozenset() if self.heuristic else self.tls_ports,
+                                     any_port=opts.any_port, track_all=self.heuristic,
+                                     max_connections=opts.max_connections)
         self.framers: dict[tuple[int, int], PduFramer] = {}
         self.connections: dict[int, ConnectionOpened] = {}
         self.now: tuple[int, int] | None = None     # (frame, ts) being processed
+        # The table numbers every TCP connection; decoded ones are renumbered 1, 2, ... in
+        # the order they are decided, so that other traffic does not shift the numbers.
+        self.public: dict[int, int] = {}            # table id -> connection number
+        self.pending: dict[int, _Candidate] = {}    # undecided (heuristic) connections
+        self.next_public = 1
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
@@ -90,7 +150,7 @@ class PduStream:
             self._tally(out)
             yield from out
         self.framers.clear()
-        self.summary.tls_connections = self.table.stats.get("tls_connections", 0)
+        self.summary.tls_connections += self.table.stats.get("tls_connections", 0)
         self.summary.tcp = dict(self.table.stats)
 
     def _framer(self, conn: int, direction: int) -> PduFramer:
@@ -103,8 +163,19 @@ class PduStream:
         return framer
 
     def _route(self, events) -> Iterator:
+        public = self.public
         for ev in events:
+            cid = ev.conn
+            pub = public.get(cid)
             kind = type(ev)
+            if pub is None:
+                if kind is ConnectionOpened:
+                    yield from self._opened(ev)
+                elif cid in self.pending:
+                    yield from self._hold(ev)
+                continue            # a connection not decoded (not MCBP, TLS)
+            if pub != cid:
+                ev = ev._replace(conn=pub)
             if kind is StreamData:
                 out = self._framer(ev.conn, ev.direction).data(
                     ev.offset, ev.data, ev.frame, ev.ts_ns, self.now)
@@ -133,6 +204,54 @@ class PduStream:
                 self.connections.pop(ev.conn, None)     # state per open connection only
             else:
                 yield ev
+
+    # -- which connections are decoded ------------------------------------------------
+    def _opened(self, ev: ConnectionOpened) -> Iterator:
+        ports = self.server_ports
+        if (not self.heuristic or ev.server[1] in ports or ev.client[1] in ports):
+            yield from self._accept(ev.conn, [(ev, self.now)], heuristic=False)
+        else:
+            self.pending[ev.conn] = _Candidate(ev)
+
+    def _hold(self, ev) -> Iterator:
+        cand = self.pending[ev.conn]
+        kind = type(ev)
+        cand.events.append((ev, self.now))
+        if kind is StreamData:
+            cand.data(ev.direction, ev.data)
+        elif kind is StreamGap:
+            cand.gap(ev.direction)
+        verdict = cand.verdict(final=kind is ConnectionClosed)
+        if verdict is None:
+            return
+        del self.pending[ev.conn]
+        if verdict == "mcbp":
+            yield from self._accept(ev.conn, cand.events, heuristic=True)
+            return
+        opened = cand.opened
+        port = opened.server[1]
+        if verdict == "tls" or port in self.tls_ports:
+            self.summary.tls_connections += 1
+            at = ev if kind is StreamData else opened      # the record header's frame
+            yield TlsConnection(None, opened.client, opened.server, at.frame, at.ts_ns,
+                                verdict != "tls")
+        else:
+            self.summary.undecoded_ports[port] = self.summary.undecoded_ports.get(port, 0) + 1
+        if kind is not ConnectionClosed:
+            self.table.drop(ev.conn)        # stop reassembling it; its events are dropped
+
+    def _accept(self, cid: int, events: list, heuristic: bool) -> Iterator:
+        """Decode connection ``cid``: replay its held (event, now) pairs."""
+        self.public[cid] = self.next_public
+        self.next_public += 1
+        if heuristic:
+            port = events[0][0].server[1]
+            self.summary.heuristic_ports[port] = self.summary.heuristic_ports.get(port, 0) + 1
+        now = self.now
+        for ev, then in events:
+            self.now = then if then is not None else now
+            yield from self._route((ev,))
+        self.now = now
 
     def _tally(self, events: list) -> None:
         summary = self.summary
@@ -164,5 +283,68 @@ def iter_events(path: str, options: Options | None = None, summary: Summary | No
     yield from stream.finish()
 
 
+def direction_verdict(buf, final: bool = False) -> str | None:
+    """What the first bytes of one direction are: 'tls' (a TLS record header 0x16 0x03
+    0x0X), 'mcbp' (a plausible header confirmed by a second one right after its frame),
+    'one' (one plausible, complete frame and nothing after it yet), 'no', or None (not
+    enough bytes yet). ``final``: no more bytes will come (an unfinished plausible frame
+    is then 'one')."""
+    n = len(buf)
+    if not n:
+        return None
+    if buf[0] == 0x16:
+        if n < 3:
+            return "no" if final else None
+        return "tls" if buf[1] == 0x03 and buf[2] <= 0x04 else "no"
+    if buf[0] not in _LEGAL_MAGICS:
+        return "no"
+    if n < HEADER_SIZE:
+        return "no" if final else None
+    if not plausible(buf, 0):
+        return "no"
+    nxt = frame_size(buf, 0)
+    if n < nxt + HEADER_SIZE:
+        if nxt < n and buf[nxt] not in _LEGAL_MAGICS:
+            return "no"
+        return "one" if final or n >= nxt else None
+    return "mcbp" if plausible(buf, nxt) else "no"
+
+
+class _Candidate:
+    """A connection on a port that is not decoded by default, waiting for its first bytes
+    (the way Wireshark's heuristic dissectors look at the start of a conversation)."""
+    __slots__ = ("opened", "events", "bufs", "frozen")
+
+    def __init__(self, opened: ConnectionOpened):
+        self.opened = opened
+        self.events: list = [(opened, None)]     # (event, (frame, ts) being processed)
+        self.bufs = (bytearray(), bytearray())
+        self.frozen = [False, False]     # a gap: the bytes after it are not the start
+
+    def data(self, direction: int, data: bytes) -> None:
+        if not self.frozen[direction]:
+            buf = self.bufs[direction]
+            buf += data[:HEURISTIC_HOLD - len(buf)]
+            if len(buf) >= HEURISTIC_HOLD:
+                self.frozen[direction] = True
+
+    def gap(self, direction: int) -> None:
+        self.frozen[direction] = True
+
+    def verdict(self, final: bool) -> str | None:
+        """'mcbp', 'tls', 'other' or None (undecided)."""
+        v = [direction_verdict(b, final or f) for b, f in zip(self.bufs, self.frozen)]
+        if "tls" in v:
+            return "tls"
+        if "no" in v:
+            return "other"
+        if "mcbp" in v or v == ["one", "one"]:   # a request and its answer confirm each other
+            return "mcbp"
+        if final or all(self.frozen):
+            return "other"
+        return None
+
+
 __all__ = ["Options", "Summary", "PduStream", "iter_events", "Pdu", "Resync", "LostPdu",
-           "StreamGap", "ConnectionOpened", "ConnectionClosed", "CaptureError"]
+           "StreamGap", "ConnectionOpened", "ConnectionClosed", "CaptureError",
+           "TlsConnection", "direction_verdict"]

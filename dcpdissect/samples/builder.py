@@ -403,7 +403,8 @@ def all_specs() -> tuple[Spec, ...]:
             + tuple(scenarios_replica.SPECS) + tuple(scenarios_controls.SPECS)
             + tuple(__import__(f"{__package__}.scenarios_lifecycle", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_flow", fromlist=['SPECS']).SPECS)
-            + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS))
+            + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS)
+            + tuple(__import__(f"{__package__}.scenarios_ports", fromlist=['SPECS']).SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

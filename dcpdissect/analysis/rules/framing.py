@@ -31,4 +31,8 @@ RULES = (
     rule("findings-capped", INFO, "more findings of one rule than are kept; the rest are counted",
          "bounded resources: at most MAX_FINDINGS_PER_RULE findings of each rule are kept per "
          "capture", "hostile-findings-flood.pcap"),
+    rule("tls-connection", INFO, "a TLS connection: encrypted, not decoded",
+         "a TLS record header (0x16 0x03 0x0X) starts a direction, or the connection is on the "
+         "TLS port 11207: its MCBP cannot be read without the session keys (key logs are not "
+         "supported yet)", "ports-heuristic.pcap"),
 )
