@@ -31,7 +31,7 @@ def test_jsonl_has_the_documented_keys(samples_dir, capsys):
                 "fields"} <= set(row)
         assert isinstance(row["frame"], int) and row["frame"] in row["frames"] or row["frame"] > max(row["frames"])
     v22 = next(r for r in rows if r["opcode"] == 0x56 and r["layout"] == "V2.2")
-    assert v22["fields"]["purge_seqno"] == 0 and v22["names"]["flags"] == "disk+checkpoint"
+    assert v22["fields"]["purge_seqno"] == "0" and v22["names"]["flags"] == "disk+checkpoint"
     sid = [r for r in rows if r["stream_id"] == 7]
     assert len(sid) == 5 and all(r["magic"] == 0x08 for r in sid)
     assert "49 PDUs" in err and "2 TCP connections" in err and "0 gaps" in err
@@ -136,7 +136,8 @@ def test_bad_input_exits_2_with_one_clear_message(case, samples_dir, tmp_path):
 
 def test_usage_errors_exit_2():
     code, out, err = run("dissect")
-    assert code == 2 and "usage" in err
+    assert code == 2 and err.startswith("dcpdissect: error: ") and "--help" in err
+    assert err.count("\n") == 1            # one line (issue 15, item 7)
     code, out, err = run("dissect", "x.pcap", "--opcode", "NoSuchThing")
     assert code == 2 and "unknown opcode" in err
 

@@ -26,10 +26,20 @@ def install(path: Path | None = None) -> Path:
     return path
 
 
+def _io_error(exc: OSError, path) -> int:
+    """Every I/O error is one line and exit 2 (issue 15, item 7)."""
+    reason = exc.strerror or str(exc)
+    print(f"dcpdissect: error: {exc.filename or path}: {reason}", file=sys.stderr)
+    return 2
+
+
 def cmd_generate(args) -> int:
     text = render()
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            return _io_error(exc, args.output)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -37,7 +47,10 @@ def cmd_generate(args) -> int:
 
 
 def cmd_install(args) -> int:
-    path = install(args.path)
+    try:
+        path = install(args.path)
+    except OSError as exc:
+        return _io_error(exc, args.path or plugin_path())
     print(f"installed the Lua dissector at {path}")
     print("Wireshark/tshark load it at start-up; it takes over TCP ports 11210 and 11209 "
           "(preference dcp.tcp_ports).")
@@ -61,5 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m dcpdissect.luagen``."""
     parser = argparse.ArgumentParser(prog="python -m dcpdissect.luagen")
     register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
     return args.func(args)

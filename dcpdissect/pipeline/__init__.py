@@ -8,6 +8,7 @@ subcommand; pyspark is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["add_arguments", "cmd_pipeline", "register_cli"]
@@ -93,6 +94,12 @@ def cmd_pipeline(args) -> int:
     paths = expand_inputs(args.inputs)
     if not paths:
         print(f"dcpdissect: error: no capture files in {' '.join(args.inputs)}", file=err)
+        return EXIT_BAD_INPUT
+    # Issue 15, item 6: a missing input fails here, before Spark starts (URIs are left
+    # to Spark).
+    missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
+    if missing:
+        print(f"dcpdissect: error: no such file: {', '.join(missing)}", file=err)
         return EXIT_BAD_INPUT
     options = Options(ports=tuple(args.port), any_port=args.any_port)
     spark = spark_session(args.master, conf=conf)

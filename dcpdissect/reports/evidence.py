@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import os
 import re
 import shlex
 import struct
@@ -405,6 +406,21 @@ def select_findings(findings: list[Finding], per_rule: int = MAX_PER_RULE) -> li
         if counts[f.rule] <= per_rule:
             out.append(f)
     return out
+
+
+def check_evidence_dir(out_dir) -> str | None:
+    """Why ``out_dir`` cannot take an evidence bundle (``"PATH: reason"``), or None; the
+    directory is created when missing. Called before the capture is read."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        return f"{out}: exists and is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{out}: cannot create the directory ({exc.strerror or exc})"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"{out}: directory is not writable"
+    return None
 
 
 def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool = False) -> Path:
