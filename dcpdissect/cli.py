@@ -15,7 +15,7 @@ from .capture.readers import CaptureError
 from .codec import decode
 from .protocol import OPCODE_NAMES, opcode_code
 from .reassembly.pdus import Options, Pdu, Summary, iter_events
-from .reports.messages import TABLE_HEADERS, message_record, table_row
+from .reports.messages import TABLE_HEADERS, jsonl_line, message_record, table_row
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
@@ -157,7 +157,7 @@ def cmd_dissect(args) -> int:
 
     def emit(record: dict) -> None:
         if args.format == "jsonl":
-            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+            out.write(jsonl_line(record))
         elif live_table is not None:
             live_table.row(table_row(record))
         else:
@@ -265,7 +265,7 @@ def cmd_analyze(args) -> int:
         findings.extend(new)
         for f in new:
             if stream_jsonl:
-                out.write(json.dumps(finding_record(f), separators=(",", ":")) + "\n")
+                out.write(jsonl_line(finding_record(f)))
             elif live_table is not None:
                 live_table.row(_finding_row(f))
 
@@ -300,9 +300,9 @@ def cmd_analyze(args) -> int:
         from .reports.findings import flow_control_records
         if not stream_jsonl:
             for f in findings:
-                out.write(json.dumps(finding_record(f), separators=(",", ":")) + "\n")
+                out.write(jsonl_line(finding_record(f)))
         for rec in flow_control_records(flow):
-            out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            out.write(jsonl_line(rec))
     elif args.format == "markdown":
         from .reports.markdown import markdown_report
         out.write(markdown_report(args.file, findings, summary))

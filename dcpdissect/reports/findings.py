@@ -12,6 +12,9 @@ from .messages import iso_time
 
 
 def finding_record(f: Finding) -> dict:
+    """The object of one finding: ``analyze --format jsonl`` writes it with
+    :func:`~dcpdissect.reports.messages.jsonl_line` (seqnos and uuids in ``fields`` as
+    decimal strings); the pipeline's ``findings`` rows keep Python ints."""
     return {
         "rule": f.rule,
         "severity": f.severity,
@@ -30,7 +33,8 @@ def finding_record(f: Finding) -> dict:
 def flow_control_records(series: dict) -> list[dict]:
     """One ``flow_control`` record per connection whose producer sent under a flow-control
     window: ``points`` are ``[time, unacked bytes]`` (time as in the findings), after every
-    counted message and buffer ack, downsampled to at most 256 points."""
+    counted message and buffer ack, downsampled to at most 256 points. Unacked bytes are
+    below 2**32, so they stay JSON numbers."""
     return [{"type": "flow_control", "connection": conn,
              "points": [[iso_time(ts), unacked] for ts, unacked in points]}
             for conn, points in sorted(series.items())]

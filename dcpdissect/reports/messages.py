@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json as _json
 
 from ..codec import Message
 from ..protocol import MAGICS, OPCODES, SERVER_MAGICS, STATUS, Field, Shape, shape_fields
@@ -54,8 +55,63 @@ def field_names(msg: Message) -> dict[str, str]:
     return out
 
 
+# -- 64-bit integers in JSON -------------------------------------------------------------
+#
+# JSON numbers above 2**53 are rounded by jq (1.6) and JavaScript, so two vbucket uuids or
+# CAS values that differ in their low bits become equal. One rule, for every jsonl record
+# (``dissect`` messages, ``analyze`` findings and ``flow_control``): an integer is written
+# as a decimal string when its field is 64 bits wide -- every 8-byte field of the protocol
+# tables, the header's CAS, ``ts_ns``, and in findings every seqno or uuid the rules
+# report (names ending in ``seqno`` or ``uuid``, and :data:`FINDING_U64_NAMES`). The type
+# depends on the name only, never on the value (seqno 5 is ``"5"``); every other integer
+# stays a number. The records themselves (``message_record``, ``finding_record``, the
+# pipeline's Parquet tables) keep Python ints; :func:`jsonl_line` applies the rule.
+
+def _table_u64_names() -> frozenset:
+    from ..protocol import OPCODES
+    names = set()
+    for op in OPCODES.values():
+        for shape in (op.request, op.response):
+            if shape is None:
+                continue
+            for lay in shape.extras + shape.values:
+                names.update(f.name for f in lay.fields if f.width == 8)
+    return frozenset(names)
+
+
+# Finding fields that hold a seqno without saying so in their name.
+FINDING_U64_NAMES = frozenset({"last_received", "previous_hcs", "advanced"})
+U64_NAMES: frozenset = _table_u64_names() | {"cas", "ts_ns"} | FINDING_U64_NAMES
+U64_SUFFIXES = ("seqno", "uuid")
+
+
+def is_u64_name(name) -> bool:
+    """Whether integers under this key are written as decimal strings in JSON."""
+    return isinstance(name, str) and (name in U64_NAMES or name.endswith(U64_SUFFIXES))
+
+
+def json_safe(value, name=None):
+    """``value`` with every integer under a 64-bit name (:func:`is_u64_name`, at any depth;
+    list items take the name of their list) turned into its decimal string."""
+    if isinstance(value, dict):
+        return {k: json_safe(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, name) for v in value]
+    if type(value) is int and is_u64_name(name):
+        return str(value)
+    return value
+
+
+def jsonl_line(record: dict) -> str:
+    """One JSON-lines line (with its newline) of a message, finding or flow_control
+    record, 64-bit integers as decimal strings."""
+    return _json.dumps(json_safe(record), separators=(",", ":")) + "\n"
+
+
 def message_record(pdu, msg: Message) -> dict:
-    """The JSON-lines object of one message (also the source of the table row)."""
+    """The object of one message: ``dissect --format jsonl`` writes it with
+    :func:`jsonl_line`; also the source of the table row and the pipeline's ``messages``
+    rows (Python ints)."""
     fields = dict(msg.fields)
     return {
         "frame": pdu.frame,
