@@ -98,7 +98,7 @@ class _PduLike:
 
 
 def check_pdu(data: bytes, scapy: bool = True) -> None:
-    """One MCBP frame through the codec, the single-PDU rules, the dissect record and
+    """One MCBP frame through the codec, the single-message rules, the dissect record and
     (optionally) Scapy."""
     from ..analysis.rules.structure import check_message
     from ..codec import decode
