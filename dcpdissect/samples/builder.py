@@ -85,6 +85,23 @@ def control(key: str, value: str, opaque: int) -> bytes:
     return encode(0x5E, key=key.encode(), value=value.encode(), opaque=opaque)
 
 
+def hello_exchange(s: "Script", opaque: int, *features: int) -> None:
+    """HELLO with these features, answered by the server with the same list."""
+    value = b"".join(f.to_bytes(2, "big") for f in features)
+    s.c2s(encode(0x1F, key=b"dcpdissect", value=value, opaque=opaque))
+    s.s2c(ok(0x1F, opaque, value=value))
+
+
+def controls_exchange(s: "Script", first_opaque: int, *pairs: tuple[str, str],
+                      consumer: bool = False) -> None:
+    """DcpControl requests from the DCP consumer (the TCP server on a consumer connection),
+    each answered Success by the producer side."""
+    ask, answer = (s.s2c, s.c2s) if consumer else (s.c2s, s.s2c)
+    for i, (k, v) in enumerate(pairs):
+        ask(control(k, v, first_opaque + i))
+        answer(ok(0x5E, first_opaque + i))
+
+
 def stream_req(vb: int, opaque: int, start=0, end=MAX_SEQNO, uuid=0, snap_start=None,
                snap_end=None, flags=0, value=b"") -> bytes:
     return encode(0x53, dict(flags=flags, start_seqno=start, end_seqno=end, vbucket_uuid=uuid,
@@ -316,6 +333,12 @@ def _loss_header(pkts):
     d = ns.data_indices(pkts, "s2c")
     first = next(i for i in d if pkts[i].payload[:2] == b"\x80\x56" and len(pkts[i].payload) == 1448)
     return ns.drop(pkts, first)
+
+
+def from_first_marker(pkts):
+    """The capture starts at the server's first snapshot marker (no handshake, no request)."""
+    first = next(i for i in ns.data_indices(pkts, "s2c") if pkts[i].payload[1] == 0x56)
+    return ns.start_at(pkts, first)
 
 
 def _mid_stream(pkts):

@@ -12,13 +12,13 @@ the negotiation, where the tolerance of KEY_EEXISTS cannot be decided.
 
 from __future__ import annotations
 
-import struct
-
 from ..codec import encode
-from . import netsynth as ns
 from .builder import (
-    T0, Script, Spec, control, dcp_open, doc, failover, marker, mutation, ok, stream_req,
+    T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req,
 )
+from .builder import controls_exchange as _controls
+from .builder import from_first_marker as _after_negotiation
+from .builder import hello_exchange as _hello
 from .netsynth import Endpoint
 
 UUID = 0xC0DE000000000000
@@ -27,18 +27,8 @@ ACTIVE_ONLY = 0x10
 COLLECTIONS = 0x12
 
 
-def _hello(s: Script, opaque: int, *features: int, consumer_leg: bool = False) -> None:
-    value = struct.pack(f">{len(features)}H", *features)
-    s.c2s(encode(0x1F, key=b"dcpdissect", value=value, opaque=opaque))
-    s.s2c(ok(0x1F, opaque, value=value))
 
 
-def _controls(s: Script, first_opaque: int, *pairs: tuple[str, str], consumer=False) -> None:
-    """DcpControl requests from the DCP consumer, answered Success by the producer side."""
-    ask, answer = (s.s2c, s.c2s) if consumer else (s.c2s, s.s2c)
-    for i, (k, v) in enumerate(pairs):
-        ask(control(k, v, first_opaque + i))
-        answer(ok(0x5E, first_opaque + i))
 
 
 def _stream(s: Script, vb: int, opaque: int, consumer=False, **kw) -> None:
@@ -291,10 +281,6 @@ def controls_undecided() -> list[Script]:
     return [s]
 
 
-def _after_negotiation(pkts):
-    """The capture starts at the first snapshot marker (segment boundary, no handshake)."""
-    first = next(i for i in ns.data_indices(pkts, "s2c") if pkts[i].payload[1] == 0x56)
-    return ns.start_at(pkts, first)
 
 
 SPECS: tuple = (

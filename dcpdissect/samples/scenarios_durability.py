@@ -15,7 +15,8 @@ each), and a connection without enable_sync_writes.
 from __future__ import annotations
 
 from ..codec import encode
-from .builder import T0, Script, Spec, control, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .builder import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .builder import controls_exchange as _controls
 from .netsynth import Endpoint
 
 UUID = 0xD0A0000000000000
@@ -51,11 +52,6 @@ def disk(vb, opaque, start, end, hcs):
                   max_visible_seqno=end, high_completed_seqno=hcs)
 
 
-def _controls(s: Script, first: int, *pairs, consumer=False) -> None:
-    ask, answer = (s.s2c, s.c2s) if consumer else (s.c2s, s.s2c)
-    for i, (k, v) in enumerate(pairs):
-        ask(control(k, v, first + i))
-        answer(ok(0x5E, first + i))
 
 
 def _stream(s: Script, vb: int, opaque: int, consumer=False, **kw) -> None:

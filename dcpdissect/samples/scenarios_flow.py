@@ -19,8 +19,10 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from .builder import T0, Script, Spec, control, dcp_open, failover, marker, ok, stream_req
-from . import netsynth as ns
+from .builder import T0, Script, Spec, dcp_open, failover, marker, ok, stream_req
+from .builder import controls_exchange as _controls
+from .builder import from_first_marker as _after_negotiation
+from .builder import hello_exchange as _hello
 from .netsynth import Endpoint
 
 UUID = 0xF10E000000000000
@@ -28,17 +30,8 @@ SNAPPY, XATTR, JSON = 0x0A, 0x06, 0x0B        # HELLO features
 S = 1_000_000_000
 
 
-def _hello(s: Script, opaque: int, *features: int) -> None:
-    value = struct.pack(f">{len(features)}H", *features)
-    s.c2s(encode(0x1F, key=b"dcpdissect", value=value, opaque=opaque))
-    s.s2c(ok(0x1F, opaque, value=value))
 
 
-def _controls(s: Script, first_opaque: int, *pairs: tuple[str, str], consumer=False) -> None:
-    ask, answer = (s.s2c, s.c2s) if consumer else (s.c2s, s.s2c)
-    for i, (k, v) in enumerate(pairs):
-        ask(control(k, v, first_opaque + i))
-        answer(ok(0x5E, first_opaque + i))
 
 
 def _stream(s: Script, vb: int, opaque: int, consumer=False) -> None:
@@ -197,9 +190,6 @@ def flow_undecided() -> list[Script]:
     return [s]
 
 
-def _after_negotiation(pkts):
-    first = next(i for i in ns.data_indices(pkts, "s2c") if pkts[i].payload[1] == 0x56)
-    return ns.start_at(pkts, first)
 
 
 def flow_violations() -> list[Script]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from . import netsynth as ns
 from .builder import T0, Script, Spec, dcp_open, failover, marker, ok, stream_req
+from .builder import from_first_marker as _after_negotiation
 from .netsynth import Endpoint
 from .scenarios_validator import ckey
 
@@ -177,10 +177,6 @@ def lifecycle_undecided() -> list[Script]:
     return [s]
 
 
-def _after_negotiation(pkts):
-    """The capture starts at the first snapshot marker (no handshake, no stream request)."""
-    first = next(i for i in ns.data_indices(pkts, "s2c") if pkts[i].payload[1] == 0x56)
-    return ns.start_at(pkts, first)
 
 
 SPECS: tuple = (
