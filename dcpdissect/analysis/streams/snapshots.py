@@ -11,8 +11,9 @@ after the marker (or what ends its snapshot) shows it; None when no convention a
 
 from __future__ import annotations
 
-from ...protocol import (ITEM_OPCODES, SNAPSHOT_CHECKPOINT, SNAPSHOT_DISK, SNAPSHOT_FLAGS,
-                         SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE, opcode_code)
+from ...protocol import (ITEM_OPCODES, OSO_FLAGS, SNAPSHOT_CHECKPOINT, SNAPSHOT_DISK,
+                         SNAPSHOT_FLAGS, SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE, STREAM_FLAGS,
+                         opcode_code)
 from ..findings import finding_for
 from .. import streams as limits
 from .state import (FROM_LATEST, Conn, Snap, Stream, frames_of, key_text, marker_fields,
@@ -24,7 +25,8 @@ SEQNO_ADVANCED, OSO_SNAPSHOT = opcode_code("DcpSeqnoAdvanced"), opcode_code("Dcp
 # prepares live in their own (the durability-prepare namespace of the checkpoint).
 KEYED_OPCODES = {opcode_code("DcpMutation"): "item", opcode_code("DcpDeletion"): "item",
                  opcode_code("DcpExpiration"): "item", opcode_code("DcpPrepare"): "prepare"}
-ACTIVE_VB_ONLY = 0x10    # stream request flag: only an active vbucket may serve the stream
+ACTIVE_VB_ONLY = STREAM_FLAGS.bit("active_vb_only")   # only an active vbucket may serve it
+OSO_START, OSO_END = OSO_FLAGS.bit("start"), OSO_FLAGS.bit("end")
 
 
 class Snapshots:
@@ -236,7 +238,7 @@ class Snapshots:
 
     def _oso(self, st: Stream, pdu, msg, out) -> None:
         flags = msg.fields.get("flags", 0)
-        if flags & 0x01:                        # OSO start
+        if flags & OSO_START:
             if st.in_oso:
                 report_on_stream(st, out, "oso-unpaired", f"OSO start on {st.describe()} while "
                                  "an OSO snapshot is open", pdu, msg, {"flags": flags})
@@ -247,7 +249,7 @@ class Snapshots:
             st.in_oso, st.oso_highest, st.oso_seen_keys = True, st.highest_seqno, set()
             st.oso_resume_seqno = st.highest_seqno
             st.snap, st.after_invalid_marker = None, False
-        elif flags & 0x02:                      # OSO end
+        elif flags & OSO_END:
             if not st.in_oso:
                 report_on_stream(st, out, "oso-unpaired", f"OSO end on {st.describe()} without "
                                  "an OSO start", pdu, msg, {"flags": flags})
