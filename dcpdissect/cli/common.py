@@ -1,0 +1,156 @@
+"""What every subcommand shares: exit codes, argument types, capture options, SIGINT
+handling, live output and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from ..protocol import OPCODE_NAMES
+from ..reassembly.pdus import Options
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+INTERRUPTED = ("dcpdissect: interrupted: stopped reading; the results cover the input "
+               "read so far")
+
+
+def parse_opcode(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        pass
+    wanted = text.replace("-", "").replace("_", "").lower()
+    for code, name in OPCODE_NAMES.items():
+        if name.lower() == wanted or name.lower() == "dcp" + wanted:
+            return code
+    raise argparse.ArgumentTypeError(f"unknown opcode {text!r}")
+
+
+def checked_opcode(text: str) -> int:
+    code = parse_opcode(text)
+    if not 0 <= code <= 0xFF:
+        raise argparse.ArgumentTypeError(f"opcode {text!r} out of range (0x00-0xff)")
+    return code
+
+
+def _int_in(lo: int, hi: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} {text!r} is not a number") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{what} {text!r} out of range ({lo}-{hi})")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+parse_port = _int_in(1, 65535, "port")
+parse_vbucket = _int_in(0, 65535, "vbucket")
+
+
+def live_output(path: str) -> None:
+    """Live input (stdin): every line of output leaves at once (issue 15, item 4)."""
+    if path == "-":
+        try:
+            sys.stdout.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass
+
+
+class StopOnSigint:
+    """SIGINT stops reading: while the reader runs (or waits for input) it raises
+    KeyboardInterrupt there; while an event is being processed it is noted and the loop
+    stops after that event (``hit``), so the analyzer is never left half-fed. The
+    previous handler is back on exit, so a second Ctrl-C during output interrupts."""
+
+    def __init__(self):
+        self.busy = False
+        self.hit = False
+        self._old = None
+
+    def _handler(self, signum, frame):
+        self.hit = True
+        if not self.busy:
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        try:
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:          # not the main thread: leave SIGINT alone
+            self._old = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+        if exc[0] is KeyboardInterrupt:
+            self.hit = True
+            return True             # stop reading; the caller prints what it has
+        return False
+
+
+class LiveTable:
+    """A table written row by row (live input): the header once, columns as wide as the
+    header and first row, widened when a later cell is longer."""
+
+    def __init__(self, out, headers):
+        self.out, self.headers, self.widths = out, [str(h) for h in headers], None
+
+    def _line(self, cells) -> None:
+        last = len(cells) - 1
+        self.out.write("  ".join(c if i == last else c.ljust(w)
+                                 for i, (c, w) in enumerate(zip(cells, self.widths))).rstrip()
+                       + "\n")
+
+    def row(self, cells) -> None:
+        cells = [str(c) for c in cells]
+        if self.widths is None:
+            self.widths = [max(len(h), len(c)) for h, c in zip(self.headers, cells)]
+            self._line(self.headers)
+            self._line(["-" * w for w in self.widths])
+        else:
+            self.widths = [max(w, len(c)) for w, c in zip(self.widths, cells)]
+        self._line(cells)
+
+
+def add_capture_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=parse_port, action="append", default=[], metavar="N",
+                   help="also decode TCP port N as MCBP (11210 and 11209 always are)")
+    p.add_argument("--any-port", action="store_true",
+                   help="heuristic: try every TCP connection, whatever its ports")
+
+
+def capture_options(args) -> Options:
+    return Options(ports=tuple(args.port), any_port=args.any_port)
+
+
+
+def ports_report(summary) -> int:
+    """Issue 15: name the ports found by the heuristic; exit 2 when no MCBP was found."""
+    if summary.port_note():
+        print(summary.port_note(), file=sys.stderr)
+    if summary.no_mcbp:
+        print(summary.no_mcbp_hint(), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+
+def os_error(exc: OSError) -> str:
+    """``path: reason`` of an OSError, without Python's errno decoration."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one ``dcpdissect: error:`` line and exit 2 (issue 15, item 7);
+    subcommand parsers are of the same class."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT,
+                  f"dcpdissect: error: {message} (see '{self.prog} --help')\n")
+
