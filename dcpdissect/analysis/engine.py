@@ -9,7 +9,6 @@ rules live in :mod:`.rules.structure`, per-connection/per-stream state machines 
 from __future__ import annotations
 
 from ..codec import decode
-from ..protocol import SERVER_MAGICS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
 from ..reassembly.pdus import TlsConnection
 from ..reassembly.framing import ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, LostPdu, Pdu, Resync
@@ -127,11 +126,8 @@ class Analyzer:
         from_client = pdu.direction == 0
         for rid, text, fields in check_message(msg, neg, from_client):
             out.append(finding_for(rid, text, pdu, msg, fields))
-        if neg is not None and msg.magic not in SERVER_MAGICS:
-            if msg.is_request and from_client:
-                neg.request(msg)
-            elif not msg.is_request and not from_client:
-                neg.response(msg)
+        if neg is not None:
+            neg.on_message(msg, from_client)
         opened = self.connections.get(pdu.conn)
         out += self.streams.on_message(pdu, msg, opened, neg)
         out += self.rollback.on_message(pdu, msg, opened, neg)

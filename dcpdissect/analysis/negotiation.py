@@ -10,7 +10,8 @@ per connection up to date and hands it to the single-message rules and to the st
 from __future__ import annotations
 
 from ..protocol import (
-    DATATYPE_FEATURES, DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, STATUS_SUCCESS, opcode_code,
+    DATATYPE_FEATURES, DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, SERVER_MAGICS, STATUS_SUCCESS,
+    opcode_code,
 )
 
 HELLO, DCP_OPEN = opcode_code("Hello"), opcode_code("DcpOpen")
@@ -65,6 +66,16 @@ class Negotiation:
         no longer known (what was seen stays known)."""
         if self.dcp is False:
             self.dcp = None
+
+    def on_message(self, msg, from_client: bool) -> None:
+        """A decoded message of the connection: requests the client sent, responses the
+        server sent (server-initiated messages name nothing)."""
+        if msg.magic in SERVER_MAGICS:
+            return
+        if msg.is_request and from_client:
+            self.request(msg)
+        elif not msg.is_request and not from_client:
+            self.response(msg)
 
     def request(self, msg) -> None:
         """A request the client sent (the server acts on requests in order)."""
