@@ -8,6 +8,11 @@ PDUs. Frames are written directly with struct (TCP checksums left 0, as offloadi
 capture them) so that gigabyte captures build in reasonable time.
 
     python bench/gen_capture.py OUT.pcap --size 100MB [--connections 4] [--vbuckets 16]
+    python bench/gen_capture.py OUT.pcap --size 150MB --shape many-vbuckets
+
+Shapes (``SHAPES``): ``replication`` (4 connections of 16 vbuckets, ~50 items per marker,
+100-1500 byte documents) and ``many-vbuckets`` (1024 vbuckets interleaved over 2
+connections, 10 items per marker, 50-900 byte documents: many small messages per frame).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import random
 import struct
 import sys
+from typing import NamedTuple
 
 from dcpdissect.codec import encode
 from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
@@ -36,10 +42,24 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
+class Shape(NamedTuple):
+    connections: int
+    vbuckets: int           # per connection
+    items: tuple            # (min, max) items per snapshot marker
+    doc_size: tuple         # (min, max) document bytes
+
+
+SHAPES = {
+    "replication": Shape(4, 16, (40, 60), (100, 1500)),
+    "many-vbuckets": Shape(2, 512, (8, 12), (50, 900)),
+}
+
+
 class Connection:
     """One replication connection: produces server->client bytes on demand."""
 
-    def __init__(self, index: int, vbuckets: list[int], rng: random.Random):
+    def __init__(self, index: int, vbuckets: list[int], rng: random.Random,
+                 items: tuple = (40, 60), doc_size: tuple = (100, 1500)):
         self.index = index
         self.client = bytes([10, 1, index >> 8 & 0xFF, index & 0xFF])
         self.server = bytes([10, 0, 0, 1])
@@ -51,6 +71,8 @@ class Connection:
         self.seqnos = {vb: 0 for vb in vbuckets}
         self.pending = b""
         self.ip_id = 1
+        self.items = items
+        self.doc_size = doc_size
 
     def handshake_bytes(self) -> tuple[bytes, bytes]:
         c2s = [dcp_open(f"replication:bench-{self.index}", 0x25, 1)]
@@ -61,12 +83,12 @@ class Connection:
         return b"".join(c2s), b"".join(s2c)
 
     def snapshot(self) -> bytes:
-        """One marker and ~50 items for a random vbucket."""
+        """One marker and its items for a random vbucket."""
         rng = self.rng
         vb = rng.choice(self.vbuckets)
         opaque = 0x100 + vb
         start = self.seqnos[vb] + 1
-        n = rng.randint(40, 60)
+        n = rng.randint(*self.items)
         end = start + n - 1
         kind = rng.random()
         if kind < 0.6:
@@ -86,7 +108,7 @@ class Connection:
                 out.append(encode(0x58, dict(by_seqno=seqno, rev_seqno=2, delete_time=T0),
                                   layout="V2", key=key, vbucket=vb, opaque=opaque, cas=seqno))
             else:
-                size = rng.randint(100, 1500)
+                size = rng.randint(*self.doc_size)
                 value = b'{"v":"' + b"x" * (size - 8) + b'"}'
                 out.append(encode(0x57, dict(by_seqno=seqno, rev_seqno=1, flags=0x02000006),
                                   key=key, value=value, vbucket=vb, opaque=opaque,
@@ -106,11 +128,15 @@ def frame(conn: Connection, direction: int, payload: bytes, flags: int) -> bytes
     return ETH + ip + tcp + payload
 
 
-def generate(path: str, size: int, connections: int = 4, vbuckets: int = 16, seed: int = 1) -> int:
+def generate(path: str, size: int, connections: int | None = None, vbuckets: int | None = None,
+             seed: int = 1, shape: str = "replication") -> int:
     """Write the capture; returns the number of frames."""
     rng = random.Random(seed)
-    conns = [Connection(i, list(range(i * vbuckets, (i + 1) * vbuckets)), rng)
-             for i in range(connections)]
+    sh = SHAPES[shape]
+    connections = connections or sh.connections
+    vbuckets = vbuckets or sh.vbuckets
+    conns = [Connection(i, list(range(i * vbuckets, (i + 1) * vbuckets)), rng, sh.items,
+                        sh.doc_size) for i in range(connections)]
     frames = 0
     ts = 0
     with open(path, "wb") as fh:
@@ -157,11 +183,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--size", default="100MB", type=parse_size)
-    p.add_argument("--connections", type=int, default=4)
-    p.add_argument("--vbuckets", type=int, default=16)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="replication")
+    p.add_argument("--connections", type=int, help="default: the shape's")
+    p.add_argument("--vbuckets", type=int, help="per connection; default: the shape's")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    n = generate(args.out, args.size, args.connections, args.vbuckets, args.seed)
+    n = generate(args.out, args.size, args.connections, args.vbuckets, args.seed, args.shape)
     print(f"{args.out}: {n} frames", file=sys.stderr)
     return 0
 

@@ -1,7 +1,9 @@
 """The analyzer: events of a capture in, findings out.
 
 ``Analyzer.feed(event)`` takes the events of :mod:`dcpdissect.reassembly.pdus` in capture
-order and returns the findings they complete; ``finish()`` returns the rest. Per-message
+order and returns the findings they complete; ``finish()`` returns the rest. A caller that
+has already decoded a PDU (to write it out as well) passes the message along with
+``feed_message(pdu, msg)`` instead, so that nothing is decoded twice. Per-message
 rules live in :mod:`.rules.structure`, per-connection/per-stream state machines in
 :mod:`.streams`. State is kept per open connection and per stream, never per message.
 """
@@ -38,6 +40,11 @@ class Analyzer:
 
     def feed(self, ev) -> list[Finding]:
         out = self._feed(ev)
+        return self._cap(out) if out else out
+
+    def feed_message(self, pdu: Pdu, msg) -> list[Finding]:
+        """``feed(pdu)`` for a PDU whose :func:`~dcpdissect.codec.decode` is ``msg``."""
+        out = self._pdu(pdu, msg)
         return self._cap(out) if out else out
 
     def _cap(self, out: list[Finding]) -> list[Finding]:
@@ -118,9 +125,10 @@ class Analyzer:
         out = self.streams.finish()
         return (self._cap(out) if out else out) + self._capped()
 
-    def _pdu(self, pdu: Pdu) -> list[Finding]:
+    def _pdu(self, pdu: Pdu, msg=None) -> list[Finding]:
         self.messages += 1
-        msg = decode(pdu.data)
+        if msg is None:
+            msg = decode(pdu.data)
         out = []
         neg = self.negotiated.get(pdu.conn)
         from_client = pdu.direction == 0

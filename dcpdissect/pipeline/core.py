@@ -37,7 +37,6 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..analysis.engine import Analyzer
@@ -122,6 +121,7 @@ class ChunkStats(NamedTuple):
     tcp_segments: int           # of which decode to TCP
     filtered: int               # TCP segments no connection table would track
     error: CaptureError | None
+    first_ts_ns: int | None = None      # time of the chunk's first frame
 
 
 def flow_key(seg) -> str:
@@ -153,10 +153,12 @@ def scan_chunk(piece: Piece, options: Options, result: list) -> Iterator[Segment
     filt = _Filter(options)
     keep, tls, server = filt.keep, filt.tls, options.server_ports
     frames = tcp = filtered = 0
-    error = None
+    error = first_ts = None
     new = tuple.__new__
     try:
         for frame in read_piece(piece):
+            if not frames:
+                first_ts = frame.ts_ns
             frames += 1
             seg = decode_packet(frame.linktype, frame.data)
             if seg is None:
@@ -177,7 +179,7 @@ def scan_chunk(piece: Piece, options: Options, result: list) -> Iterator[Segment
     except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
         error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
     result.append(ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered,
-                             error))
+                             error, first_ts))
 
 
 # -- stage B -------------------------------------------------------------------------------
@@ -331,6 +333,24 @@ class ConnRow(NamedTuple):
     lost_pdus: int
 
 
+COUNTED_EVENTS = frozenset((Pdu, ConnectionClosed, StreamGap, Resync, LostPdu))
+
+
+def count_event(row: list, kind: type, ev) -> None:
+    """Counts ``ev`` into its connection's row (the :class:`ConnRow` values as a list)."""
+    if kind is Pdu:
+        row[11 + ev.direction] += 1
+    elif kind is ConnectionClosed:
+        row[8:11] = [ev.frame, ev.ts_ns, ev.reason]
+    elif kind is StreamGap:
+        row[13] += 1
+        row[14] += ev.length
+    elif kind is Resync:
+        row[15] += 1
+    elif kind is LostPdu:
+        row[16] += 1
+
+
 class FileAnalysis:
     """Stage C for one capture file: feed events (with their flow) in sort-key order."""
 
@@ -356,19 +376,9 @@ class FileAnalysis:
         else:
             gid = self.ids[(flow, ev.conn)]
             ev = ev._replace(conn=gid)
-            row = self.conns[gid]
             if kind is Pdu:
                 self.messages += 1
-                row[11 + ev.direction] += 1
-            elif kind is ConnectionClosed:
-                row[8:11] = [ev.frame, ev.ts_ns, ev.reason]
-            elif kind is StreamGap:
-                row[13] += 1
-                row[14] += ev.length
-            elif kind is Resync:
-                row[15] += 1
-            elif kind is LostPdu:
-                row[16] += 1
+            count_event(self.conns[gid], kind, ev)
         if self.events is not None:
             self.events.append(ev)
         found = self.analyzer.feed(ev)
@@ -397,8 +407,11 @@ class FileTotals:
         self.tcp: dict = dict.fromkeys(ConnectionTable().stats, 0)
         self.errors: list[CaptureError] = []
         self.ports: tuple[dict, dict] = ({}, {})     # heuristic_ports, undecoded_ports
+        self.first: tuple = (END, None)              # (first frame, its time)
 
     def add_chunk(self, c: ChunkStats) -> None:
+        if c.frames and c.first_frame < self.first[0]:
+            self.first = (c.first_frame, c.first_ts_ns)
         self.frames += c.frames
         self.tcp_segments += c.tcp_segments
         self.filtered += c.filtered
@@ -416,6 +429,7 @@ class FileTotals:
 
     def summary(self) -> Summary:
         s = Summary(path=self.path, frames=self.frames, tcp_segments=self.tcp_segments)
+        s.first_ts_ns = self.first[1]
         for k, v in self.counts.items():
             setattr(s, k, v)
         tcp = dict(self.tcp)
@@ -657,24 +671,6 @@ class WholeFile(NamedTuple):
     error: CaptureError | None
 
 
-@contextmanager
-def _decoded_once():
-    """While active, the Analyzer's own ``decode`` of a PDU returns the message this pass
-    decoded for it (``remember(data, msg)``) instead of decoding it again."""
-    from ..analysis import engine
-    original = engine.decode
-    last = [None, None]
-
-    def reuse(buf):
-        return last[1] if buf is last[0] else original(buf)
-
-    engine.decode = reuse
-    try:
-        yield last
-    finally:
-        engine.decode = original
-
-
 def analyze_whole(path: str, options: Options | None, result: list,
                   batch_rows: int = 4096, time: bool = True,
                   header: bool = True) -> Iterator[dict]:
@@ -686,7 +682,7 @@ def analyze_whole(path: str, options: Options | None, result: list,
     summary = Summary(path=path)
     stream = PduStream(options, summary)
     analyzer = Analyzer()
-    feed = analyzer.feed
+    feed, feed_message = analyzer.feed, analyzer.feed_message
     findings: list[Finding] = []
     conns: dict[int, list] = {}
     table = MessageColumns(path)
@@ -695,48 +691,41 @@ def analyze_whole(path: str, options: Options | None, result: list,
     error = None
     count = 0
 
-    def run(events, last):
+    def run(events):
         nonlocal count
         for ev in events:
             kind = type(ev)
             if kind is Pdu:
-                data = ev.data
-                msg = decode(data)
-                last[0], last[1] = data, msg
+                msg = decode(ev.data)
                 pdus.append(ev)
                 msgs.append(msg)
-                conns[ev.conn][11 + ev.direction] += 1
+                count_event(conns[ev.conn], kind, ev)
                 count += 1
-            elif kind is ConnectionOpened:
+                found = feed_message(ev, msg)
+                if found:
+                    findings.extend(found)
+                if len(pdus) >= batch_rows:
+                    yield table.columns(pdus, msgs, time, header)
+                    pdus.clear()
+                    msgs.clear()
+                continue
+            if kind is ConnectionOpened:
                 conns[ev.conn] = [ev.conn, ev.client[0], ev.client[1], ev.server[0],
                                   ev.server[1], ev.mid_stream, ev.frame, ev.ts_ns, None, None,
                                   None, 0, 0, 0, 0, 0, 0]
-            elif kind is ConnectionClosed:
-                conns[ev.conn][8:11] = [ev.frame, ev.ts_ns, ev.reason]
-            elif kind is StreamGap:
-                conns[ev.conn][13] += 1
-                conns[ev.conn][14] += ev.length
-            elif kind is Resync:
-                conns[ev.conn][15] += 1
-            elif kind is LostPdu:
-                conns[ev.conn][16] += 1
+            elif kind in COUNTED_EVENTS:
+                count_event(conns[ev.conn], kind, ev)
             found = feed(ev)
             if found:
                 findings.extend(found)
-            if len(pdus) >= batch_rows:
-                yield table.columns(pdus, msgs, time, header)
-                pdus.clear()
-                msgs.clear()
 
-    with _decoded_once() as last:
-        try:
-            with open_capture(path) as reader:
-                yield from run(stream.feed_frames(reader), last)
-        except CaptureError as exc:
-            summary.error = str(exc)
-            error = exc
-        yield from run(stream.finish(), last)
-        last[0] = last[1] = None
+    try:
+        with open_capture(path) as reader:
+            yield from run(stream.feed_frames(reader))
+    except CaptureError as exc:
+        summary.error = str(exc)
+        error = exc
+    yield from run(stream.finish())
     if pdus:
         yield table.columns(pdus, msgs, time, header)
     findings += analyzer.finish()
