@@ -17,7 +17,7 @@ import zlib
 from struct import Struct
 from typing import Iterator, NamedTuple, Optional
 
-__all__ = ["Frame", "CaptureError", "CaptureReader", "open_capture"]
+__all__ = ["Frame", "CaptureError", "CaptureReader", "open_capture", "parse_idb", "walk_pcapng"]
 
 CHUNK = 1 << 20                 # read size
 MAX_CAPLEN = 0x10000000         # 256 MiB: anything bigger is corruption
@@ -317,151 +317,164 @@ class CaptureReader:
                               buf[start:end], wirelen, 0))
 
     def _iter_pcapng(self) -> Iterator[Frame]:
-        fill = self._read_at_least
-        read = self._read
         new = _new_tuple
-        buf = self._buf
+        src = _StreamView(self._buf, self._read, self._read_at_least)
         self._buf = b""
-        n = len(buf)
-        pos = 0
-        base = 0
-        number = 0
-        order = ""
-        ifaces: list[tuple[int, int, int, int, int]] = []
-        hdr = epb = u32 = None
-        while True:
-            if pos + 12 > n:
-                base += pos
-                buf = fill(read, buf[pos:], 12, number + 1)
-                pos = 0
-                n = len(buf)
-                if n < 12:
-                    if n == 0:
-                        return
-                    raise self._error(number + 1, _cut(number + 1, "record header", n, 12))
-            if buf[pos:pos + 4] == _PCAPNG_MAGIC:
-                bom = buf[pos + 8:pos + 12]
-                if bom == _BOM_LE:
-                    order = "<"
-                elif bom == _BOM_BE:
-                    order = ">"
-                else:
-                    raise self._error(number + 1, f"section header has bad byte-order magic {bom.hex()}")
-                hdr = _NG_HDR[order]
-                epb = _NG_EPB[order]
-                u32 = _NG_U32[order]
-                btype = 0x0A0D0D0A
-                blen = hdr.unpack_from(buf, pos)[1]
-            elif hdr is None:  # pragma: no cover - format detection guarantees an SHB first
-                raise self._error(number + 1, "first block is not a section header")
-            else:
-                btype, blen = hdr.unpack_from(buf, pos)
-            if blen < 12 or blen & 3:
-                raise self._error(number + 1, f"block total length {blen} is invalid (block type 0x{btype:x})")
-            if blen > MAX_BLOCK:
-                raise self._error(number + 1, f"block total length {blen} is absurd (block type 0x{btype:x})")
-            end = pos + blen
-            if end > n:
-                base += pos
-                buf = fill(read, buf[pos:], blen, number + 1)
-                pos = 0
-                n = len(buf)
-                end = blen
-                if end > n:
-                    raise self._error(number + 1, _cut(number + 1, "record data", n, blen))
-            trail = u32.unpack_from(buf, end - 4)[0]
-            if trail != blen:
-                raise self._error(number + 1, f"block trailing length {trail} does not match leading length {blen} "
-                                              f"(block type 0x{btype:x})")
-            if btype == 6:                                   # Enhanced Packet Block
-                if blen < 32:
-                    raise self._error(number + 1, f"enhanced packet block too short ({blen} bytes)")
-                ifid, tshi, tslo, caplen, wirelen = epb.unpack_from(buf, pos + 8)
-                start = pos + 28
-                if caplen > blen - 32:
-                    raise self._error(number + 1, f"record captured length {caplen} exceeds its block "
-                                                  f"({blen - 32} bytes of room)")
-                if ifid >= len(ifaces):
-                    raise self._error(number + 1, f"packet names undefined interface {ifid} "
-                                                  f"(section defines {len(ifaces)})")
-                linktype, _snap, mul, div, offset = ifaces[ifid]
-                number += 1
-                pos = end
-                self.bytes_read = base + end
-                yield new(Frame, (number, ((tshi << 32) | tslo) * mul // div + offset, linktype,
-                                  buf[start:start + caplen], wirelen, ifid))
-                continue
-            if btype == 0x0A0D0D0A:                          # Section Header Block
-                if blen < 28:
-                    raise self._error(number + 1, f"section header block too short ({blen} bytes)")
-                major, minor = _NG_SHB[order].unpack_from(buf, pos + 12)
-                if major != 1:
-                    raise self._error(number + 1, f"unsupported pcapng version {major}.{minor}")
-                ifaces = []
-            elif btype == 1:                                 # Interface Description Block
-                if blen < 20:
-                    raise self._error(number + 1, f"interface description block too short ({blen} bytes)")
-                ifaces.append(self._parse_idb(buf, pos, end, order))
-            elif btype == 3:                                 # Simple Packet Block
-                if blen < 16:
-                    raise self._error(number + 1, f"simple packet block too short ({blen} bytes)")
-                if not ifaces:
-                    raise self._error(number + 1, "simple packet block before any interface description")
-                linktype, snaplen, _mul, _div, _off = ifaces[0]
-                wirelen = u32.unpack_from(buf, pos + 8)[0]
-                caplen = min(wirelen, blen - 16)
-                if snaplen:
-                    caplen = min(caplen, snaplen)
-                start = pos + 12
-                number += 1
-                pos = end
-                self.bytes_read = base + end
-                yield new(Frame, (number, 0, linktype, buf[start:start + caplen], wirelen, 0))
-                continue
-            elif btype == 2:                                 # obsolete Packet Block
-                if blen < 32:
-                    raise self._error(number + 1, f"packet block too short ({blen} bytes)")
-                ifid, _drops, tshi, tslo, caplen, wirelen = _NG_PB[order].unpack_from(buf, pos + 8)
-                if caplen > blen - 32:
-                    raise self._error(number + 1, f"record captured length {caplen} exceeds its block "
-                                                  f"({blen - 32} bytes of room)")
-                if ifid >= len(ifaces):
-                    raise self._error(number + 1, f"packet names undefined interface {ifid} "
-                                                  f"(section defines {len(ifaces)})")
-                linktype, _snap, mul, div, offset = ifaces[ifid]
-                start = pos + 28
-                number += 1
-                pos = end
-                self.bytes_read = base + end
-                yield new(Frame, (number, ((tshi << 32) | tslo) * mul // div + offset, linktype,
-                                  buf[start:start + caplen], wirelen, ifid))
-                continue
-            pos = end
-            self.bytes_read = base + end
+        for number, ts, linktype, buf, start, caplen, wirelen, ifid, _pos, end, _ctx in \
+                walk_pcapng(self.path, src.view):
+            self.bytes_read = end
+            yield new(Frame, (number, ts, linktype, buf[start:start + caplen], wirelen, ifid))
+        self.bytes_read = src.base + len(src.buf)       # the end: every block was read
 
-    @staticmethod
-    def _parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int, int, int]:
-        """(linktype, snaplen, ts mul, ts div, ts offset ns) from an IDB."""
-        linktype, snaplen = _NG_IDB[order].unpack_from(buf, pos + 8)
-        resol = 6
-        offset = 0
-        opt = _NG_OPT[order]
-        o = pos + 16
-        limit = end - 4
-        while o + 4 <= limit:
-            code, olen = opt.unpack_from(buf, o)
-            if code == 0:
-                break
-            v = o + 4
-            if v + olen > limit:
-                break
-            if code == 9 and olen >= 1:
-                resol = buf[v]
-            elif code == 14 and olen == 8:
-                offset = _NG_I64[order].unpack_from(buf, v)[0] * 1_000_000_000
-            o = v + ((olen + 3) & ~3)
-        mul, div = _tsresol(resol)
-        return linktype, snaplen, mul, div, offset
+
+def parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int, int, int]:
+    """(linktype, snaplen, ts mul, ts div, ts offset ns) from an IDB."""
+    linktype, snaplen = _NG_IDB[order].unpack_from(buf, pos + 8)
+    resol = 6
+    offset = 0
+    opt = _NG_OPT[order]
+    o = pos + 16
+    limit = end - 4
+    while o + 4 <= limit:
+        code, olen = opt.unpack_from(buf, o)
+        if code == 0:
+            break
+        v = o + 4
+        if v + olen > limit:
+            break
+        if code == 9 and olen >= 1:
+            resol = buf[v]
+        elif code == 14 and olen == 8:
+            offset = _NG_I64[order].unpack_from(buf, v)[0] * 1_000_000_000
+        o = v + ((olen + 3) & ~3)
+    mul, div = _tsresol(resol)
+    return linktype, snaplen, mul, div, offset
+
+
+class _StreamView:
+    """``view(pos, n, frame)`` over a forward-only stream (file, gzip, stdin): the bytes
+    from ``pos`` on, at least ``n`` of them unless the stream ends; earlier bytes are
+    dropped as the walk moves on."""
+
+    def __init__(self, head: bytes, read, fill):
+        self.buf = head
+        self.base = 0
+        self.read = read
+        self.fill = fill
+
+    def view(self, pos: int, n: int, frame: int) -> tuple[bytes, int, int]:
+        off = pos - self.base
+        buf = self.buf
+        if off + n > len(buf):
+            buf = self.buf = self.fill(self.read, buf[off:], n, frame)
+            self.base = pos
+            off = 0
+        return buf, off, min(n, len(buf) - off)
+
+
+_SHB = 0x0A0D0D0A
+
+
+def walk_pcapng(path: str, view, pos: int = 0, number: int = 0, ctx: tuple | None = None,
+                last: int | None = None):
+    """The one pcapng block walker (the reader, the pipeline's index pass and its chunk
+    reader all use it). ``view(pos, n, frame)`` gives ``(buffer, offset, available)`` for
+    the ``n`` bytes at file offset ``pos``. Starts at ``pos`` with frame ``number`` behind
+    it and the section context ``ctx`` (``('pcapng', byte order, interfaces)``; None: a
+    section header comes first) and stops at the end of the file or after frame ``last``.
+
+    Yields ``(number, ts_ns, linktype, buffer, start, caplen, wirelen, interface, pos, end,
+    ctx)`` per packet block: its data is ``buffer[start:start + caplen]``, the block spans
+    file offsets ``pos`` to ``end``. Faults raise :class:`CaptureError` naming the frame being read."""
+    order, ifaces = (ctx[1], ctx[2]) if ctx else ("", ())
+    hdr = epb = u32 = None
+    if order:
+        hdr, epb, u32 = _NG_HDR[order], _NG_EPB[order], _NG_U32[order]
+    if last is not None and number >= last:
+        return
+
+    def fail(reason: str) -> CaptureError:
+        return CaptureError(path, number + 1, reason)
+
+    while True:
+        buf, off, avail = view(pos, 12, number + 1)
+        if avail < 12:
+            if avail == 0:
+                return
+            raise fail(_cut(number + 1, "record header", avail, 12))
+        if buf[off:off + 4] == _PCAPNG_MAGIC:
+            bom = buf[off + 8:off + 12]
+            if bom == _BOM_LE:
+                order = "<"
+            elif bom == _BOM_BE:
+                order = ">"
+            else:
+                raise fail(f"section header has bad byte-order magic {bom.hex()}")
+            hdr, epb, u32 = _NG_HDR[order], _NG_EPB[order], _NG_U32[order]
+            btype = _SHB
+            blen = hdr.unpack_from(buf, off)[1]
+        elif hdr is None:
+            raise fail("first block is not a section header")
+        else:
+            btype, blen = hdr.unpack_from(buf, off)
+        if blen < 12 or blen & 3:
+            raise fail(f"block total length {blen} is invalid (block type 0x{btype:x})")
+        if blen > MAX_BLOCK:
+            raise fail(f"block total length {blen} is absurd (block type 0x{btype:x})")
+        buf, off, avail = view(pos, blen, number + 1)
+        if avail < blen:
+            raise fail(_cut(number + 1, "record data", avail, blen))
+        end = pos + blen
+        trail = u32.unpack_from(buf, off + blen - 4)[0]
+        if trail != blen:
+            raise fail(f"block trailing length {trail} does not match leading length {blen} "
+                       f"(block type 0x{btype:x})")
+        if btype == 6 or btype == 2:                     # (Enhanced) Packet Block
+            if blen < 32:
+                what = "enhanced packet block" if btype == 6 else "packet block"
+                raise fail(f"{what} too short ({blen} bytes)")
+            if btype == 6:
+                ifid, tshi, tslo, caplen, wirelen = epb.unpack_from(buf, off + 8)
+            else:
+                ifid, _drops, tshi, tslo, caplen, wirelen = _NG_PB[order].unpack_from(buf, off + 8)
+            if caplen > blen - 32:
+                raise fail(f"record captured length {caplen} exceeds its block "
+                           f"({blen - 32} bytes of room)")
+            if ifid >= len(ifaces):
+                raise fail(f"packet names undefined interface {ifid} "
+                           f"(section defines {len(ifaces)})")
+            linktype, _snap, mul, div, tsoff = ifaces[ifid]
+            number += 1
+            yield (number, ((tshi << 32) | tslo) * mul // div + tsoff, linktype, buf, off + 28,
+                   caplen, wirelen, ifid, pos, end, ctx)
+        elif btype == 3:                                 # Simple Packet Block
+            if blen < 16:
+                raise fail(f"simple packet block too short ({blen} bytes)")
+            if not ifaces:
+                raise fail("simple packet block before any interface description")
+            linktype, snaplen, _mul, _div, _off = ifaces[0]
+            wirelen = u32.unpack_from(buf, off + 8)[0]
+            caplen = min(wirelen, blen - 16)
+            if snaplen:
+                caplen = min(caplen, snaplen)
+            number += 1
+            yield number, 0, linktype, buf, off + 12, caplen, wirelen, 0, pos, end, ctx
+        elif btype == _SHB:
+            if blen < 28:
+                raise fail(f"section header block too short ({blen} bytes)")
+            major, minor = _NG_SHB[order].unpack_from(buf, off + 12)
+            if major != 1:
+                raise fail(f"unsupported pcapng version {major}.{minor}")
+            ifaces = ()
+            ctx = ("pcapng", order, ifaces)
+        elif btype == 1:                                 # Interface Description Block
+            if blen < 20:
+                raise fail(f"interface description block too short ({blen} bytes)")
+            ifaces = ifaces + (parse_idb(buf, off, off + blen, order),)
+            ctx = ("pcapng", order, ifaces)
+        pos = end
+        if last is not None and number >= last:
+            return
 
 
 def open_capture(path: str) -> CaptureReader:

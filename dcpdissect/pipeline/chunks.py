@@ -24,23 +24,14 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..capture.readers import (
-    _BOM_BE,
-    _BOM_LE,
-    _NG_EPB,
-    _NG_HDR,
-    _NG_PB,
-    _NG_SHB,
-    _NG_U32,
     _PCAP_REC,
-    _PCAPNG_MAGIC,
-    MAX_BLOCK,
     MAX_CAPLEN,
     MIN_SNAP_LIMIT,
     CaptureError,
-    CaptureReader,
     Frame,
     _cut,
     open_capture,
+    walk_pcapng,
 )
 
 __all__ = [
@@ -56,7 +47,6 @@ __all__ = [
 DEFAULT_CHUNK_SIZE = 256 << 20
 BLOCK_FRAMES = 4096
 WINDOW = 1 << 20
-_SHB = 0x0A0D0D0A
 _new_tuple = tuple.__new__
 
 
@@ -104,8 +94,9 @@ class _Window:
         self.base = 0
         self.buf = b""
 
-    def view(self, pos: int, n: int) -> tuple[bytes, int, int]:
-        """(buffer, offset of pos in it, bytes available from pos, at most n)."""
+    def view(self, pos: int, n: int, frame: int | None = None) -> tuple[bytes, int, int]:
+        """(buffer, offset of pos in it, bytes available from pos, at most n); ``frame``
+        (the frame being read) as :func:`~dcpdissect.capture.readers.walk_pcapng` gives it."""
         off = pos - self.base
         buf = self.buf
         if off < 0 or off + n > len(buf):
@@ -218,89 +209,20 @@ def _index_pcap(path, win, size, hdr, cutter):
 
 def _index_pcapng(path, win, size, cutter):
     add = cutter.add
-    pos = 0
     number = 0
-    order = ""
-    ifaces: tuple = ()
-    ctx = None
-    hdr = u32 = epb = None
+    at = [0]                    # offset of the block being read
 
-    def fail(reason):
-        return number, pos, CaptureError(path, number + 1, reason)
+    def view(pos, n, frame):
+        at[0] = pos
+        return win.view(pos, n)
 
-    while True:
-        buf, off, avail = win.view(pos, 32)
-        if avail < 12:
-            if avail == 0:
-                return number, pos, None
-            return fail(_cut(number + 1, "record header", avail, 12))
-        if buf[off:off + 4] == _PCAPNG_MAGIC:
-            bom = buf[off + 8:off + 12]
-            if bom == _BOM_LE:
-                order = "<"
-            elif bom == _BOM_BE:
-                order = ">"
-            else:
-                return fail(f"section header has bad byte-order magic {bom.hex()}")
-            hdr, u32, epb = _NG_HDR[order], _NG_U32[order], _NG_EPB[order]
-            btype = _SHB
-            blen = hdr.unpack_from(buf, off)[1]
-        elif hdr is None:
-            return fail("first block is not a section header")
-        else:
-            btype, blen = hdr.unpack_from(buf, off)
-        if blen < 12 or blen & 3:
-            return fail(f"block total length {blen} is invalid (block type 0x{btype:x})")
-        if blen > MAX_BLOCK:
-            return fail(f"block total length {blen} is absurd (block type 0x{btype:x})")
-        end = pos + blen
-        if end > size:
-            return fail(_cut(number + 1, "record data", size - pos, blen))
-        tb, to, _ = win.view(end - 4, 4)
-        trail = u32.unpack_from(tb, to)[0]
-        if trail != blen:
-            return fail(f"block trailing length {trail} does not match leading length {blen} "
-                        f"(block type 0x{btype:x})")
-        if btype == 6 or btype == 2:
-            if blen < 32:
-                what = "enhanced packet block" if btype == 6 else "packet block"
-                return fail(f"{what} too short ({blen} bytes)")
-            fb, fo, _ = win.view(pos, 28)
-            if btype == 6:
-                ifid, tshi, tslo, caplen, _w = epb.unpack_from(fb, fo + 8)
-            else:
-                ifid, _d, tshi, tslo, caplen, _w = _NG_PB[order].unpack_from(fb, fo + 8)
-            if caplen > blen - 32:
-                return fail(f"record captured length {caplen} exceeds its block ({blen - 32} bytes of room)")
-            if ifid >= len(ifaces):
-                return fail(f"packet names undefined interface {ifid} (section defines {len(ifaces)})")
-            _lt, _snap, mul, div, tsoff = ifaces[ifid]
-            number += 1
-            add(pos, end, number, ((tshi << 32) | tslo) * mul // div + tsoff, ctx)
-        elif btype == 3:
-            if blen < 16:
-                return fail(f"simple packet block too short ({blen} bytes)")
-            if not ifaces:
-                return fail("simple packet block before any interface description")
-            number += 1
-            add(pos, end, number, 0, ctx)
-        elif btype == _SHB:
-            if blen < 28:
-                return fail(f"section header block too short ({blen} bytes)")
-            b2, o2, _ = win.view(pos, 16)
-            major, minor = _NG_SHB[order].unpack_from(b2, o2 + 12)
-            if major != 1:
-                return fail(f"unsupported pcapng version {major}.{minor}")
-            ifaces = ()
-            ctx = ("pcapng", order, ifaces)
-        elif btype == 1:
-            if blen < 20:
-                return fail(f"interface description block too short ({blen} bytes)")
-            b2, o2, _ = win.view(pos, blen)
-            block = bytes(b2[o2:o2 + blen])
-            ifaces = ifaces + (CaptureReader._parse_idb(block, 0, blen, order),)
-            ctx = ("pcapng", order, ifaces)
-        pos = end
+    try:
+        for number, ts, _lt, _buf, _start, _cap, _wire, _ifid, pos, end, ctx in \
+                walk_pcapng(path, view):
+            add(pos, end, number, ts, ctx)
+    except CaptureError as exc:
+        return number, at[0], exc
+    return number, size, None
 
 
 def read_piece(piece: Piece) -> Iterator[Frame]:
@@ -352,52 +274,12 @@ def _read_pcap(piece: Piece, win: _Window) -> Iterator[Frame]:
 
 
 def _read_pcapng(piece: Piece, win: _Window) -> Iterator[Frame]:
-    _, order, ifaces = piece.ctx
     new = _new_tuple
-    pos = piece.offset
-    number = piece.first_frame - 1
-    last = number + piece.frames
-    hdr, epb, pb = _NG_HDR[order], _NG_EPB[order], _NG_PB[order]
-    while number < last:
-        buf, off, avail = win.view(pos, 12)
-        if avail < 12:
-            raise _changed(piece, number + 1, _cut(number + 1, "record header", avail, 12))
-        if buf[off:off + 4] == _PCAPNG_MAGIC:
-            bom = buf[off + 8:off + 12]
-            order = "<" if bom == _BOM_LE else ">"
-            hdr, epb, pb = _NG_HDR[order], _NG_EPB[order], _NG_PB[order]
-            btype, blen = _SHB, hdr.unpack_from(buf, off)[1]
-        else:
-            btype, blen = hdr.unpack_from(buf, off)
-        if blen < 12 or blen > MAX_BLOCK:
-            raise _changed(piece, number + 1, f"block total length {blen} is invalid")
-        buf, off, avail = win.view(pos, blen)
-        if avail < blen:
-            raise _changed(piece, number + 1, _cut(number + 1, "record data", avail, blen))
-        if btype == 6 or btype == 2:
-            if btype == 6:
-                ifid, tshi, tslo, caplen, wirelen = epb.unpack_from(buf, off + 8)
-            else:
-                ifid, _d, tshi, tslo, caplen, wirelen = pb.unpack_from(buf, off + 8)
-            if ifid >= len(ifaces) or caplen > blen - 32:
-                raise _changed(piece, number + 1, "packet block does not match the index")
-            linktype, _snap, mul, div, tsoff = ifaces[ifid]
-            number += 1
-            start = off + 28
-            yield new(Frame, (number, ((tshi << 32) | tslo) * mul // div + tsoff, linktype,
-                              buf[start:start + caplen], wirelen, ifid))
-        elif btype == 3:
-            if not ifaces:
-                raise _changed(piece, number + 1, "simple packet block before any interface description")
-            linktype, snaplen, _m, _d, _o = ifaces[0]
-            wirelen = _NG_U32[order].unpack_from(buf, off + 8)[0]
-            caplen = min(wirelen, blen - 16)
-            if snaplen:
-                caplen = min(caplen, snaplen)
-            number += 1
-            yield new(Frame, (number, 0, linktype, buf[off + 12:off + 12 + caplen], wirelen, 0))
-        elif btype == _SHB:
-            ifaces = ()
-        elif btype == 1:
-            ifaces = ifaces + (CaptureReader._parse_idb(bytes(buf[off:off + blen]), 0, blen, order),)
-        pos += blen
+    last = piece.first_frame - 1 + piece.frames
+    try:
+        for number, ts, linktype, buf, start, caplen, wirelen, ifid, _pos, _end, _ctx in \
+                walk_pcapng(piece.path, win.view, piece.offset, piece.first_frame - 1,
+                            piece.ctx, last):
+            yield new(Frame, (number, ts, linktype, buf[start:start + caplen], wirelen, ifid))
+    except CaptureError as exc:
+        raise _changed(piece, exc.frame, exc.reason) from None
