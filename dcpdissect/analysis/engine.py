@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..codec import decode
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
-from ..reassembly.pdus import TlsConnection
+from ..reassembly.pdus import TlsConnection, TlsProblem
 from ..reassembly.framing import ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, LostPdu, Pdu, Resync
 from .findings import Finding, finding_for
 from .negotiation import Negotiation
@@ -119,6 +119,12 @@ class Analyzer:
                             "not decoded", ev.frame, (ev.frame,), ev.ts_ns, None,
                             fields={"client": f"{ev.client[0]}:{ev.client[1]}",
                                     "server": f"{ev.server[0]}:{ev.server[1]}"})]
+        if kind is TlsProblem:
+            return [Finding(ev.rule, f"{_ends(ev)}: {ev.detail}", ev.frame, (ev.frame,),
+                            ev.ts_ns, ev.conn,
+                            fields={"client": f"{ev.client[0]}:{ev.client[1]}",
+                                    "server": f"{ev.server[0]}:{ev.server[1]}",
+                                    "client_random": ev.client_random})]
         return []
 
     def finish(self) -> list[Finding]:

@@ -121,10 +121,31 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="also decode TCP port N as MCBP (11210 and 11209 always are)")
     p.add_argument("--any-port", action="store_true",
                    help="heuristic: try every TCP connection, whatever its ports")
+    p.add_argument("--tls-keylog", type=keylog_text, metavar="FILE",
+                   help="decrypt TLS connections with this key log (NSS format, SSLKEYLOGFILE)")
+
+
+def add_time_option(p: argparse.ArgumentParser) -> None:
+    from ..reports.messages import TIME_MODES
+    p.add_argument("--time", choices=TIME_MODES, default="absolute",
+                   help="table times: absolute (ISO 8601, UTC, default), relative (seconds "
+                        "since the capture's first frame) or delta (since the previous row)")
+
+
+def keylog_text(path: str) -> str:
+    """``--tls-keylog FILE``: the key log's text (it travels with the options)."""
+    from ..capture.keylog import read_keylog
+    try:
+        return read_keylog(path)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(os_error(exc)) from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def capture_options(args) -> Options:
-    return Options(ports=tuple(args.port), any_port=args.any_port)
+    return Options(ports=tuple(args.port), any_port=args.any_port,
+                   tls_keylog=getattr(args, "tls_keylog", None) or "")
 
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
+from ..capture.keylog import KeyLog
 from ..capture.packets import decode_packet
 from ..capture.readers import CaptureError, Frame, open_capture
 from ..protocol import DCP_PORTS, TLS_PORTS
@@ -26,6 +27,7 @@ from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
 from .connections import ConnectionClosed, ConnectionOpened, ConnectionTable, StreamData, StreamGap
 from .framing import _LEGAL_MAGICS, LostPdu, Pdu, PduFramer, Resync, plausible
+from .tls import NO_KEY, TlsProblem, TlsSession, hello_random
 
 HEURISTIC_HOLD = 64 << 10     # bytes per direction held while a connection is undecided
 
@@ -47,6 +49,8 @@ class Options:
     heuristic: bool = True               # other ports: decode the connections whose first
                                          # bytes are MCBP (see ``direction_verdict``)
     max_connections: int = 100_000
+    tls_keylog: str = ""                 # key log text (NSS format): TLS connections found
+                                         # by the heuristic are decrypted with its secrets
 
     @property
     def server_ports(self) -> frozenset[int]:
@@ -58,6 +62,7 @@ class Summary:
     """Per-capture counters printed on stderr and kept in reports."""
     path: str = ""
     frames: int = 0
+    first_ts_ns: int | None = None      # time of the capture's first frame
     tcp_segments: int = 0
     connections: int = 0
     pdus: int = 0
@@ -66,6 +71,7 @@ class Summary:
     resyncs: int = 0
     lost_pdus: int = 0
     tls_connections: int = 0
+    tls_decrypted: dict = field(default_factory=dict)     # connection -> client random (hex)
     heuristic_ports: dict = field(default_factory=dict)   # server port -> connections decoded
     undecoded_ports: dict = field(default_factory=dict)   # server port -> connections not MCBP
     tcp: dict = field(default_factory=dict)
@@ -75,6 +81,8 @@ class Summary:
         text = (f"{self.path}: {self.frames} frames, {self.connections} TCP connections, "
                 f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
                 f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
+        if self.tls_decrypted:
+            text += f", {len(self.tls_decrypted)} TLS connections decrypted"
         mismatched = self.tcp.get("overlaps_mismatched", 0)
         if mismatched:
             text += f", {mismatched} overlapping retransmissions with different bytes"
@@ -128,11 +136,15 @@ class PduStream:
         self.public: dict[int, int] = {}            # table id -> connection number
         self.pending: dict[int, _Candidate] = {}    # undecided (heuristic) connections
         self.next_public = 1
+        self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog else None
+        self.tls: dict[int, TlsSession] = {}        # decrypted connections by number
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
         for frame in frames:
             summary.frames += 1
+            if summary.first_ts_ns is None:
+                summary.first_ts_ns = frame.ts_ns
             seg = decode_packet(frame.linktype, frame.data)
             if seg is None:
                 continue
@@ -159,7 +171,9 @@ class PduStream:
         if framer is None:
             opened = self.connections.get(conn)
             in_sync = opened is not None and not opened.mid_stream
-            framer = self.framers[key] = PduFramer(conn, direction, in_sync=in_sync)
+            session = self.tls.get(conn)
+            framer = self.framers[key] = (session.direction(direction) if session else
+                                          PduFramer(conn, direction, in_sync=in_sync))
         return framer
 
     def _route(self, events) -> Iterator:
@@ -202,16 +216,18 @@ class PduStream:
                         yield from out
                 yield ev
                 self.connections.pop(ev.conn, None)     # state per open connection only
+                self.tls.pop(ev.conn, None)
             else:
                 yield ev
 
     # -- which connections are decoded ------------------------------------------------
     def _opened(self, ev: ConnectionOpened) -> Iterator:
         ports = self.server_ports
-        if (not self.heuristic or ev.server[1] in ports or ev.client[1] in ports):
+        on_port = ev.server[1] in ports or ev.client[1] in ports
+        if not self.heuristic or on_port and self.keylog is None:
             yield from self._accept(ev.conn, [(ev, self.now)], heuristic=False)
-        else:
-            self.pending[ev.conn] = _Candidate(ev)
+        else:       # with a key log, a DCP port's connection may start a TLS handshake
+            self.pending[ev.conn] = _Candidate(ev, by_port=on_port)
 
     def _hold(self, ev) -> Iterator:
         cand = self.pending[ev.conn]
@@ -224,21 +240,56 @@ class PduStream:
         verdict = cand.verdict(final=kind is ConnectionClosed)
         if verdict is None:
             return
+        if verdict == "tls" and self.keylog is not None:
+            random = self._client_random(cand, final=kind is ConnectionClosed)
+            if random is None:
+                return                      # the ClientHello is not complete yet
         del self.pending[ev.conn]
         if verdict == "mcbp":
-            yield from self._accept(ev.conn, cand.events, heuristic=True)
+            yield from self._accept(ev.conn, cand.events, heuristic=not cand.by_port)
             return
         opened = cand.opened
         port = opened.server[1]
+        if verdict == "tls" and self.keylog is not None and self.keylog.has(random):
+            yield from self._accept_tls(cand, random)
+            return
         if verdict == "tls" or port in self.tls_ports:
             self.summary.tls_connections += 1
             at = ev if kind is StreamData else opened      # the record header's frame
-            yield TlsConnection(None, opened.client, opened.server, at.frame, at.ts_ns,
-                                verdict != "tls")
+            if verdict == "tls" and self.keylog is not None:
+                yield TlsProblem(None, opened.client, opened.server, at.frame, at.ts_ns, NO_KEY,
+                                 "the key log has no line for client random "
+                                 f"{random.hex()[:16]}…" if random else
+                                 "no ClientHello seen: no client random to look up",
+                                 random.hex())
+            else:
+                yield TlsConnection(None, opened.client, opened.server, at.frame, at.ts_ns,
+                                    verdict != "tls")
         else:
             self.summary.undecoded_ports[port] = self.summary.undecoded_ports.get(port, 0) + 1
         if kind is not ConnectionClosed:
             self.table.drop(ev.conn)        # stop reassembling it; its events are dropped
+
+    @staticmethod
+    def _client_random(cand: "_Candidate", final: bool) -> bytes | None:
+        """The ClientHello's random of a held TLS connection (b"": none; None: wait)."""
+        randoms = [hello_random(b) for b in cand.bufs]
+        found = [r for r in randoms if r]
+        if found:
+            return found[0]
+        if final or all(cand.frozen) or b"" in randoms and None not in randoms:
+            return b""
+        return None
+
+    def _accept_tls(self, cand: "_Candidate", random: bytes) -> Iterator:
+        """Decode a TLS connection with the key log's secrets."""
+        opened = cand.opened
+        conn = self.next_public
+        hello_dir = 0 if hello_random(cand.bufs[0]) else 1
+        self.tls[conn] = TlsSession(conn, opened.client, opened.server, self.keylog, random,
+                                    hello_dir)
+        self.summary.tls_decrypted[conn] = random.hex()
+        yield from self._accept(opened.conn, cand.events, heuristic=False)
 
     def _accept(self, cid: int, events: list, heuristic: bool) -> Iterator:
         """Decode connection ``cid``: replay its held (event, now) pairs."""
@@ -313,10 +364,11 @@ def direction_verdict(buf, final: bool = False) -> str | None:
 class _Candidate:
     """A connection on a port that is not decoded by default, waiting for its first bytes
     (the way Wireshark's heuristic dissectors look at the start of a conversation)."""
-    __slots__ = ("opened", "events", "bufs", "frozen")
+    __slots__ = ("opened", "events", "bufs", "frozen", "by_port")
 
-    def __init__(self, opened: ConnectionOpened):
+    def __init__(self, opened: ConnectionOpened, by_port: bool = False):
         self.opened = opened
+        self.by_port = by_port           # on a DCP port: MCBP unless it starts TLS
         self.events: list = [(opened, None)]     # (event, (frame, ts) being processed)
         self.bufs = (bytearray(), bytearray())
         self.frozen = [False, False]     # a gap: the bytes after it are not the start
@@ -336,6 +388,8 @@ class _Candidate:
         v = [direction_verdict(b, final or f) for b, f in zip(self.bufs, self.frozen)]
         if "tls" in v:
             return "tls"
+        if self.by_port:
+            return "mcbp" if final or any(len(b) >= 3 for b in self.bufs) else None
         if "no" in v:
             return "other"
         if "mcbp" in v or v == ["one", "one"]:   # a request and its answer confirm each other
@@ -347,4 +401,4 @@ class _Candidate:
 
 __all__ = ["Options", "Summary", "PduStream", "iter_events", "Pdu", "Resync", "LostPdu",
            "StreamGap", "ConnectionOpened", "ConnectionClosed", "CaptureError",
-           "TlsConnection", "direction_verdict"]
+           "TlsConnection", "TlsProblem", "direction_verdict"]

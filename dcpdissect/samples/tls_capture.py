@@ -1,0 +1,228 @@
+"""A plaintext sample's DCP conversation carried over real TLS (OpenSSL through Python's
+``ssl``), written as a capture with the key log that decrypts it.
+
+Each connection of the plaintext sample is replayed through a client and a server
+``SSLObject`` over memory BIOs: the same application bytes, in the same order and chunks (one
+chunk per direction and completing frame), and every TLS byte either side puts on the wire is
+sent on a TCP conversation (``netsynth``) with the same endpoints, the server port replaced by
+the TLS port. The self-signed certificate is made on the fly; the key log is OpenSSL's own
+(``keylog_filename``). TLS randomness makes every build different; the messages are the same.
+
+``python -m dcpdissect.samples.tls_capture DIR`` writes ``tls13-resume-collapsed.pcap`` and its
+``.keylog`` from ``samples/resume-collapsed.pcap``. TLS 1.3 suites cannot be chosen through
+``ssl``; ``--tls13-suite`` re-runs the build in a child process whose OpenSSL configuration
+(``OPENSSL_CONF``, ``Ciphersuites``) allows only that suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..reassembly.pdus import ConnectionClosed, ConnectionOpened, Pdu, iter_events
+from .netsynth import Endpoint, TcpConversation, write_pcap
+
+TLS_PORT = 11207
+TLS12_SUITES = ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+                "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-AES128-GCM-SHA256",
+                "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-CHACHA20-POLY1305")
+TLS13_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                "TLS_CHACHA20_POLY1305_SHA256")
+
+
+def conversations(path: str) -> list[dict]:
+    """The plaintext connections of a capture as our reassembly sees them: endpoints, start
+    time, how they ended and their application bytes as (direction, chunk) in order."""
+    conns: dict[int, dict] = {}
+    for ev in iter_events(path):
+        kind = type(ev)
+        if kind is ConnectionOpened:
+            conns[ev.conn] = {"client": ev.client, "server": ev.server, "ts_ns": ev.ts_ns,
+                              "chunks": [], "closed": None}
+        elif kind is Pdu:
+            chunks = conns[ev.conn]["chunks"]
+            key = (ev.direction, ev.frame)
+            if chunks and chunks[-1][0] == key:
+                chunks[-1][1].append(ev.data)
+            else:
+                chunks.append((key, [ev.data]))
+        elif kind is ConnectionClosed:
+            conns[ev.conn]["closed"] = ev.reason
+    for conn in conns.values():
+        conn["chunks"] = [(d, b"".join(parts)) for (d, _), parts in conn["chunks"]]
+    return list(conns.values())
+
+
+def self_signed(directory: str, rsa: bool = False) -> tuple[str, str]:
+    """A certificate and key for CN=couchbase.test, made now (PEM file paths)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa as rsa_keys
+    from cryptography.x509.oid import NameOID
+    key = (rsa_keys.generate_private_key(public_exponent=65537, key_size=2048) if rsa
+           else ec.generate_private_key(ec.SECP256R1()))
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "couchbase.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    Path(cert_path).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    Path(key_path).write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                 serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+class TlsPair:
+    """A client and a server ``SSLObject`` joined by memory BIOs; every byte they send is
+    recorded on ``conv`` as it would cross the wire."""
+
+    def __init__(self, conv: TcpConversation, version: str, suite: str | None,
+                 cert: tuple[str, str], keylog: str):
+        server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_ctx.load_cert_chain(*cert)
+        client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client_ctx.check_hostname = False
+        client_ctx.verify_mode = ssl.CERT_NONE
+        client_ctx.keylog_filename = keylog
+        tls = ssl.TLSVersion.TLSv1_3 if version == "1.3" else ssl.TLSVersion.TLSv1_2
+        for ctx in (server_ctx, client_ctx):
+            ctx.minimum_version = ctx.maximum_version = tls
+            if suite and version == "1.2":
+                ctx.set_ciphers(suite)
+        self.conv = conv
+        self.bios = [(ssl.MemoryBIO(), ssl.MemoryBIO()) for _ in range(2)]   # (in, out)
+        self.ends = [client_ctx.wrap_bio(*self.bios[0], server_side=False),
+                     server_ctx.wrap_bio(*self.bios[1], server_side=True)]
+        self.received = [bytearray(), bytearray()]      # plaintext each side read
+        self.done = [False, False]                      # handshake finished, per side
+
+    def _flush(self) -> bool:
+        """Carry pending wire bytes both ways; True when something moved."""
+        moved = False
+        for side in (0, 1):
+            wire = self.bios[side][1].read()
+            if wire:
+                self.conv.send("c2s" if side == 0 else "s2c", wire)
+                self.bios[1 - side][0].write(wire)
+                moved = True
+                self._read(1 - side)
+        return moved
+
+    def _read(self, side: int) -> None:
+        end = self.ends[side]
+        if not self.done[side]:         # do_handshake reads the handshake
+            return
+        while True:
+            try:
+                data = end.read(1 << 16)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            if not data:
+                return
+            self.received[side] += data
+
+    def handshake(self) -> None:
+        while not all(self.done):
+            for side in (0, 1):
+                if not self.done[side]:
+                    try:
+                        self.ends[side].do_handshake()
+                        self.done[side] = True
+                    except ssl.SSLWantReadError:
+                        pass
+                self._flush()
+        while self._flush():
+            pass
+
+    def send(self, direction: int, data: bytes) -> None:
+        self.ends[direction].write(data)
+        while self._flush():
+            pass
+
+    @property
+    def cipher(self) -> tuple:
+        return self.ends[0].cipher()
+
+
+def build(source: str, pcap: str, keylog: str, version: str = "1.3",
+          suite: str | None = None) -> list[tuple]:
+    """Write ``pcap`` (and OpenSSL's ``keylog``) carrying ``source``'s connections over TLS;
+    returns each connection's negotiated (suite, version, bits)."""
+    if os.path.exists(keylog):
+        os.unlink(keylog)
+    convs, ciphers = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        cert = self_signed(tmp, rsa=bool(suite and "-RSA-" in suite))
+        for c in conversations(source):
+            conv = TcpConversation(Endpoint(*c["client"]), Endpoint(c["server"][0], TLS_PORT),
+                                   start_ns=c["ts_ns"])
+            pair = TlsPair(conv, version, suite, cert, keylog)
+            pair.handshake()
+            for direction, data in c["chunks"]:
+                pair.send(direction, data)
+            sent = [b"".join(d for k, d in c["chunks"] if k == side) for side in (0, 1)]
+            if bytes(pair.received[1]) != sent[0] or bytes(pair.received[0]) != sent[1]:
+                raise RuntimeError("the TLS pair did not deliver the conversation")
+            if c["closed"] in ("fin", "rst"):
+                conv.close(c["closed"])
+            convs.append(conv)
+            ciphers.append(pair.cipher)
+    write_pcap(pcap, convs)
+    return ciphers
+
+
+def build_with_suite(source: str, pcap: str, keylog: str, version: str, suite: str) -> None:
+    """``build`` with one TLS 1.3 suite: a child process whose OpenSSL allows only it."""
+    if version != "1.3":
+        build(source, pcap, keylog, version, suite)
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".cnf", delete=False) as conf:
+        conf.write("openssl_conf = init\n[init]\nssl_conf = ssl\n[ssl]\n"
+                   "system_default = defaults\n[defaults]\n"
+                   f"Ciphersuites = {suite}\n")
+    try:
+        subprocess.run([sys.executable, "-m", "dcpdissect.samples.tls_capture", "--source",
+                        source, "--pcap", pcap, "--keylog", keylog, "--tls", version,
+                        "--expect-suite", suite],
+                       env={**os.environ, "OPENSSL_CONF": conf.name}, check=True)
+    finally:
+        os.unlink(conf.name)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", nargs="?", help="write tls13-resume-collapsed.pcap and .keylog here")
+    p.add_argument("--source", default="samples/resume-collapsed.pcap")
+    p.add_argument("--pcap")
+    p.add_argument("--keylog")
+    p.add_argument("--tls", choices=("1.2", "1.3"), default="1.3")
+    p.add_argument("--suite", help="TLS 1.2: an OpenSSL cipher name; 1.3: a suite name")
+    p.add_argument("--expect-suite", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.dir:
+        stem = os.path.join(args.dir, "tls13-resume-collapsed")
+        args.pcap, args.keylog = stem + ".pcap", stem + ".keylog"
+    if not args.pcap or not args.keylog:
+        p.error("give DIR, or --pcap and --keylog")
+    if args.suite and not args.expect_suite:
+        build_with_suite(args.source, args.pcap, args.keylog, args.tls, args.suite)
+        return 0
+    for cipher in build(args.source, args.pcap, args.keylog, args.tls):
+        if args.expect_suite and cipher[0] != args.expect_suite:
+            print(f"negotiated {cipher[0]}, not {args.expect_suite}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
