@@ -14,6 +14,7 @@ import pytest
 from dcpdissect.analysis.catalogue import category, render_rules_markdown
 from dcpdissect.analysis.rules import ERROR, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
+from dcpdissect.reassembly.pdus import Options
 from dcpdissect.samples.builder import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +37,9 @@ GOLDEN_RULES = {r.id for r in RULES.values() if r.family in ("structure", "frami
 
 @cache
 def findings_of(filename: str):
-    return analyze_file(str(SAMPLES / filename))[0]
+    keylog = (SAMPLES / filename).with_suffix(".keylog")     # the TLS samples' key logs
+    options = Options(tls_keylog=keylog.read_text()) if keylog.is_file() else None
+    return analyze_file(str(SAMPLES / filename), options)[0]
 
 
 def _spec_files() -> dict[str, str]:

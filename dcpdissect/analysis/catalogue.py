@@ -17,6 +17,7 @@ _FAMILY_TITLES = {
     "lifecycle": "a stream's end, close, takeover and dropped collections; change streams",
     "flow": "liveness and flow control: noops, buffer acks, the consumer's window, datatypes",
     "rollback": "rollback decisions against kv_engine's failover table",
+    "tls": "TLS connections decrypted with --tls-keylog, and those that cannot be",
 }
 
 

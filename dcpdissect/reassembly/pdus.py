@@ -82,7 +82,7 @@ class Summary:
                 f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
                 f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
         if self.tls_decrypted:
-            text += f", {len(self.tls_decrypted)} TLS connections decrypted"
+            text += f", {len(self.tls_decrypted)} TLS connections opened with the key log"
         mismatched = self.tcp.get("overlaps_mismatched", 0)
         if mismatched:
             text += f", {mismatched} overlapping retransmissions with different bytes"

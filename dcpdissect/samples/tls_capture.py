@@ -8,8 +8,9 @@ sent on a TCP conversation (``netsynth``) with the same endpoints, the server po
 the TLS port. The self-signed certificate is made on the fly; the key log is OpenSSL's own
 (``keylog_filename``). TLS randomness makes every build different; the messages are the same.
 
-``python -m dcpdissect.samples.tls_capture DIR`` writes ``tls13-resume-collapsed.pcap`` and its
-``.keylog`` from ``samples/resume-collapsed.pcap``. TLS 1.3 suites cannot be chosen through
+``python -m dcpdissect.samples.tls_capture samples/tls`` writes ``tls13-resume-collapsed.pcap``
+and its ``.keylog`` from ``samples/resume-collapsed.pcap`` (in their own folder: they are not
+the deterministic builder's output), and ``tls-problems.pcap`` (see :func:`build_problems`). TLS 1.3 suites cannot be chosen through
 ``ssl``; ``--tls13-suite`` re-runs the build in a child process whose OpenSSL configuration
 (``OPENSSL_CONF``, ``Ciphersuites``) allows only that suite.
 """
@@ -26,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from ..reassembly.pdus import ConnectionClosed, ConnectionOpened, Pdu, iter_events
-from .netsynth import Endpoint, TcpConversation, write_pcap
+from .netsynth import Endpoint, TcpConversation, data_indices, drop, write_pcap
 
 TLS_PORT = 11207
 TLS12_SUITES = ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
@@ -154,6 +155,24 @@ class TlsPair:
         return self.ends[0].cipher()
 
 
+def tls_conversation(c: dict, version: str, suite: str | None, cert: tuple[str, str],
+                     keylog: str, client_port: int | None = None) -> tuple[TcpConversation, tuple]:
+    """One plaintext connection ``c`` of :func:`conversations` replayed over TLS: the TCP
+    conversation and the negotiated (suite, version, bits)."""
+    client = Endpoint(c["client"][0], client_port or c["client"][1])
+    conv = TcpConversation(client, Endpoint(c["server"][0], TLS_PORT), start_ns=c["ts_ns"])
+    pair = TlsPair(conv, version, suite, cert, keylog)
+    pair.handshake()
+    for direction, data in c["chunks"]:
+        pair.send(direction, data)
+    sent = [b"".join(d for k, d in c["chunks"] if k == side) for side in (0, 1)]
+    if bytes(pair.received[1]) != sent[0] or bytes(pair.received[0]) != sent[1]:
+        raise RuntimeError("the TLS pair did not deliver the conversation")
+    if c["closed"] in ("fin", "rst"):
+        conv.close(c["closed"])
+    return conv, pair.cipher
+
+
 def build(source: str, pcap: str, keylog: str, version: str = "1.3",
           suite: str | None = None) -> list[tuple]:
     """Write ``pcap`` (and OpenSSL's ``keylog``) carrying ``source``'s connections over TLS;
@@ -164,21 +183,42 @@ def build(source: str, pcap: str, keylog: str, version: str = "1.3",
     with tempfile.TemporaryDirectory() as tmp:
         cert = self_signed(tmp, rsa=bool(suite and "-RSA-" in suite))
         for c in conversations(source):
-            conv = TcpConversation(Endpoint(*c["client"]), Endpoint(c["server"][0], TLS_PORT),
-                                   start_ns=c["ts_ns"])
-            pair = TlsPair(conv, version, suite, cert, keylog)
-            pair.handshake()
-            for direction, data in c["chunks"]:
-                pair.send(direction, data)
-            sent = [b"".join(d for k, d in c["chunks"] if k == side) for side in (0, 1)]
-            if bytes(pair.received[1]) != sent[0] or bytes(pair.received[0]) != sent[1]:
-                raise RuntimeError("the TLS pair did not deliver the conversation")
-            if c["closed"] in ("fin", "rst"):
-                conv.close(c["closed"])
+            conv, cipher = tls_conversation(c, version, suite, cert, keylog)
             convs.append(conv)
-            ciphers.append(pair.cipher)
+            ciphers.append(cipher)
     write_pcap(pcap, convs)
     return ciphers
+
+
+def build_problems(source: str, pcap: str, keylog: str) -> None:
+    """``tls-problems``: the first connection of ``source`` five times over TLS, on client
+    ports 60001-60005: decrypted; its key log lines left out (tls-no-key); its secrets
+    altered (tls-auth-failed, both directions); TLS 1.2 with a CBC suite (tls-unsupported);
+    decrypted but the server's last data segment lost (capture-gap, tls-gap)."""
+    first = conversations(source)[0]
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cert = self_signed(tmp)
+        cases = (("1.3", None, "keep"), ("1.3", None, "omit"), ("1.3", None, "alter"),
+                 ("1.2", "ECDHE-ECDSA-AES128-SHA256", "keep"), ("1.3", None, "keep"))
+        packets = []
+        for n, (version, suite, how) in enumerate(cases, start=1):
+            own = os.path.join(tmp, f"{n}.keylog")
+            case = dict(first, ts_ns=first["ts_ns"] + n * 1_000_000)
+            conv, _ = tls_conversation(case, version, suite, cert, own, 60000 + n)
+            pkts = conv.packets()
+            if n == 5:
+                pkts = drop(pkts, data_indices(pkts, "s2c")[-1])
+            packets.append(pkts)
+            for line in Path(own).read_text().splitlines():
+                if line.startswith("#") or how == "omit":
+                    continue
+                if how == "alter":
+                    label, random, secret = line.split()
+                    line = f"{label} {random} {secret[:-2]}{(int(secret[-2:], 16) ^ 1):02x}"
+                lines.append(line)
+    write_pcap(pcap, packets)
+    Path(keylog).write_text("\n".join(lines) + "\n")
 
 
 def build_with_suite(source: str, pcap: str, keylog: str, version: str, suite: str) -> None:
@@ -201,7 +241,8 @@ def build_with_suite(source: str, pcap: str, keylog: str, version: str, suite: s
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", nargs="?", help="write tls13-resume-collapsed.pcap and .keylog here")
+    p.add_argument("dir", nargs="?", help="write tls13-resume-collapsed.pcap, tls-problems.pcap "
+                                          "and their .keylog files here")
     p.add_argument("--source", default="samples/resume-collapsed.pcap")
     p.add_argument("--pcap")
     p.add_argument("--keylog")
@@ -212,6 +253,8 @@ def main(argv=None) -> int:
     if args.dir:
         stem = os.path.join(args.dir, "tls13-resume-collapsed")
         args.pcap, args.keylog = stem + ".pcap", stem + ".keylog"
+        problems = os.path.join(args.dir, "tls-problems")
+        build_problems(args.source, problems + ".pcap", problems + ".keylog")
     if not args.pcap or not args.keylog:
         p.error("give DIR, or --pcap and --keylog")
     if args.suite and not args.expect_suite:

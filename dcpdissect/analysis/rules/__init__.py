@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import durability, flow, framing, lifecycle, rollback, stream, structure
+from . import durability, flow, framing, lifecycle, rollback, stream, structure, tls
 from .model import ERROR, INFO, SEVERITY_RANK, WARNING, Rule, rule  # noqa: F401
 
 FAMILIES = {"framing": framing.RULES, "structure": structure.RULES, "stream": stream.RULES,
             "durability": durability.RULES, "lifecycle": lifecycle.RULES, "flow": flow.RULES,
-            "rollback": rollback.RULES}
+            "rollback": rollback.RULES, "tls": tls.RULES}
 
 
 def _collect() -> dict[str, Rule]:

@@ -33,20 +33,6 @@ RULES = (
          "capture", "hostile-findings-flood.pcap"),
     rule("tls-connection", INFO, "a TLS connection: encrypted, not decoded",
          "a TLS record header (0x16 0x03 0x0X) starts a direction, or the connection is on the "
-         "TLS port 11207: its MCBP cannot be read without the session keys (key logs are not "
-         "supported yet)", "ports-heuristic.pcap"),
-    rule("tls-no-key", WARNING, "a TLS connection whose secrets are not in the --tls-keylog key log",
-         "TLS 1.2 needs the CLIENT_RANDOM master secret, TLS 1.3 the handshake and traffic "
-         "secrets of the ClientHello's random (NSS key log format, as Wireshark reads it); "
-         "without them the connection is not decoded", "tls13-resume-collapsed.pcap"),
-    rule("tls-unsupported", WARNING, "a TLS version or cipher suite that is not decrypted",
-         "decrypted: TLS 1.2 and 1.3 with AES-128/256-GCM or ChaCha20-Poly1305 (the suites "
-         "OpenSSL and Go negotiate by default); other versions and suites are not decoded",
-         "tls13-resume-collapsed.pcap"),
-    rule("tls-auth-failed", WARNING, "a TLS record fails authentication: its direction is not decoded further",
-         "the AEAD tag does not verify with the key log's secrets (a wrong key, or bytes altered "
-         "in the capture); no byte after it is decoded as MCBP", "tls13-resume-collapsed.pcap"),
-    rule("tls-gap", INFO, "bytes lost in a TLS direction: the records after them are not decrypted",
-         "record boundaries and sequence numbers cannot be recovered after a capture gap",
-         "tls13-resume-collapsed.pcap"),
+         "TLS port 11207: its MCBP cannot be read without the session keys (give a key log with "
+         "--tls-keylog)", "ports-heuristic.pcap"),
 )
