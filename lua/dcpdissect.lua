@@ -1568,6 +1568,59 @@ end
 
 take_ports("11210,11209")
 
+-- TLS: with `-o tls.keylog_file:FILE` Wireshark decrypts the connections and hands the
+-- application data of the TLS ports (preference dcp.tls_ports) to this dissector.
+dcp.prefs.tls_ports = Pref.range("TLS ports", "11207",
+    "TLS ports whose decrypted application data is DCP/MCBP (set tls.keylog_file)", 65535)
+
+local tls_table, tls_owned = DissectorTable.get("tls.port"), {}
+
+local function take_tls_ports(ranges)
+  local wanted = port_list(ranges)
+  for p in pairs(tls_owned) do
+    if not wanted[p] then tls_table:remove(p, dcp) tls_owned[p] = nil end
+  end
+  for p in pairs(wanted) do
+    if not tls_owned[p] then tls_table:add(p, dcp) tls_owned[p] = true end
+  end
+end
+
+take_tls_ports("11207")
+
 function dcp.prefs_changed()
   take_ports(tostring(dcp.prefs.tcp_ports))
+  take_tls_ports(tostring(dcp.prefs.tls_ports))
 end
+
+-- Findings in packet comments ----------------------------------------------------------------
+-- `dcpdissect analyze --annotate` writes one packet comment "[rule] message" per finding on
+-- each of its frames; a postdissector shows them under their own tree with expert info.
+local findings = Proto("dcpfindings", "dcpdissect findings")
+local f_finding = ProtoField.string("dcpfindings.finding", "Finding")
+local f_finding_rule = ProtoField.string("dcpfindings.rule", "Rule")
+local e_finding = ProtoExpert.new("dcpfindings.expert", "dcpdissect finding",
+                                  expert.group.PROTOCOL, expert.severity.WARN)
+findings.fields = {f_finding, f_finding_rule}
+findings.experts = {e_finding}
+local comment_field
+for _, name in ipairs({"frame.comment", "pkt_comment"}) do
+  local ok, field = pcall(Field.new, name)
+  if ok then comment_field = field break end
+end
+
+function findings.dissector(tvb, pinfo, tree)
+  if comment_field == nil then return end
+  local node
+  for _, c in ipairs({comment_field()}) do
+    local text = tostring(c.value)
+    local rule, message = string.match(text, "^%[([%w][%w%-]*)%] (.*)$")
+    if rule then
+      node = node or tree:add(findings, tvb(0, 0))
+      local item = node:add(f_finding, text)
+      item:add(f_finding_rule, rule):set_generated()
+      item:add_proto_expert_info(e_finding, text)
+    end
+  end
+end
+
+register_postdissector(findings)

@@ -17,7 +17,7 @@ from ..protocol import (
     DATATYPE, DATATYPE_FEATURES, DCP_OPCODES, DCP_OPEN_FLAGS, DCP_PORTS, FEATURE_COLLECTIONS,
     FLEXIBLE_MAGICS, FRAME_INFO_STREAM_ID, FRAME_INFOS_NOT_FOR_DCP, HEADER_SIZE, MAGICS,
     MAX_COLLECTIONS_KEY_LENGTH, MAX_COLLECTIONS_LOGICAL_KEY_LENGTH, MAX_FRAME_SIZE, MAX_KEY_LENGTH,
-    MAX_SYSTEM_XATTR_BYTES, MAX_XATTR_KEY_LENGTH,
+    MAX_SYSTEM_XATTR_BYTES, MAX_XATTR_KEY_LENGTH, TLS_PORTS,
     OPCODE_NAMES, OPCODES, REQUEST_FRAME_INFO_SIZES, REQUEST_FRAME_INFOS, REQUEST_MAGICS,
     RESPONSE_FRAME_INFOS, SERVER_MAGICS, SERVER_OPCODES, STATUS, Check, Field, FlagSet, Layout,
     Opcode, Shape, ValueNames,
@@ -386,4 +386,5 @@ def render() -> str:
             .replace("--@TABLES@\n", "\n".join(tables) + "\n")
             .replace("--@CHECKS@\n", checks)
             .replace("@HEADER_UNPACK@", header_unpack())
-            .replace("@PORTS@", ",".join(str(p) for p in DCP_PORTS)))
+            .replace("@PORTS@", ",".join(str(p) for p in DCP_PORTS))
+            .replace("@TLS_PORTS@", ",".join(str(p) for p in TLS_PORTS)))
