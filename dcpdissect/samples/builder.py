@@ -427,7 +427,8 @@ def all_specs() -> tuple[Spec, ...]:
             + tuple(__import__(f"{__package__}.scenarios_lifecycle", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_flow", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS)
-            + tuple(__import__(f"{__package__}.scenarios_ports", fromlist=['SPECS']).SPECS))
+            + tuple(__import__(f"{__package__}.scenarios_ports", fromlist=['SPECS']).SPECS)
+            + tuple(__import__(f"{__package__}.scenarios_collections", fromlist=['SPECS']).SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

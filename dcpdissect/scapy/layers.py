@@ -19,6 +19,7 @@ import struct
 from scapy.config import conf
 from scapy.fields import (
     BitField,
+    Field as ScapyField,
     ByteEnumField,
     ByteField,
     ConditionalField,
@@ -43,6 +44,7 @@ from scapy.layers.inet import TCP
 from scapy.packet import NoPayload, Packet, bind_bottom_up, bind_top_down
 
 from ..codec.header import frame_size
+from ..codec.keys import leb128, split_collection_key
 from ..protocol import (
     CLASSIC_HEADER,
     DATATYPE,
@@ -236,6 +238,29 @@ class FrameInfo(Packet):
 
 # --- header ---------------------------------------------------------------------------------
 
+class _CollectionIdField(ScapyField):
+    """The leb128 collection id before a document key (collection-aware connections). A
+    prefix the server would refuse (no stop byte, non-canonical) is left in the key (None)."""
+
+    def __init__(self, name: str):
+        super().__init__(name, None, fmt="I")
+
+    def addfield(self, pkt, s, val):
+        return s if val is None else s + leb128(val)
+
+    def getfield(self, pkt, s):
+        cid, prefix, problem = split_collection_key(s[:pkt._header_len("keylen")])
+        if problem or cid is None:
+            return s, None
+        return s[prefix:], cid
+
+    def i2repr(self, pkt, x):
+        if x is None:
+            return "None"
+        name = pkt._collection_name() if pkt is not None else None
+        return f"{x:#x}" + (f" ({name})" if name else "")
+
+
 def _flexible(p) -> bool:
     return p._magic() in FLEXIBLE_MAGICS
 
@@ -270,7 +295,12 @@ class MCBP(Packet):
                                          max_count=MAX_LIST_ITEMS), _flexible),
     ]
 
-    def __init__(self, _pkt=b"", *args, stream_id=None, **fields):
+    collections: bool | None = None     # keys carry a collection id (HELLO Collections)
+    collection_name: str | None = None  # the name of the key's collection, when known
+
+    def __init__(self, _pkt=b"", *args, stream_id=None, collections=None, **fields):
+        if collections is not None:     # read while dissecting the body
+            object.__setattr__(self, "collections", collections)
         super().__init__(_pkt, *args, **fields)
         if stream_id is not None:
             infos = list(self.getfieldval("frame_infos") or [])
@@ -473,7 +503,22 @@ class McbpBody(Packet):
         return self._extras_layout.size if self._extras_layout is not None else 0
 
     def _key_len(self) -> int:
-        return len(self.getfieldval("key") or b"") if "key" in self.default_fields else 0
+        if "key" not in self.default_fields:
+            return 0
+        cid = self.fields.get("collection_id")
+        return len(self.getfieldval("key") or b"") + (0 if cid is None else len(leb128(cid)))
+
+    def _collection_aware(self) -> bool:
+        """The key starts with a collection id: set on the layer, or read from a
+        connection that negotiated collections (``MCBP(data, collections=True)``)."""
+        if "collection_id" in self.fields:
+            return True
+        h = self._header()
+        return bool(h is not None and h.collections)
+
+    def _collection_name(self) -> str | None:
+        h = self._header()
+        return h.collection_name if h is not None else None
 
     def _extra_key(self) -> bool:
         """A key the table does not expect: shown when set or present on the wire."""
@@ -622,7 +667,13 @@ def _make_body(name, op, request, shape, ext, val, classes: dict[str, type]) -> 
     has_key = shape.key is not Presence.FORBIDDEN
     has_value = shape.value is not Presence.FORBIDDEN and not shape.values
     fields = layout_fields(ext, defaults) if ext is not None else []
-    key = StrLenField("key", b"", length_from=lambda p: p._header_len("keylen"))
+    if shape.document_key:
+        fields.append(ConditionalField(_CollectionIdField("collection_id"),
+                                       lambda p: p._collection_aware()))
+        key = StrLenField("key", b"", length_from=lambda p: p._header_len("keylen") - len(
+            leb128(p.fields["collection_id"]) if p.fields.get("collection_id") is not None else b""))
+    else:
+        key = StrLenField("key", b"", length_from=lambda p: p._header_len("keylen"))
     fields.append(key if has_key else ConditionalField(key, lambda p: p._extra_key()))
     min_len = ext.size if ext is not None else 0
     if val is not None and val.repeated:
@@ -728,6 +779,10 @@ def info_line(header: MCBP, body: McbpBody | None) -> str:
                 if f.shown == "never" or (f.shown == "if_set" and not value):
                     continue
                 parts.append(f"{f.label}={_field_text(f, value)}")
+        cid = body.fields.get("collection_id")
+        if cid is not None:
+            name = header.collection_name
+            parts.append(f"cid={cid:#x}" + (f"({name})" if name else ""))
         key = body.getfieldval("key") if "key" in body.default_fields else None
         if key:
             parts.append(f"key={key.decode('utf-8', 'backslashreplace')!r}")

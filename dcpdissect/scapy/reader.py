@@ -3,40 +3,105 @@
 from __future__ import annotations
 
 import os
+import warnings
+from typing import Iterator
 
+from scapy.layers.inet import IP, TCP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet
 from scapy.plist import PacketList
 from scapy.utils import EDecimal
 
+from ..analysis.collections import CollectionsView
+from ..codec import decode
 from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
-from ..reassembly.pdus import Options, Pdu, iter_events
+from ..reassembly.pdus import CaptureError, ConnectionOpened, Options, Pdu, Summary, iter_events
 from .layers import MCBP
 
 _NS = EDecimal(1_000_000_000)
+PROVENANCE = ("frames", "frame", "conn", "offset")
+NO_MAC = "00:00:00:00:00:00"     # the reassembled capture keeps no link-layer addresses
+ISN = 1                          # sequence number of each direction's first byte
+
+
+class CaptureWarning(UserWarning):
+    """The capture has a fault (truncated, corrupt): the packets before it were kept."""
 
 
 def read(path: str, **options) -> PacketList:
-    """Every complete PDU of a capture as an ``MCBP`` packet, in the order the reassembler
-    yields them. ``options`` are those of ``dcpdissect.reassembly.pdus.Options``
-    (``ports``, ``any_port``, ``max_connections``). Each packet carries ``frames`` (every
-    frame contributing bytes), ``frame`` (the completing frame), ``conn``, ``direction``
-    (0 client->server, 1 server->client), ``offset`` (stream offset) and ``time``.
+    """Every complete PDU of a capture as one ``Ether/IP/TCP/MCBP`` packet (see
+    :func:`iread`), in a ``PacketList`` that ``wrpcap`` writes back as a valid capture."""
+    return PacketList(list(iread(path, **options)), name=os.path.basename(path))
+
+
+def iread(path: str, **options) -> Iterator[Packet]:
+    """Yield every complete PDU of a capture, in the order the reassembler produces them,
+    without loading the file: ``Ether/IP(v6)/TCP/MCBP`` with the connection's addresses and
+    ports and TCP sequence numbers that place each PDU at its stream offset (so a written
+    file reassembles the same). ``options`` are those of
+    ``dcpdissect.reassembly.pdus.Options`` (``ports``, ``any_port``, ``max_connections``).
+
+    Each packet carries ``frames`` (every frame contributing bytes), ``frame`` (the
+    completing frame), ``conn``, ``direction`` (0 client->server, 1 server->client),
+    ``offset`` (stream offset) and ``time``. On a connection whose HELLO enabled
+    Collections, document keys are read as ``collection_id`` and the logical ``key``, and
+    the ``MCBP`` layer's ``collection_name`` holds the collection's name when a system event
+    gave it. A fault in the capture after its first frame (a truncated or corrupt file)
+    ends the iteration with a :class:`CaptureWarning` naming the file and frame; a file
+    that is not a capture at all raises ``CaptureError``.
     """
-    opts = Options(**options) if options else None
-    out = []
-    for ev in iter_events(path, opts):
-        if type(ev) is Pdu:
-            out.append(pdu_packet(ev))
-    return PacketList(out, name=os.path.basename(path))
+    summary = Summary()
+    view = CollectionsView()
+    ends: dict[int, tuple] = {}
+    acked: dict[tuple[int, int], int] = {}       # (conn, direction) -> next stream offset
+    try:
+        for ev in iter_events(path, Options(**options) if options else None, summary):
+            kind = type(ev)
+            if kind is ConnectionOpened:
+                ends[ev.conn] = (ev.client, ev.server)
+            if kind is not Pdu:
+                view.feed(ev)
+                continue
+            doc_key = view.feed(ev, decode(ev.data))
+            pkt = _on_tcp(ev, MCBP(ev.data, collections=view.aware(ev.conn)),
+                          ends.get(ev.conn), acked)
+            if doc_key is not None:
+                pkt[MCBP].collection_name = doc_key.name
+            yield pkt
+    except CaptureError as exc:
+        if not summary.frames:
+            raise
+        warnings.warn(CaptureWarning(f"{exc}; the {summary.pdus} PDUs before it were kept"),
+                      stacklevel=2)
 
 
-def pdu_packet(pdu: Pdu) -> MCBP:
-    """One reassembled PDU as an ``MCBP`` packet carrying its provenance."""
-    pkt = MCBP(pdu.data)
+def pdu_packet(pdu: Pdu, collections: bool | None = None) -> MCBP:
+    """One reassembled PDU as an ``MCBP`` packet carrying its provenance (``collections``:
+    the connection negotiated Collections, so document keys start with a collection id)."""
+    pkt = MCBP(pdu.data, collections=collections)
     pkt.time = EDecimal(pdu.ts_ns) / _NS
     pkt.direction = pdu.direction
     # Plain attributes, set directly so that they never reach a same-named field.
-    for name in ("frames", "frame", "conn", "offset"):
+    for name in PROVENANCE:
+        object.__setattr__(pkt, name, getattr(pdu, name))
+    return pkt
+
+
+def _on_tcp(pdu: Pdu, mcbp: MCBP, ends, acked: dict) -> Packet:
+    """``mcbp`` inside Ether/IP/TCP of its connection (unknown ends: 0.0.0.0, port 11210)."""
+    client, server = ends or (("0.0.0.0", 0), ("0.0.0.0", 11210))
+    src, dst = (client, server) if pdu.direction == 0 else (server, client)
+    ip = IPv6 if ":" in src[0] else IP
+    mine, other = (pdu.conn, pdu.direction), (pdu.conn, 1 - pdu.direction)
+    acked[mine] = max(acked.get(mine, 0), pdu.offset + len(pdu.data))
+    tcp = TCP(sport=src[1], dport=dst[1], flags="PA", seq=(ISN + pdu.offset) % 2**32,
+              ack=(ISN + acked.get(other, 0)) % 2**32)
+    pkt = Ether(src=NO_MAC, dst=NO_MAC) / ip(src=src[0], dst=dst[0]) / tcp / mcbp
+    pkt.time = EDecimal(pdu.ts_ns) / _NS
+    pkt.direction = pdu.direction
+    for name in PROVENANCE:
         object.__setattr__(pkt, name, getattr(pdu, name))
     return pkt
 
