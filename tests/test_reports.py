@@ -109,7 +109,7 @@ def _cuts(out: Path) -> dict[int, int]:
 def test_evidence_bundle_files_and_frame_map(marker_bundle):
     findings, out = marker_bundle
     assert {p.name for p in out.iterdir()} == {"evidence.pcap", "report.md", "README.txt",
-                                               "frames.tsv"}
+                                               "frames.tsv", "dcpdissect.lua"}
     original = frame_bytes(SAMPLES / "violations-marker.pcap")
     kept = frame_bytes(out / "evidence.pcap")
     fmap = _frame_map(out)
@@ -123,7 +123,7 @@ def test_evidence_bundle_files_and_frame_map(marker_bundle):
         assert f"{fmap[f.frame]} (original frame {f.frame})" in md
         assert f"frame.number in {{{fmap[f.frame]}}}" in md
     readme = (out / "README.txt").read_text()
-    assert "tshark -r evidence.pcap -o tcp.reassemble_out_of_order:TRUE" in readme
+    assert "tshark -r evidence.pcap -X lua_script:dcpdissect.lua -o dcp.tcp_ports:" in readme
     assert "frame.number in {" in readme and "Redaction: none" in readme and "kept whole" in readme
 
 
@@ -329,8 +329,9 @@ def test_readme_command_runs_verbatim(marker_bundle):
     assert line.strip() in (out / "report.md").read_text()
     res = subprocess.run(shlex.split(line), cwd=out, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("DCP Snapshot Marker Request") >= len(findings)
-    assert "Opcode: DCP Snapshot Marker (0x56)" in res.stdout
+    assert "Couchbase DCP, DcpSnapshotMarker" in res.stdout           # the bundled plugin
+    assert "Opcode: DcpSnapshotMarker (0x56)" in res.stdout
+    assert "Malformed" not in res.stdout and "Lua Error" not in res.stdout
 
 
 @needs_tshark
@@ -343,7 +344,7 @@ def test_kept_stretch_starting_mid_message_is_aligned(tmp_path):
         and p.frames[0] in q.frames and q.frames[0] != p.frames[0] for q in pdus))
     f = Finding("lost-pdu", "test", target.frame, target.frames, target.ts_ns, target.conn,
                 pdu=target.data)
-    out = write_evidence(str(SAMPLES / name), [f], Summary(), tmp_path)
+    out = write_evidence(str(SAMPLES / name), [f], Summary(), tmp_path, widen=False)
     fmap, cuts = _frame_map(out), _cuts(out)
     first = target.frames[0]
     assert first in cuts and 0 < cuts[first]
