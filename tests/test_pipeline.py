@@ -332,7 +332,8 @@ def test_spark_equals_analyze(spark, tmp_path):
     assert {(s["connection"], s["vbucket"], s["stream_id"]) for s in mine} == \
         {(1, 0, None), (1, 1, None), (1, 2, None), (2, 5, 7)}
     vb2 = next(s for s in mine if s["vbucket"] == 2)
-    assert (vb2["mutations"], vb2["min_seqno"], vb2["max_seqno"]) == (6, 1, 6)
+    assert (json.loads(vb2["items"])["DcpMutation"], vb2["min_seqno"], vb2["max_seqno"]) == \
+        (6, 1, 6)
     assert pq.read_table(tmp_path / "out" / "errors").num_rows == 0
 
 
@@ -490,6 +491,15 @@ def test_cli_usage_errors(capsys):
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main([str(ROOT / "docs" / "*.nothing"), "--out", "o"]) == 2
     assert "no capture files" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_port_out_of_range():
+    proc = subprocess.run([sys.executable, "-m", "dcpdissect.cli", "pipeline",
+                           str(ROOT / "samples" / "add-stream.pcap"), "--out", "o",
+                           "--port", "99999"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["dcpdissect: error: argument --port: port '99999' out "
+                                        "of range (1-65535) (see 'dcpdissect pipeline --help')"]
 
 
 def test_register_cli_adds_the_subcommand():

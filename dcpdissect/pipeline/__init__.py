@@ -17,6 +17,11 @@ EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 FAIL_ON = ("error", "warning", "info", "never")
 
 
+def keylog_text(path: str) -> str:
+    from ..cli.common import keylog_text as read
+    return read(path)
+
+
 def _size(text: str) -> int:
     from .chunks import parse_size
     try:
@@ -26,6 +31,7 @@ def _size(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..cli.common import parse_port
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="capture files, directories (searched recursively) or globs")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -39,10 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="FILE", help="also write the Markdown report to FILE")
     p.add_argument("--fail-on", choices=FAIL_ON, default="error",
                    help="exit 1 when a finding at or above this severity exists (default: error)")
-    p.add_argument("--port", type=int, action="append", default=[], metavar="N",
+    p.add_argument("--port", type=parse_port, action="append", default=[], metavar="N",
                    help="also decode TCP port N as MCBP (11210 and 11209 always are)")
     p.add_argument("--any-port", action="store_true",
                    help="heuristic: try every TCP connection, whatever its ports")
+    p.add_argument("--tls-keylog", type=keylog_text, metavar="FILE",
+                   help="decrypt TLS connections with this key log (its text travels to the "
+                        "executors with the options)")
 
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
@@ -101,7 +110,8 @@ def cmd_pipeline(args) -> int:
     if missing:
         print(f"dcpdissect: error: no such file: {', '.join(missing)}", file=err)
         return EXIT_BAD_INPUT
-    options = Options(ports=tuple(args.port), any_port=args.any_port)
+    options = Options(ports=tuple(args.port), any_port=args.any_port,
+                      tls_keylog=args.tls_keylog or "")
     spark = spark_session(args.master, conf=conf)
     try:
         result = run_pipeline(spark, paths, args.out, options, args.chunk_size)
