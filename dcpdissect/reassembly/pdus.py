@@ -109,7 +109,8 @@ class Summary:
         what = (f"TCP ports seen: {', '.join(map(str, seen[:5]))}"
                 f"{', ...' if len(seen) > 5 else ''}") if seen else "no TCP connections"
         if self.tls_connections:
-            what += f"; {self.tls_connections} TLS connection{'s' * (self.tls_connections != 1)} not decoded"
+            what += (f"; {self.tls_connections} TLS connection{'s' * (self.tls_connections != 1)} "
+                     "not decoded: give their key log with --tls-keylog")
         return (f"dcpdissect: no MCBP found in {self.path or 'the capture'} ({what}); if the "
                 f"traffic is MCBP on another port, try --port N (or --any-port)")
 

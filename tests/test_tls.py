@@ -1,0 +1,225 @@
+"""DCP inside TLS, decrypted with a key log: real OpenSSL sessions (Python's ssl, memory BIOs)
+carrying the resume-collapsed sample's conversation, for TLS 1.2 and 1.3 and each AEAD suite;
+the analyzer, the Lua plugin under tshark's own decryption and the Spark pipeline must all
+see the plaintext sample's messages and findings."""
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from scapy.all import TCP, rdpcap
+
+from dcpdissect.cli import main
+from dcpdissect.codec import decode
+from dcpdissect.reassembly.pdus import Options, Pdu, TlsProblem, iter_events
+from dcpdissect.samples.tls_capture import (TLS12_SUITES, TLS13_SUITES, build, build_with_suite)
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = ROOT / "samples" / "resume-collapsed.pcap"
+TLS_DIR = ROOT / "samples" / "tls"
+SAMPLE, SAMPLE_KEYS = TLS_DIR / "tls13-resume-collapsed.pcap", TLS_DIR / "tls13-resume-collapsed.keylog"
+PROBLEMS, PROBLEM_KEYS = TLS_DIR / "tls-problems.pcap", TLS_DIR / "tls-problems.keylog"
+LUA = ROOT / "lua" / "dcpdissect.lua"
+
+CASES = [("1.2", s) for s in TLS12_SUITES] + [("1.3", s) for s in TLS13_SUITES]
+# what tshark calls the suites (its tls.handshake.ciphersuite values)
+SUITE_CODES = {"ECDHE-ECDSA-AES128-GCM-SHA256": 0xC02B, "ECDHE-ECDSA-AES256-GCM-SHA384": 0xC02C,
+               "ECDHE-ECDSA-CHACHA20-POLY1305": 0xCCA9, "ECDHE-RSA-AES128-GCM-SHA256": 0xC02F,
+               "ECDHE-RSA-AES256-GCM-SHA384": 0xC030, "ECDHE-RSA-CHACHA20-POLY1305": 0xCCA8,
+               "TLS_AES_128_GCM_SHA256": 0x1301, "TLS_AES_256_GCM_SHA384": 0x1302,
+               "TLS_CHACHA20_POLY1305_SHA256": 0x1303}
+
+
+def events(path, keylog=None) -> list:
+    opts = Options(tls_keylog=Path(keylog).read_text()) if keylog else None
+    return list(iter_events(str(path), opts))
+
+
+def messages(path, keylog=None) -> list[tuple]:
+    return [(e.conn, e.direction, e.data) for e in events(path, keylog) if type(e) is Pdu]
+
+
+def analyze(path, capsys, *extra) -> tuple[int, Counter, str]:
+    rc = main(["analyze", str(path), "--format", "jsonl", *extra])
+    out, err = capsys.readouterr()
+    rules = Counter(r["rule"] for r in map(json.loads, out.splitlines()) if "rule" in r)
+    return rc, rules, err
+
+
+def tshark_opcodes(pcap, keylog) -> list[tuple[int, str]]:
+    """(frame, opcode) of every DCP message tshark decodes with its own TLS decryption."""
+    out = subprocess.run(["tshark", "-o", f"tls.keylog_file:{keylog}", "-X",
+                          f"lua_script:{LUA}", "-r", str(pcap), "-Y", "dcp", "-T", "fields",
+                          "-e", "frame.number", "-e", "dcp.opcode"],
+                         capture_output=True, text=True, check=True).stdout
+    return [(int(f), op) for line in out.splitlines() for f, ops in [line.split("\t")]
+            for op in ops.split(",")]
+
+
+def tshark_suites(pcap) -> set[int]:
+    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", "tls.handshake.type == 2", "-T",
+                          "fields", "-e", "tls.handshake.ciphersuite"],
+                         capture_output=True, text=True, check=True).stdout
+    return {int(x, 16) for x in out.split()}
+
+
+@pytest.fixture(scope="module")
+def plain_rules():
+    from dcpdissect.analysis.run import analyze_file
+    findings, _ = analyze_file(str(PLAIN))
+    return Counter(f.rule for f in findings)
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("version,suite", CASES)
+def test_openssl_session_decodes_like_the_plaintext(tmp_path, capsys, plain_rules, version, suite):
+    pcap, keylog = tmp_path / "tls.pcap", tmp_path / "tls.keylog"
+    build_with_suite(str(PLAIN), str(pcap), str(keylog), version, suite)
+    assert tshark_suites(pcap) == {SUITE_CODES[suite]}
+    assert b"resume-demo" not in pcap.read_bytes()          # the DcpOpen name is encrypted
+    want = messages(PLAIN)
+    assert len(want) == 16
+    assert messages(pcap, keylog) == want
+    rc, rules, err = analyze(pcap, capsys, "--tls-keylog", str(keylog))
+    assert (rc, rules) == (1, plain_rules) == (1, Counter({"resume-collapsed-snapshot": 1}))
+    assert "2 TLS connections opened with the key log" in err
+    # Wireshark's own decryption hands the same messages to the Lua plugin
+    ours = [(e.frame, f"0x{decode(e.data).opcode:02x}") for e in events(pcap, keylog)
+            if type(e) is Pdu]
+    assert tshark_opcodes(pcap, keylog) == ours
+
+
+def test_every_pdu_keeps_the_frames_of_its_records():
+    """A message's frames are data segments of its own direction, the last one completing it."""
+    pkts = rdpcap(str(SAMPLE))
+    data_dir = {i: int(p[TCP].sport == 11207) for i, p in enumerate(pkts, start=1)
+                if len(p[TCP].payload)}
+    pdus = [e for e in events(SAMPLE, SAMPLE_KEYS) if type(e) is Pdu]
+    assert len(pdus) == 16
+    for p in pdus:
+        assert p.frames and all(data_dir.get(f) == p.direction for f in p.frames), p
+        assert p.frame == max(p.frames)
+
+
+def test_record_spanning_segments_gives_every_frame(tmp_path):
+    """Records cut into 40-byte TCP segments: each message carries every frame of the
+    records its bytes came from."""
+    build(str(PLAIN), str(tmp_path / "t.pcap"), str(tmp_path / "t.keylog"), mss=40)
+    pdus = [e for e in events(tmp_path / "t.pcap", tmp_path / "t.keylog") if type(e) is Pdu]
+    assert [p.data for p in pdus] == [d for _, _, d in messages(PLAIN)]
+    sizes = {i: len(p[TCP].payload) for i, p in enumerate(rdpcap(str(tmp_path / "t.pcap")),
+                                                            start=1)}
+    for p in pdus:
+        # at least its own bytes + the inner content type + the 16-byte tag, 40 per segment
+        assert len(p.frames) >= (len(p.data) + 17 + 39) // 40, p
+        assert all(sizes[f] for f in p.frames) and p.frame == max(p.frames)
+
+
+def test_committed_sample_and_key_log():
+    got = messages(SAMPLE, SAMPLE_KEYS)
+    assert [d for _, _, d in got] == [d for _, _, d in messages(PLAIN)]
+    assert "CLIENT_TRAFFIC_SECRET_0" in SAMPLE_KEYS.read_text()
+
+
+def test_without_key_log_the_connections_are_reported_not_decoded(capsys):
+    rc, rules, err = analyze(SAMPLE, capsys)
+    assert rules == Counter({"tls-connection": 2}) and rc == 2
+    assert "no MCBP found" in err and "--tls-keylog" in err
+
+
+def test_missing_key_gives_tls_no_key_and_no_message(tmp_path, capsys):
+    other = tmp_path / "other.keylog"
+    other.write_text("CLIENT_RANDOM " + "ab" * 32 + " " + "cd" * 48 + "\n")
+    assert messages(SAMPLE, other) == []
+    rc, rules, err = analyze(SAMPLE, capsys, "--tls-keylog", str(other))
+    assert rules == Counter({"tls-no-key": 2}) and rc == 2     # nothing decoded at all
+    assert "no MCBP found" in err
+
+
+def test_wrong_key_gives_tls_auth_failed_and_no_garbage(tmp_path, capsys):
+    wrong = tmp_path / "wrong.keylog"
+    lines = [line.rsplit(" ", 1) for line in SAMPLE_KEYS.read_text().splitlines()
+             if not line.startswith("#")]
+    wrong.write_text("".join(f"{head} {'00' * (len(secret) // 2)}\n" for head, secret in lines))
+    assert messages(SAMPLE, wrong) == []
+    rc, rules, _ = analyze(SAMPLE, capsys, "--tls-keylog", str(wrong))
+    assert rules == Counter({"tls-auth-failed": 4}) and rc == 0      # warnings
+    rc, _, _ = analyze(SAMPLE, capsys, "--tls-keylog", str(wrong), "--fail-on", "warning")
+    assert rc == 1
+
+
+def test_altered_record_stops_only_its_direction(tmp_path):
+    """One byte of the first connection's last server record flipped: that direction stops
+    there, everything before it and the other connection decode as before."""
+    pkts = rdpcap(str(SAMPLE))
+    last = max(i for i, p in enumerate(pkts) if p[TCP].dport == 50430 and len(p[TCP].payload))
+    raw = bytes(pkts[last])
+    data = SAMPLE.read_bytes()
+    at = data.index(raw) + len(raw) - 1
+    bad = tmp_path / "altered.pcap"
+    bad.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1:])
+    evs = events(bad, SAMPLE_KEYS)
+    problems = [e for e in evs if type(e) is TlsProblem]
+    assert [(p.conn, p.rule, p.frame) for p in problems] == [(1, "tls-auth-failed", last + 1)]
+    got = [(e.conn, e.direction, e.data) for e in evs if type(e) is Pdu]
+    want = messages(PLAIN)
+    lost = [m for m in want if m[0] == 1 and m[1] == 1][-3:]      # marker + 2 mutations
+    assert got == [m for m in want if m not in lost]
+
+
+def test_problem_sample(capsys):
+    rc, rules, err = analyze(PROBLEMS, capsys, "--tls-keylog", str(PROBLEM_KEYS))
+    assert rules == Counter({"tls-no-key": 1, "tls-auth-failed": 2, "tls-unsupported": 1,
+                             "tls-gap": 1, "capture-gap": 1, "semantics-suppressed": 1})
+    assert rc == 0
+    by_port = Counter()
+    for e in events(PROBLEMS, PROBLEM_KEYS):
+        if type(e) is Pdu:
+            by_port[e.conn] += 1
+    # 60001: all 7 messages; 60005: all but the server's last segment (marker + 2 items)
+    assert sorted(by_port.values()) == [4, 7]
+
+
+def test_key_log_errors_are_one_line(tmp_path, capsys):
+    assert main(["analyze", str(SAMPLE), "--tls-keylog", str(tmp_path / "none.keylog")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("dcpdissect: error: argument --tls-keylog: ") and "none.keylog" in err
+    empty = tmp_path / "empty.keylog"
+    empty.write_text("# nothing\n")
+    assert main(["dissect", str(SAMPLE), "--tls-keylog", str(empty)]) == 2
+    assert "no key log line" in capsys.readouterr().err
+
+
+def test_dissect_with_key_log(capsys):
+    assert main(["dissect", str(SAMPLE), "--tls-keylog", str(SAMPLE_KEYS), "--format",
+                 "jsonl"]) == 0
+    rows = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "opcode" in r]
+    assert len(rows) == 16
+
+
+def test_local_pipeline_stages_equal_analyze():
+    from dcpdissect.analysis.run import analyze_file
+    from dcpdissect.pipeline import core
+    opts = Options(tls_keylog=SAMPLE_KEYS.read_text())
+    res = core.run_local([str(SAMPLE)], opts)[str(SAMPLE)]
+    ref, summary = analyze_file(str(SAMPLE), opts)
+    assert [(f.rule, f.frame, f.frames) for f in res.findings] == \
+        [(f.rule, f.frame, f.frames) for f in ref]
+    assert res.messages == summary.pdus == 16
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_pipeline_decrypts_with_the_key_log(spark, tmp_path):
+    from dcpdissect.pipeline.spark import run_pipeline
+    opts = Options(tls_keylog=SAMPLE_KEYS.read_text())
+    paths = [str(SAMPLE), str(PROBLEMS)]
+    res = run_pipeline(spark, paths, str(tmp_path / "out"), opts, progress=None)
+    assert res.messages[str(SAMPLE)] == 16
+    assert Counter(f.rule for f in res.findings[str(SAMPLE)]) == \
+        Counter({"resume-collapsed-snapshot": 1})
+    # the problem capture's key log is not given: all five connections lack their keys
+    assert Counter(f.rule for f in res.findings[str(PROBLEMS)]) == Counter({"tls-no-key": 5})
