@@ -10,10 +10,10 @@ from tabulate import tabulate
 
 from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary, iter_events
-from ..reports.messages import jsonl_line
+from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
-                     StopOnSigint, add_capture_options, capture_options, live_output, os_error,
-                     ports_report)
+                     StopOnSigint, add_capture_options, add_time_option, capture_options,
+                     live_output, os_error, ports_report)
 
 FAIL_ON = ("error", "warning", "info", "never")
 
@@ -21,26 +21,33 @@ FAIL_ON = ("error", "warning", "info", "never")
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="find spec violations in a capture")
     p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
-    p.add_argument("--format", choices=("table", "jsonl", "markdown"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
+                   help="html: one self-contained page (summary, connections, findings, a "
+                        "timeline per vbucket)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report to FILE instead of stdout")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write the timeline of every vbucket to DIR as SVG and PNG")
+    p.add_argument("--annotate", metavar="OUT.pcapng",
+                   help="write a copy of the capture with a packet comment '[rule] message' "
+                        "on every frame of every finding")
     p.add_argument("--fail-on", choices=FAIL_ON, default="error",
                    help="exit 1 when a finding at or above this severity exists (default: error)")
     p.add_argument("--evidence", metavar="DIR",
                    help="write a bug-report bundle: trimmed pcap, Markdown report, tshark command")
     p.add_argument("--redact", action="store_true",
-                   help="with --evidence: replace document keys and values by placeholders")
+                   help="replace document keys and values by placeholders of the same length "
+                        "in every output (table, jsonl, markdown, html, --evidence bundle)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr (default: when stderr is a terminal and the "
                         "capture is 20 MB or more)")
+    p.add_argument("--rule", action="append", metavar="ID",
+                   help="report only this rule (repeatable; ids in docs/rules.md)")
+    p.add_argument("--exclude-rule", action="append", metavar="ID",
+                   help="do not report this rule (repeatable)")
+    add_time_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_analyze)
-
-
-def _finding_row(f) -> list:
-    from ..reports.messages import iso_time
-    return [f.frame if f.frame is not None else "-",
-            iso_time(f.ts_ns)[11:-4] if f.ts_ns is not None else "-",
-            f.connection if f.connection is not None else "-",
-            f.vbucket if f.vbucket is not None else "-", f.rule, f.message]
 
 
 def _check_evidence_dir(where: str) -> int:
@@ -53,34 +60,68 @@ def _check_evidence_dir(where: str) -> int:
 
 
 def cmd_analyze(args) -> int:
+    if args.file == "-" and args.evidence:      # the bundle reads the capture again
+        from ..reports.evidence import spool_stdin
+        with spool_stdin() as spool:
+            return _analyze(args, spool.path)
+    return _analyze(args, args.file)
+
+
+def _analyze(args, capture_copy: str) -> int:
+    """``analyze``; ``capture_copy`` is the capture as the evidence bundle reads it."""
     from ..analysis.engine import Analyzer
     from ..analysis.findings import Finding
     from ..analysis.rules import SEVERITY_RANK
-    from ..reports.findings import finding_record, findings_table, summary_rows
+    from ..reports.connections import ConnectionLegend
+    from ..reports.findings import (FINDING_HEADERS, finding_record, finding_row,
+                                    findings_table, summary_rows)
     from ..reports.progress import Progress
 
+    if (problem := _unknown_rule(args.rule or ()) or _unknown_rule(args.exclude_rule or ())):
+        print(f"dcpdissect: error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.evidence and _check_evidence_dir(args.evidence):
+        return EXIT_BAD_INPUT
+    if args.annotate and (problem := _annotate_problem(args)):
+        print(f"dcpdissect: error: --annotate {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     live = args.file == "-"
     live_output(args.file)
-    out = sys.stdout
+    out = _output(args.output)
+    if out is None:
+        return EXIT_BAD_INPUT
+    timeline = None
+    if args.format == "html" or args.plot:
+        from ..reports.timeline import TimelineCollector
+        timeline = TimelineCollector()
     # Live input: each finding leaves as soon as it is known (jsonl, table); otherwise
     # (and for markdown) the findings are printed sorted by frame at the end.
     stream_jsonl = live and args.format == "jsonl"
-    live_table = (LiveTable(out, ("frame", "time", "conn", "vb", "rule", "message"))
+    live_table = (LiveTable(out, FINDING_HEADERS)
                   if live and args.format == "table" else None)
+    summary = Summary()
+    clock = Clock(args.time, summary)
+    legend = ConnectionLegend()
 
     def found(new) -> None:
+        if args.rule or args.exclude_rule:
+            new = [f for f in new if (not args.rule or f.rule in args.rule)
+                   and f.rule not in (args.exclude_rule or ())]
+        new = _shown(new, args.redact)
         findings.extend(new)
         for f in new:
             if stream_jsonl:
-                out.write(jsonl_line(finding_record(f)))
+                out.write(jsonl_line(finding_record(f, legend.record(f.connection))))
             elif live_table is not None:
-                live_table.row(_finding_row(f))
+                live_table.row(finding_row(f, clock))
 
     progress = Progress(f"analyzing {args.file}", enabled=args.progress)
-    summary = Summary()
     analyzer = Analyzer()
+    streams = None              # per-stream accounting, for the report's streams table
+    if args.format == "markdown":
+        from ..analysis.stream_summary import StreamSummary
+        streams = StreamSummary(analyzer)
+    feed, finish = (streams.feed, streams.finish) if streams else (analyzer.feed, analyzer.finish)
     findings: list = []
     hook = progress.attach
     try:
@@ -89,7 +130,10 @@ def cmd_analyze(args) -> int:
                 for n, ev in enumerate(iter_events(args.file, capture_options(args), summary,
                                                    hook)):
                     guard.busy = True
-                    new = analyzer.feed(ev)
+                    legend.feed(ev)
+                    if timeline is not None:
+                        timeline.feed(ev)
+                    new = feed(ev)
                     if new:
                         found(new)
                     if not n & 1023:
@@ -101,37 +145,53 @@ def cmd_analyze(args) -> int:
                 summary.error = str(exc)
     finally:
         progress.close()
-    found(analyzer.finish())
+    found(finish())
     flow = analyzer.streams.flow.timelines() if args.format == "jsonl" else None
     findings.sort(key=Finding.sort_key)
     summary_line = summary.line() + f", {len(findings)} findings"
+    cited = {c for f in findings
+             for c in (f.connection, f.fields.get("previous_connection")) if type(c) is int}
     if args.format == "jsonl":
         from ..reports.findings import flow_control_records
         if not stream_jsonl:
             for f in findings:
-                out.write(jsonl_line(finding_record(f)))
+                out.write(jsonl_line(finding_record(f, legend.record(f.connection))))
         for rec in flow_control_records(flow):
             out.write(jsonl_line(rec))
+    elif args.format == "html":
+        from ..reports.html import html_report
+        out.write(html_report(args.file, _shown(findings, args.redact), summary, legend,
+                              timeline, redacted=args.redact))
     elif args.format == "markdown":
         from ..reports.markdown import markdown_report
-        out.write(markdown_report(args.file, findings, summary))
+        from ..reports.streams import stream_records
+        out.write(markdown_report(args.file, findings, summary,
+                                  connections={c: legend.label(c) for c in cited
+                                               if c is not None},
+                                  streams=stream_records(streams.streams, findings)))
     elif live_table is not None:
         out.write("\n" + (tabulate(summary_rows(findings),
                                    headers=("rule", "severity", "count", "title"),
                                    disable_numparse=True) + "\n" if findings
                           else "no findings\n"))
     else:
-        out.write(findings_table(findings))
+        out.write(findings_table(findings, clock))
+    if args.format == "table" and findings:
+        out.write("\n" + legend.table(cited))
     out.flush()
     if args.evidence:
-        from ..reports.evidence import write_evidence
+        from ..reports.evidence import write_bundle
         try:
-            where = write_evidence(args.file, findings, summary, args.evidence,
-                                   redact=args.redact)
+            bundle = write_bundle(capture_copy, findings, summary, args.evidence,
+                                    redact=args.redact, options=capture_options(args))
         except OSError as exc:
             print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        print(f"evidence written to {where}", file=sys.stderr)
+        _bundle_note(bundle)
+    if out is not sys.stdout:
+        out.close()
+    if _extra_files(args, _shown(findings, args.redact), legend, timeline):
+        return EXIT_BAD_INPUT
     print(summary_line, file=sys.stderr)
     if guard.hit:
         print(INTERRUPTED, file=sys.stderr)
@@ -146,3 +206,81 @@ def cmd_analyze(args) -> int:
             return EXIT_FINDINGS
     return EXIT_OK
 
+
+def _bundle_note(bundle) -> None:
+    """Say on stderr what the evidence bundle holds."""
+    if bundle.pcap is None:
+        print(f"no findings: no evidence capture written (README.txt and report.md in "
+              f"{bundle.path} say so)", file=sys.stderr)
+        return
+    print(f"evidence written to {bundle.path}: {bundle.pcap.name} with {bundle.frames} "
+          f"frames (selection: {bundle.step})", file=sys.stderr)
+    if bundle.unreproduced:
+        print(f"dcpdissect: warning: the evidence capture does not reproduce "
+              f"{len(bundle.unreproduced)} findings: "
+              + ", ".join(f"{f.rule} (frame {f.frame})" for f in bundle.unreproduced),
+              file=sys.stderr)
+
+
+def _unknown_rule(ids) -> str | None:
+    """``unknown rule 'x' (did you mean ...?)`` for the first id not in the catalogue."""
+    import difflib
+
+    from ..analysis.rules import RULES
+    for rid in ids:
+        if rid not in RULES:
+            close = difflib.get_close_matches(rid, RULES, n=3, cutoff=0.6)
+            hint = (f"did you mean {', '.join(close)}?" if close
+                    else "the rule ids are listed in docs/rules.md")
+            return f"unknown rule {rid!r} ({hint})"
+    return None
+
+
+def _output(path: str | None):
+    """Where the report goes: stdout, or the file of ``-o`` (None: it cannot be opened)."""
+    if not path or path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        print(f"dcpdissect: error: --output {os_error(exc)}", file=sys.stderr)
+        return None
+
+
+def _annotate_problem(args) -> str | None:
+    if args.file == "-":
+        return "needs a capture file to copy, not stdin"
+    if args.redact:
+        return ("copies every frame as captured, documents included; it cannot honour "
+                "--redact (--evidence DIR --redact writes a redacted capture)")
+    return None
+
+
+def _shown(findings: list, redact: bool) -> list:
+    if not redact:
+        return findings
+    from ..reports.redact import redact_finding
+    return [redact_finding(f) for f in findings]
+
+
+def _extra_files(args, findings, legend, timeline) -> int:
+    """--plot and --annotate; each file written is named on stderr. Exit code."""
+    try:
+        if args.plot:
+            from ..reports.timeline import write_plots
+            written = write_plots(args.plot, timeline, findings,
+                                  {c: legend.label(c) for c in legend.opened})
+            print(f"{len(written)} timeline files written to {args.plot}", file=sys.stderr)
+        if args.annotate:
+            from ..reports.annotate import write_annotated
+            frames, commented = write_annotated(args.file, args.annotate, findings)
+            print(f"annotated capture written to {args.annotate}: {frames} frames, "
+                  f"{commented} with finding comments", file=sys.stderr)
+    except OSError as exc:
+        option = "--plot" if args.plot and not args.annotate else "--annotate"
+        print(f"dcpdissect: error: {option} {os_error(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except CaptureError as exc:
+        print(f"dcpdissect: error: --annotate {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK

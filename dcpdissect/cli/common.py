@@ -175,3 +175,59 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT,
                   f"dcpdissect: error: {message} (see '{self.prog} --help')\n")
 
+
+
+def parse_follow(text: str) -> dict:
+    """``vb:N[,sid:M][,conn:K]`` (``--follow``) -> {"vb": N, "sid": M, "conn": K}."""
+    limits = {"vb": (0, 0xFFFF), "sid": (0, 0xFFFF), "conn": (1, 1 << 31)}
+    spec: dict = {}
+    for part in text.split(","):
+        name, _, value = part.strip().partition(":")
+        if name not in limits or name in spec:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected vb:N[,sid:M][,conn:K]")
+        spec[name] = _int_in(*limits[name], name)(value)
+    if "vb" not in spec:
+        raise argparse.ArgumentTypeError(f"{text!r}: vb:N is required")
+    return spec
+
+
+def parse_instant(text: str):
+    """``--from``/``--to``: seconds after the capture's first frame (``2.5``), or an ISO 8601
+    time (``2026-11-24T10:22:13.05Z``; UTC when no offset is given). Returns ("relative",
+    ns) or ("absolute", ns since the epoch)."""
+    import datetime as dt
+    from decimal import Decimal, InvalidOperation
+    try:
+        return "relative", int(Decimal(text) * 1_000_000_000)
+    except (InvalidOperation, ValueError, OverflowError):
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"time {text!r}: give seconds after the first frame (e.g. 2.5) or an ISO 8601 "
+            "time (e.g. 2026-11-24T10:22:13.05Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return "absolute", (delta.days * 86400 + delta.seconds) * 1_000_000_000 \
+        + delta.microseconds * 1000
+
+
+class TimeWindow:
+    """``--from``/``--to`` of a capture: whether a frame time lies in the window (bounds
+    included); relative bounds count from ``summary.first_ts_ns``."""
+
+    def __init__(self, start, end, summary):
+        self.start, self.end, self.summary = start, end, summary
+
+    def __bool__(self) -> bool:
+        return self.start is not None or self.end is not None
+
+    def _ns(self, bound) -> int:
+        kind, ns = bound
+        return ns + (self.summary.first_ts_ns or 0) if kind == "relative" else ns
+
+    def contains(self, ts_ns: int) -> bool:
+        return ((self.start is None or ts_ns >= self._ns(self.start))
+                and (self.end is None or ts_ns <= self._ns(self.end)))

@@ -6,13 +6,17 @@ import sys
 
 from tabulate import tabulate
 
+from ..analysis.collections import CollectionsView
 from ..capture.readers import CaptureError
 from ..codec import decode
 from ..protocol import opcode_code
 from ..reassembly.pdus import Pdu, Summary, iter_events
-from ..reports.messages import TABLE_HEADERS, jsonl_line, message_record, table_row
+from ..reports.connections import ConnectionLegend
+from ..reports.messages import TABLE_HEADERS, Clock, jsonl_line, message_record, table_row
+from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
-                     add_capture_options, capture_options, checked_opcode, live_output,
+                     TimeWindow, add_capture_options, add_time_option, capture_options,
+                     checked_opcode, live_output, parse_follow, parse_instant, parse_port,
                      parse_vbucket, ports_report)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
@@ -25,18 +29,48 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.add_argument("--opcode", type=checked_opcode, action="append",
                    help="only this opcode (number or name, e.g. 0x56 or DcpSnapshotMarker)")
-    p.add_argument("--vbucket", type=parse_vbucket, action="append", help="only this vbucket")
+    p.add_argument("--vbucket", type=parse_vbucket, action="append",
+                   help="only the requests of this vbucket and the responses to them "
+                        "(responses carry no vbucket: matched by opaque on their connection), "
+                        "e.g. the failover log and rollback answers of its stream requests")
+    p.add_argument("--follow", type=parse_follow, metavar="vb:N[,sid:M][,conn:K]",
+                   help="every message of one stream in both directions: Add Stream, stream "
+                        "request, failover log, rollback or error answers, markers and items, "
+                        "their acks, buffer acks, StreamEnd, CloseStream and their responses")
+    p.add_argument("--conn", type=parse_port, action="append", metavar="K",
+                   help="only connection K (the numbers of the conn column)")
+    p.add_argument("--stream-id", type=parse_vbucket, action="append", metavar="M",
+                   help="only the requests of stream id M and the responses to them")
+    p.add_argument("--from", dest="time_from", type=parse_instant, metavar="TIME",
+                   help="only frames at or after TIME: seconds after the capture's first frame "
+                        "(2.5) or an ISO 8601 time (2026-11-24T10:22:13.05Z, UTC if no offset)")
+    p.add_argument("--to", dest="time_to", type=parse_instant, metavar="TIME",
+                   help="only frames at or before TIME (as --from)")
     p.add_argument("--no-conventions", action="store_true",
                    help="skip the start-seqno convention of snapshot markers (saves "
                         "running the analyzer; never computed for stdin)")
+    p.add_argument("--redact", action="store_true",
+                   help="replace document keys by placeholders of the same length")
+    add_time_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_dissect)
 
 
 def cmd_dissect(args) -> int:
+    from ..analysis.stream_summary import StreamFilter
     opcodes = set(args.opcode or ())
-    vbuckets = set(args.vbucket or ())
+    follow = args.follow or {}
+
+    def chosen(given, name) -> set:
+        return set(given or ()) | ({follow[name]} if name in follow else set())
+    streams = StreamFilter(chosen(args.vbucket, "vb"), chosen(args.stream_id, "sid"),
+                           chosen(args.conn, "conn"), stream_only=bool(follow))
     summary = Summary()
+    window = TimeWindow(args.time_from, args.time_to, summary)
+    clock = Clock(args.time, summary)
+    legend = ConnectionLegend()
+    collections = CollectionsView()     # collection ids and names of document keys
+    shown: set = set()          # connections with a row: named in the table's legend
     live_output(args.file)
     out = sys.stdout
     rows: list = []
@@ -53,12 +87,15 @@ def cmd_dissect(args) -> int:
             first_block = False
 
     def emit(record: dict) -> None:
+        if args.redact:
+            record = redact_record(record)
+        shown.add(record["connection"])
         if args.format == "jsonl":
             out.write(jsonl_line(record))
         elif live_table is not None:
-            live_table.row(table_row(record))
+            live_table.row(table_row(record, clock))
         else:
-            rows.append(table_row(record))
+            rows.append(table_row(record, clock))
             if len(rows) >= TABLE_BLOCK:
                 flush_rows()
 
@@ -75,20 +112,25 @@ def cmd_dissect(args) -> int:
         try:
             for ev in iter_events(args.file, capture_options(args), summary):
                 guard.busy = True
+                legend.feed(ev)
                 if analyzer is not None:
                     analyzer.feed(ev)
                 if type(ev) is Pdu:
                     msg = decode(ev.data)
+                    doc_key = collections.feed(ev, msg)
                     record = None
-                    if (not opcodes or msg.opcode in opcodes) and (not vbuckets
-                                                                   or msg.vbucket in vbuckets):
-                        record = message_record(ev, msg)
+                    if ((not streams or streams.wants(ev, msg))
+                            and (not opcodes or msg.opcode in opcodes)
+                            and (not window or window.contains(ev.ts_ns))):
+                        record = message_record(ev, msg, doc_key)
                     if ordered is not None:
                         ordered.add(ev, msg, record)
                     elif record is not None:
                         if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
                             record["convention"] = None
                         emit(record)
+                else:
+                    collections.feed(ev)
                 guard.busy = False
                 if guard.hit:
                     break
@@ -99,6 +141,8 @@ def cmd_dissect(args) -> int:
         analyzer.finish()
         ordered.close()
     flush_rows()
+    if args.format == "table" and shown:
+        out.write("\n" + legend.table(shown))
     out.flush()
     print(summary.line(), file=sys.stderr)
     if guard.hit:

@@ -8,14 +8,18 @@ from tabulate import tabulate
 
 from ..analysis.findings import Finding
 from ..analysis.rules import RULES, SEVERITY_RANK
-from .messages import iso_time
+from .messages import Clock, iso_time
+
+FINDING_HEADERS = ("frame", "time", "conn", "vb", "rule", "message")
 
 
-def finding_record(f: Finding) -> dict:
+def finding_record(f: Finding, connection_info: dict | None = None) -> dict:
     """The object of one finding: ``analyze --format jsonl`` writes it with
     :func:`~dcpdissect.reports.messages.jsonl_line` (seqnos and uuids in ``fields`` as
-    decimal strings); the pipeline's ``findings`` rows keep Python ints."""
-    return {
+    decimal strings), with the legend entry of its connection
+    (:meth:`~.connections.ConnectionLegend.record`) as ``connection_info``; the
+    pipeline's ``findings`` rows keep Python ints."""
+    record = {
         "rule": f.rule,
         "severity": f.severity,
         "title": f.title,
@@ -28,6 +32,9 @@ def finding_record(f: Finding) -> dict:
         "opaque": f.opaque,
         "fields": f.fields,
     }
+    if connection_info is not None:
+        record["connection_info"] = connection_info
+    return record
 
 
 def flow_control_records(series: dict) -> list[dict]:
@@ -46,16 +53,19 @@ def summary_rows(findings: list[Finding]) -> list[list]:
     return [[r, RULES[r].severity, counts[r], RULES[r].title] for r in order]
 
 
-def findings_table(findings: list[Finding]) -> str:
+def finding_row(f: Finding, clock: Clock | None = None) -> list:
+    """The finding's cells under :data:`FINDING_HEADERS`."""
+    return [f.frame if f.frame is not None else "-", (clock or Clock()).text(f.ts_ns),
+            f.connection if f.connection is not None else "-",
+            f.vbucket if f.vbucket is not None else "-", f.rule, f.message]
+
+
+def findings_table(findings: list[Finding], clock: Clock | None = None) -> str:
     if not findings:
         return "no findings\n"
     head = tabulate(summary_rows(findings), headers=("rule", "severity", "count", "title"),
                     disable_numparse=True)
-    rows = [[f.frame if f.frame is not None else "-",
-             iso_time(f.ts_ns)[11:-4] if f.ts_ns is not None else "-",
-             f.connection if f.connection is not None else "-",
-             f.vbucket if f.vbucket is not None else "-", f.rule, f.message]
-            for f in findings]
-    body = tabulate(rows, headers=("frame", "time", "conn", "vb", "rule", "message"),
+    clock = clock or Clock()
+    body = tabulate([finding_row(f, clock) for f in findings], headers=FINDING_HEADERS,
                     disable_numparse=True, maxcolwidths=[None, None, None, None, None, 100])
     return head + "\n\n" + body + "\n"

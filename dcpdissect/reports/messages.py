@@ -20,6 +20,38 @@ def iso_time(ts_ns: int) -> str:
     return f"{stamp}.{ns:09d}Z"
 
 
+TIME_MODES = ("absolute", "relative", "delta")
+
+
+class Clock:
+    """Times of table rows (``--time``): ``absolute`` ISO 8601 in UTC with the date and
+    microseconds (``2026-11-24T10:22:13.050011Z``), ``relative`` seconds since the
+    capture's first frame (``summary.first_ts_ns``, read when a row is written), ``delta``
+    seconds since the previous row of the table."""
+
+    def __init__(self, mode: str = "absolute", summary=None):
+        self.mode, self.summary, self.previous = mode, summary, None
+
+    def text(self, ts_ns: int | None) -> str:
+        if ts_ns is None:
+            return "-"
+        if self.mode == "absolute":
+            return iso_time(ts_ns)[:-4] + "Z"
+        if self.mode == "relative":
+            origin = getattr(self.summary, "first_ts_ns", None)
+            base = ts_ns if origin is None else origin
+        else:
+            base = ts_ns if self.previous is None else self.previous
+            self.previous = ts_ns
+        return _seconds(ts_ns - base)
+
+
+def _seconds(ns: int) -> str:
+    sign = "-" if ns < 0 else ""
+    secs, rest = divmod(abs(ns), 1_000_000_000)
+    return f"{sign}{secs}.{rest // 1000:06d}"
+
+
 def _civil(secs: int) -> str:
     """UTC date and time of any epoch second, proleptic Gregorian (H. Hinnant's algorithm)."""
     days, rem = divmod(secs, 86400)
@@ -108,12 +140,13 @@ def jsonl_line(record: dict) -> str:
     return _json.dumps(json_safe(record), separators=(",", ":")) + "\n"
 
 
-def message_record(pdu, msg: Message) -> dict:
+def message_record(pdu, msg: Message, doc_key=None) -> dict:
     """The object of one message: ``dissect --format jsonl`` writes it with
     :func:`jsonl_line`; also the source of the table row and the pipeline's ``messages``
-    rows (Python ints)."""
+    rows (Python ints). ``doc_key`` (a :class:`~dcpdissect.analysis.collections.DocKey`)
+    adds ``collection_id`` and ``collection_name`` and makes ``key`` the logical key."""
     fields = dict(msg.fields)
-    return {
+    record = {
         "frame": pdu.frame,
         "frames": list(pdu.frames),
         "time": iso_time(pdu.ts_ns),
@@ -145,6 +178,10 @@ def message_record(pdu, msg: Message) -> dict:
         "names": field_names(msg),
         "problems": [p.text for p in msg.problems],
     }
+    if doc_key is not None:
+        record["key"] = key_text(doc_key.key)
+        record["collection_id"], record["collection_name"] = doc_key.collection_id, doc_key.name
+    return record
 
 
 def _record_shape(record: dict) -> Shape | None:
@@ -190,6 +227,9 @@ def details(record: dict) -> str:
             parts.append(f"{label}={value}")
     if record.get("convention"):
         parts.append(f"conv={record['convention']}")
+    if "collection_id" in record:
+        name = record["collection_name"]
+        parts.append(f"cid={record['collection_id']:#x}" + (f"({name})" if name else ""))
     if record["key"] is not None:
         parts.append(f"key={record['key']!r}")
     if record["problems"]:
@@ -207,14 +247,15 @@ def frames_text(frames) -> str:
     return ",".join(map(str, frames))
 
 
-def table_row(record: dict) -> list:
+def table_row(record: dict, clock: Clock | None = None) -> list:
     frame_text = frames_text(record["frames"])
     if record["request"]:
         vb_status = f"vb:{record['vbucket']}"
     else:
         vb_status = record["status_name"]
     return [
-        frame_text, record["time"][11:-4], record["connection"], record["direction"],
+        frame_text, (clock or Clock()).text(record["ts_ns"]), record["connection"],
+        record["direction"],
         f"{record['magic']:#04x}", record["opcode_name"], vb_status,
         f"{record['opaque']:#010x}", "" if record["stream_id"] is None else record["stream_id"],
         details(record),

@@ -1,0 +1,92 @@
+"""The connection legend: who each numbered connection of a report is.
+
+One record per decoded connection: client and server ``ip:port``, the DcpOpen name, the
+bucket SelectBucket chose, and the role of memcached's side (``producer`` when the accepted
+DcpOpen carries the Producer flag, ``consumer`` without it, ``mcbp`` when the connection's
+start was captured and it never opened DCP, None when the capture does not show). Fed with
+the capture's events; only the few requests that name a connection are decoded.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from ..analysis.negotiation import DCP_OPEN, DCP_CONTROL, HELLO, SELECT_BUCKET, Negotiation
+from ..codec import decode
+from ..codec.header import peek
+from ..reassembly.connections import ConnectionOpened
+from ..reassembly.framing import Pdu
+from .messages import iso_time
+
+_NAMING = frozenset({HELLO, DCP_OPEN, DCP_CONTROL, SELECT_BUCKET})
+COLUMNS = ("conn", "client", "server", "role", "bucket", "dcp name", "first frame")
+
+
+def _address(ends: tuple) -> str:
+    host, port = ends
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+def role(neg: Negotiation | None) -> str | None:
+    if neg is None:
+        return None
+    if neg.consumer is not None:
+        return "consumer" if neg.consumer else "producer"
+    return "mcbp" if neg.dcp is False else None
+
+
+class ConnectionLegend:
+    """Collects the legend while the events go by (:meth:`feed`); :meth:`records` and
+    :meth:`label` read it at any time."""
+
+    def __init__(self):
+        self.opened: dict[int, ConnectionOpened] = {}
+        self.negotiated: dict[int, Negotiation] = {}
+
+    def feed(self, ev) -> None:
+        kind = type(ev)
+        if kind is Pdu:
+            neg = self.negotiated.get(ev.conn)
+            if neg is None:
+                return
+            if peek(ev.data).opcode in _NAMING:
+                neg.on_message(decode(ev.data), ev.direction == 0)
+        elif kind is ConnectionOpened:
+            self.opened[ev.conn] = ev
+            self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
+
+    def record(self, conn: int | None) -> dict | None:
+        """The legend entry of one connection (None: not a decoded connection)."""
+        if conn not in self.opened:
+            return None
+        o, neg = self.opened[conn], self.negotiated[conn]
+        return {"connection": conn, "client": _address(o.client),
+                "server": _address(o.server), "role": role(neg), "bucket": neg.bucket,
+                "dcp_name": neg.name, "first_frame": o.frame, "time": iso_time(o.ts_ns),
+                "start_captured": not o.mid_stream}
+
+    def records(self, conns=None) -> list[dict]:
+        """The legend of ``conns`` (default: every connection), by connection number."""
+        return [self.record(c) for c in sorted(self.opened) if conns is None or c in conns]
+
+    def label(self, conn: int) -> str:
+        """``client → server (role, bucket, "name")``: one line naming a connection."""
+        r = self.record(conn)
+        if r is None:
+            return f"connection {conn}"
+        extra = [x for x in (r["role"], r["bucket"] and f"bucket {r['bucket']}",
+                             r["dcp_name"] and f'"{r["dcp_name"]}"') if x]
+        return f"{r['client']} → {r['server']}" + (f" ({', '.join(extra)})" if extra else "")
+
+    def rows(self, conns=None) -> list[list]:
+        """Table rows under :data:`COLUMNS`."""
+        return [[r["connection"], r["client"], r["server"], r["role"] or "-",
+                 r["bucket"] or "-", r["dcp_name"] or "-", r["first_frame"]]
+                for r in self.records(conns)]
+
+    def table(self, conns=None) -> str:
+        """The legend as a table (empty string when there is no connection to name)."""
+        rows = self.rows(conns)
+        if not rows:
+            return ""
+        return "connections\n" + tabulate(rows, headers=COLUMNS, disable_numparse=True) + "\n"
