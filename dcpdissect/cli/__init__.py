@@ -17,8 +17,8 @@ def build_parser() -> OneLineParser:
     sub = parser.add_subparsers(dest="command", required=True)
     from ..luagen import register_cli as register_lua
     from ..pipeline import register_cli as register_pipeline
-    from . import analyze, dissect, rollback_check
-    for module in (dissect, analyze, rollback_check):
+    from . import analyze, dissect, rollback_check, streams
+    for module in (dissect, analyze, streams, rollback_check):
         module.register(sub)
     register_lua(sub)
     register_pipeline(sub)

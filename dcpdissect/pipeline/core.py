@@ -37,24 +37,29 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator
+from decimal import Decimal
 from typing import NamedTuple
 
 from ..analysis.engine import Analyzer
 from ..analysis.findings import Finding
+from ..analysis.stream_summary import StreamSummary
 from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
-from ..protocol import HEADER_SIZE, SERVER_MAGICS, STREAM_OPCODES, TLS_PORTS, opcode_code
+from ..protocol import HEADER_SIZE, TLS_PORTS
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
 from ..reports.messages import (
     DIRECTIONS,
     field_names,
+    is_u64_name,
     iso_time,
     key_text,
     message_record,
 )
+from ..reports.streams import STREAM_COLUMNS as STREAM_RECORD_COLUMNS
+from ..reports.streams import stream_records
 from .chunks import FileIndex, Piece, index_file, read_piece
 
 END = 1 << 62                    # sort-key frame of end-of-capture events
@@ -358,6 +363,7 @@ class FileAnalysis:
         self.path = path
         self.events: list | None = [] if keep_events else None
         self.analyzer = Analyzer()
+        self.streams = StreamSummary(self.analyzer)
         self.findings: list[Finding] = []
         self.ids: dict[tuple[str, int], int] = {}
         self.conns: dict[int, list] = {}
@@ -381,18 +387,22 @@ class FileAnalysis:
             count_event(self.conns[gid], kind, ev)
         if self.events is not None:
             self.events.append(ev)
-        found = self.analyzer.feed(ev)
+        found = self.streams.feed(ev)
         self.findings += found
         return found
 
     def finish(self) -> list[Finding]:
-        rest = self.analyzer.finish()
+        rest = self.streams.finish()
         self.findings += rest
         self.findings.sort(key=Finding.sort_key)
         return rest
 
     def connection_rows(self) -> list[ConnRow]:
         return [ConnRow(*r) for r in self.conns.values()]
+
+    def stream_rows(self) -> list[tuple]:
+        """The ``streams`` rows, after :meth:`finish`."""
+        return stream_rows(self.path, self.streams.streams, self.findings)
 
 
 # -- summaries -------------------------------------------------------------------------------
@@ -511,19 +521,24 @@ loads = pickle.loads
 
 # -- one file in one pass ---------------------------------------------------------------------
 
-STREAM_COLUMNS = ("capture_file", "connection", "vbucket", "stream_id", "messages",
-                  "snapshot_markers", "mutations", "deletions", "expirations", "stream_ends",
-                  "min_seqno", "max_seqno", "first_frame", "last_frame", "first_time",
-                  "last_time")
-# Columns of ``streams`` that count one opcode each (by its kv_engine name). A stream's
-# messages are the requests of the opcodes in ``protocol.STREAM_OPCODES`` (Opcode.stream).
-STREAM_COUNTS = (("snapshot_markers", "DcpSnapshotMarker"), ("mutations", "DcpMutation"),
-                 ("deletions", "DcpDeletion"), ("expirations", "DcpExpiration"),
-                 ("stream_ends", "DcpStreamEnd"))
-_MESSAGES_AT = STREAM_COLUMNS.index("messages")
-_STREAM_COUNTED = {opcode_code(name): STREAM_COLUMNS.index(column) - _MESSAGES_AT
-                   for column, name in STREAM_COUNTS}      # opcode -> index in a stream row
-_INT64 = 1 << 63
+# The ``streams`` table: the records of ``dcpdissect streams``, capture file first, ``items``
+# as JSON text and seqnos and uuids as decimal(20, 0) values.
+STREAM_COLUMNS = ("capture_file",) + STREAM_RECORD_COLUMNS
+
+
+def stream_rows(path: str, streams: list, findings: list[Finding]) -> list[tuple]:
+    """The file's ``streams`` rows (:data:`STREAM_COLUMNS`) from its per-stream accounting
+    (``StreamSummary.streams``) and findings."""
+    def cell(column, value):
+        if column == "items":
+            return _json(value)
+        if value is not None and is_u64_name(column):
+            return Decimal(value)
+        return value
+    return [(path,) + tuple(cell(c, r[c]) for c in STREAM_RECORD_COLUMNS)
+            for r in stream_records(streams, findings)]
+
+
 HEADER_COLUMNS = ("magic", "magic_name", "opcode", "opcode_name", "request", "vbucket", "status",
                   "status_name", "opaque", "cas", "datatype", "framing_len", "extlen", "keylen",
                   "bodylen", "value_len")
@@ -531,8 +546,7 @@ HEADER_COLUMNS = ("magic", "magic_name", "opcode", "opcode_name", "request", "vb
 
 class MessageColumns:
     """The ``messages`` rows of one file, column by column (the values of
-    :func:`message_row`), built in batches from (Pdu, decoded Message) pairs; also
-    aggregates the ``streams`` rows of the file."""
+    :func:`message_row`), built in batches from (Pdu, decoded Message) pairs."""
 
     def __init__(self, path: str):
         self.path = path
@@ -541,7 +555,6 @@ class MessageColumns:
         self._magics: dict = {}
         self._status: dict = {None: None}
         self._named: dict = {}
-        self.streams: dict = {}
 
     def _time(self, ts_ns: int) -> str:
         secs, ns = divmod(ts_ns, 1_000_000_000)
@@ -567,7 +580,7 @@ class MessageColumns:
         return v
 
     def columns(self, pdus: list, msgs: list, time: bool = True, header: bool = True) -> dict:
-        """Column name → list of values for these messages; also counts their streams.
+        """Column name → list of values for these messages.
         ``time=False`` leaves ``time`` out (None; it follows from ``ts_ns``, see
         :func:`iso_time`). ``header=False`` leaves out the columns of :data:`HEADER_COLUMNS`
         and gives ``header``, the messages' 24-byte headers end to end, instead."""
@@ -593,7 +606,6 @@ class MessageColumns:
             cols.update(self._header(msgs))
         else:
             cols["header"] = b"".join([p.data[:HEADER_SIZE] for p in pdus])
-        self._count_streams(pdus, msgs)
         return cols
 
     def _header(self, msgs: list) -> dict:
@@ -620,46 +632,6 @@ class MessageColumns:
             "value_len": [m.value_len for m in msgs],
         }
 
-    def _count_streams(self, pdus: list, msgs: list) -> None:
-        streams = self.streams
-        ops = STREAM_OPCODES
-        counted = _STREAM_COUNTED
-        for p, m in zip(pdus, msgs):
-            vb = m.vbucket
-            if p.direction != 1 or vb is None or not m.is_request or m.opcode not in ops:
-                continue
-            key = (p.conn, vb, m.stream_id)
-            frame, ts = p.frame, p.ts_ns
-            seqno = m.fields.get("by_seqno")
-            if type(seqno) is not int or not -_INT64 <= seqno < _INT64:
-                seqno = None
-            row = streams.get(key)
-            if row is None:
-                row = streams[key] = [0, 0, 0, 0, 0, 0, seqno, seqno, frame, frame, ts, ts]
-            row[0] += 1
-            k = counted.get(m.opcode)
-            if k is not None and m.magic not in SERVER_MAGICS:
-                row[k] += 1
-            if seqno is not None:
-                if row[6] is None or seqno < row[6]:
-                    row[6] = seqno
-                if row[7] is None or seqno > row[7]:
-                    row[7] = seqno
-            if frame < row[8]:
-                row[8] = frame
-            elif frame > row[9]:
-                row[9] = frame
-            if ts < row[10]:
-                row[10] = ts
-            elif ts > row[11]:
-                row[11] = ts
-
-    def stream_rows(self) -> list[tuple]:
-        """The file's ``streams`` rows (:data:`STREAM_COLUMNS`), ordered like the table."""
-        keys = sorted(self.streams, key=lambda k: (k[0], k[1], k[2] is not None, k[2] or 0))
-        return [(self.path,) + k + tuple(self.streams[k][:10])
-                + (iso_time(self.streams[k][10]), iso_time(self.streams[k][11])) for k in keys]
-
 
 class WholeFile(NamedTuple):
     path: str
@@ -681,8 +653,8 @@ def analyze_whole(path: str, options: Options | None, result: list,
     ``time`` and ``header``: see :meth:`MessageColumns.columns`."""
     summary = Summary(path=path)
     stream = PduStream(options, summary)
-    analyzer = Analyzer()
-    feed, feed_message = analyzer.feed, analyzer.feed_message
+    streams = StreamSummary(Analyzer())
+    feed, feed_message = streams.feed, streams.feed_message
     findings: list[Finding] = []
     conns: dict[int, list] = {}
     table = MessageColumns(path)
@@ -728,10 +700,10 @@ def analyze_whole(path: str, options: Options | None, result: list,
     yield from run(stream.finish())
     if pdus:
         yield table.columns(pdus, msgs, time, header)
-    findings += analyzer.finish()
+    findings += streams.finish()
     findings.sort(key=Finding.sort_key)
-    result.append(WholeFile(path, findings, summary, count,
-                            [ConnRow(*r) for r in conns.values()], table.stream_rows(), error))
+    result.append(WholeFile(path, findings, summary, count, [ConnRow(*r) for r in conns.values()],
+                            stream_rows(path, streams.streams, findings), error))
 
 
 # -- the whole thing in one process ------------------------------------------------------------

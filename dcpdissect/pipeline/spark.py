@@ -17,7 +17,9 @@ Larger files go through the chunked stages:
     stage C  repartition(file) + sortWithinPartitions(file, sort key)
              + mapInArrow, one file at a time → findings and connections
     messages events (Pdu) ⋈ connection ids → decoded rows, in parallel
-    streams  aggregated from messages
+
+The ``streams`` rows come from the per-stream accounting of the analysis (stage C, or the
+whole-file task), as ``dcpdissect streams`` prints them.
 
 Stage C is the one serial step per capture file: cross-connection rules (resume fidelity,
 rollback, add-stream correlation) need every connection of the file in capture order.
@@ -38,7 +40,7 @@ from typing import NamedTuple
 
 from ..capture.readers import CaptureError, open_capture
 from ..reassembly.pdus import Options, Summary
-from ..reports.messages import iso_time
+from ..reports.messages import is_u64_name, iso_time
 from . import core
 from .chunks import DEFAULT_CHUNK_SIZE, index_file
 
@@ -139,6 +141,7 @@ def _schemas():
         BinaryType,
         BooleanType,
         DecimalType,
+        DoubleType,
         IntegerType,
         LongType,
         StringType,
@@ -147,7 +150,9 @@ def _schemas():
     )
 
     S, L, I, B, Y = StringType(), LongType(), IntegerType(), BooleanType(), BinaryType()
-    arrow = {S: pa.string(), L: pa.int64(), I: pa.int32(), B: pa.bool_(), Y: pa.binary()}
+    D = DoubleType()
+    arrow = {S: pa.string(), L: pa.int64(), I: pa.int32(), B: pa.bool_(), Y: pa.binary(),
+             D: pa.float64()}
 
     def make(cols):
         spark_fields, arrow_fields = [], []
@@ -188,8 +193,12 @@ def _schemas():
                  "key": S, "layout": S, "fields": S, "names": S, "problems": SA,
                  "capture_file": S}
     message = make([(c, msg_types[c]) for c in core.MESSAGE_COLUMNS])
-    stream_types = {"capture_file": S, "connection": I, "vbucket": I, "stream_id": I,
-                    "first_time": S, "last_time": S}
+    stream_types = {c: S for c in ("capture_file", "client", "server", "role", "bucket",
+                                   "dcp_name", "answer", "items", "ended", "end_reason",
+                                   "first_time", "last_time")}
+    stream_types.update({"connection": I, "vbucket": I, "stream_id": I,
+                         "duration": D})
+    stream_types.update({c: DecimalType(20, 0) for c in core.STREAM_COLUMNS if is_u64_name(c)})
     types = {"string": S, "long": L}
     return {"chunk": chunk, "seg": seg, "event": event, "analysis": analysis,
             "message": message, "finding_cols": [c for c, _ in finding_cols],
@@ -480,7 +489,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                  for p in paths}
     findings = {p: state.findings.get(p, []) for p in paths}
     counts = {p: state.counts.get(p, 0) for p in paths}
-    state.streams.sort(key=lambda r: (r[0], r[1], r[2], r[3] is not None, r[3] or 0))
+    state.streams.sort(key=lambda r: r[0])     # each file's rows are in order already
     files = [_file_row(summaries[p], len(findings[p]), counts[p]) for p in paths]
     for name, key, rows in (("findings", "finding", [r for p in paths for r in state.finding_rows[p]]),
                             ("connections", "connection", [r for p in paths for r in state.conn_rows[p]]),
@@ -653,6 +662,9 @@ def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size
             for f in fa.findings:
                 yield from out_b.add(("finding",) + core.finding_row(path, f)
                                      + (None,) * (n_conn + 2), len(f.pdu or b""))
+            for row in fa.stream_rows():
+                yield from out_b.add(("stream", path) + (None,) * (n_find - 2) + (core.dumps(row),)
+                                     + (None,) * (n_conn + 2))
             local = {gid: key for key, gid in fa.ids.items()}
             for c in fa.connection_rows():
                 row = [None] * n_find
@@ -719,6 +731,8 @@ def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size
         if row["kind"] == "finding":
             state.findings[path].append(core.finding_from_row(row.asDict()))
             state.finding_rows[path].append(tuple(row[c] for c in finding_cols))
+        elif row["kind"] == "stream":          # a streams row, pickled in ``pdu``
+            state.streams.append(core.loads(row["pdu"]))
         else:
             ids[path, row["flow"], row["local_conn"]] = row["connection"]
             state.counts[path] += row["messages_c2s"] + row["messages_s2c"]
@@ -726,38 +740,15 @@ def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size
     timings["analysis"] = time.monotonic() - t2
 
     t3 = time.monotonic()
-    say("pipeline: messages and streams")
+    say("pipeline: messages")
     b_ids = sc.broadcast(ids)
     (events.filter(F.col("etype") == "Pdu").select("capture_file", "flow", "conn", "blob")
      .mapInArrow(messages, sch["message"][0])
      .write.mode("append" if append else "overwrite").parquet(f"{out}/messages"))
-    msgs = spark.read.parquet(f"{out}/messages")
-    if append:
-        msgs = msgs.filter(F.col("capture_file").isin(paths))
-    state.streams += [tuple(r) for r in _streams(msgs, F).collect()]
     timings["messages"] = time.monotonic() - t3
     events.unpersist()
     b_ids.unpersist()
     b_clocks.unpersist()
-
-
-def _streams(msgs, F):
-    """One row per (capture_file, connection, vbucket, stream_id) of the DCP stream messages
-    a producer sends (server → client requests: markers, mutations, stream ends, ...)."""
-    from ..protocol import STREAM_OPCODES
-    seqno = F.get_json_object("fields", "$.by_seqno").cast("long")
-    name = F.col("opcode_name")
-    stream_ops = F.col("opcode").isin(*sorted(STREAM_OPCODES))
-    counts = [F.sum((name == opcode).cast("long")).alias(column)
-              for column, opcode in core.STREAM_COUNTS]
-    return (msgs.filter(stream_ops & F.col("request") & (F.col("direction") == "s2c")
-                        & F.col("vbucket").isNotNull())
-            .groupBy("capture_file", "connection", "vbucket", "stream_id")
-            .agg(F.count(F.lit(1)).alias("messages"), *counts,
-                 F.min(seqno).alias("min_seqno"), F.max(seqno).alias("max_seqno"),
-                 F.min("frame").alias("first_frame"), F.max("frame").alias("last_frame"),
-                 F.min("time").alias("first_time"), F.max("time").alias("last_time"))
-            .orderBy("capture_file", "connection", "vbucket", "stream_id"))
 
 
 _ERROR_COLUMNS = (("capture_file", "string"), ("stage", "string"), ("chunk_offset", "long"),

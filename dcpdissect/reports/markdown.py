@@ -77,9 +77,11 @@ def _frame_text(n, frame_map) -> str:
 
 def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int, int] | None = None,
                     *, title: str | None = None, notes: list[str] = (),
-                    connections: dict[int, str] | None = None, max_per_rule: int = 25) -> str:
+                    connections: dict[int, str] | None = None, max_per_rule: int = 25,
+                    streams: list[dict] | None = None) -> str:
     """Capture summary, per-rule table, then every finding grouped by rule with its decoded
-    fields, a hexdump of its PDU, a Wireshark filter and the rule's rationale.
+    fields, a hexdump of its PDU, a Wireshark filter and the rule's rationale. With
+    ``streams`` (:func:`~.streams.stream_records`), a streams table after the summary.
 
     With ``frame_map`` (original frame number -> frame number in a trimmed capture) frame
     numbers and filters refer to the trimmed capture. At most ``max_per_rule`` findings
@@ -108,6 +110,9 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
     for f in sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule, f.sort_key())):
         groups.setdefault(f.rule, []).append(f)
 
+    if streams is not None:
+        from .streams import streams_markdown
+        out += streams_markdown(streams)
     out += ["## Summary by rule", ""]
     if not groups:
         out += ["No findings.", ""]

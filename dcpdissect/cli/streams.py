@@ -1,0 +1,69 @@
+"""``dcpdissect streams``: one row per DCP stream of a capture."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..capture.readers import CaptureError
+from ..reassembly.pdus import Summary, iter_events
+from ..reports.messages import jsonl_line
+from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, StopOnSigint, add_capture_options,
+                     capture_options, ports_report)
+
+EXAMPLES = """\
+examples:
+  dcpdissect streams samples/rollback-correct.pcap
+  dcpdissect streams capture.pcapng --format jsonl | jq 'select(.answer == "rollback")'
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "streams", help="one row per DCP stream: request, answer, items, how it ended",
+        description="One row per DCP stream (a stream request, or a producer's first message "
+                    "for a stream whose request was not captured): its connection, vbucket "
+                    "and stream id, the requested range, the answer, markers and items by "
+                    "opcode, seqnos, the last snapshot, how it ended, its duration and the "
+                    "findings on it by severity.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    add_capture_options(p)
+    p.set_defaults(func=cmd_streams)
+
+
+def cmd_streams(args) -> int:
+    from ..analysis.engine import Analyzer
+    from ..analysis.stream_summary import StreamSummary
+    from ..reports.streams import stream_records, streams_table
+
+    summary = Summary()
+    streams = StreamSummary(Analyzer())
+    findings: list = []
+    with StopOnSigint() as guard:
+        try:
+            for ev in iter_events(args.file, capture_options(args), summary):
+                guard.busy = True
+                findings += streams.feed(ev)
+                guard.busy = False
+                if guard.hit:
+                    break
+        except CaptureError as exc:
+            summary.error = str(exc)
+    findings += streams.finish()
+    records = stream_records(streams.streams, findings)
+    out = sys.stdout
+    if args.format == "jsonl":
+        for r in records:
+            out.write(jsonl_line(r))
+    else:
+        out.write(streams_table(records))
+    out.flush()
+    print(summary.line() + f", {len(records)} streams", file=sys.stderr)
+    if guard.hit:
+        print(INTERRUPTED, file=sys.stderr)
+    if summary.error:
+        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return ports_report(summary) or EXIT_OK
