@@ -223,3 +223,43 @@ def test_spark_pipeline_decrypts_with_the_key_log(spark, tmp_path):
         Counter({"resume-collapsed-snapshot": 1})
     # the problem capture's key log is not given: all five connections lack their keys
     assert Counter(f.rule for f in res.findings[str(PROBLEMS)]) == Counter({"tls-no-key": 5})
+
+
+def _request_key_update(ssl_object) -> None:
+    """OpenSSL's SSL_key_update(SSL_KEY_UPDATE_REQUESTED) on an ``SSLObject`` (Python's ssl
+    has no call for it): its SSL* follows the object header and the socket weakref."""
+    import ctypes
+    libssl = ctypes.CDLL("libssl.so.3")
+    libssl.SSL_key_update.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    libssl.SSL_version.argtypes = [ctypes.c_void_p]
+    ptr = ctypes.c_void_p.from_address(id(ssl_object._sslobj) + 3 * ctypes.sizeof(ctypes.c_void_p)).value
+    assert libssl.SSL_version(ptr) == 0x0304          # it is the SSL* of this TLS 1.3 session
+    assert libssl.SSL_key_update(ptr, 1) == 1
+
+
+@pytest.mark.tshark
+def test_key_updates_move_both_directions_to_the_next_secret(tmp_path):
+    """The client asks for a key update after every message it sends (the server answers
+    with its own): both directions change keys several times, every message decodes."""
+    from dcpdissect.samples.netsynth import Endpoint, TcpConversation, write_pcap
+    from dcpdissect.samples.tls_capture import TlsPair, conversations, self_signed
+    pcap, keylog = tmp_path / "ku.pcap", tmp_path / "ku.keylog"
+    convs = []
+    cert = self_signed(str(tmp_path))
+    for c in conversations(str(PLAIN)):
+        conv = TcpConversation(Endpoint(*c["client"]), Endpoint(c["server"][0], 11207),
+                               start_ns=c["ts_ns"])
+        pair = TlsPair(conv, "1.3", None, cert, str(keylog))
+        pair.handshake()
+        for direction, data in c["chunks"]:
+            pair.send(direction, data)
+            if direction == 0:
+                _request_key_update(pair.ends[0])
+        conv.close()
+        convs.append(conv)
+    write_pcap(str(pcap), convs)
+    out = subprocess.run(["tshark", "-o", f"tls.keylog_file:{keylog}", "-r", str(pcap), "-Y",
+                          "tls.handshake.type == 24", "-T", "fields", "-e", "tcp.srcport"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out.count("11207") >= 4 and len(out) - out.count("11207") >= 4   # both directions
+    assert messages(pcap, keylog) == messages(PLAIN)
