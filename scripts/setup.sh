@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a development environment from a clean clone: a virtual environment in .venv with
-# dcpdissect and its test dependencies, and tshark (Debian package) for the cross-checks.
+# dcpdissect and its test dependencies, tshark (Debian package) for the cross-checks and
+# chromium (Debian package) for the HTML report's browser test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,4 +19,12 @@ if ! command -v tshark >/dev/null 2>&1; then
     echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "installing chromium (Debian package)..." >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
 fi

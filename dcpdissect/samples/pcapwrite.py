@@ -181,9 +181,10 @@ class PcapngWriter:
         ts_ns: int,
         data: bytes,
         wirelen: int | None = None,
-        comment: str | None = None,
+        comment: str | list[str] | None = None,
     ) -> None:
-        """Append an Enhanced Packet Block on ``interface``.
+        """Append an Enhanced Packet Block on ``interface``, with one ``opt_comment``
+        per comment given (a string or a list of strings).
 
         The timestamp is converted to the interface resolution by flooring.
         """
@@ -195,7 +196,8 @@ class PcapngWriter:
         if ts >= 1 << 64:
             raise ValueError("timestamp does not fit 64 bits")
         captured, orig = _lengths(data, wirelen, snaplen)
-        opts = [(_OPT_COMMENT, comment.encode("utf-8"))] if comment else []
+        comments = [comment] if isinstance(comment, str) else comment or []
+        opts = [(_OPT_COMMENT, c.encode("utf-8")) for c in comments if c]
         body = (
             struct.pack(self._bo + "IIIII", interface, ts >> 32, ts & 0xFFFFFFFF, len(captured), orig)
             + captured

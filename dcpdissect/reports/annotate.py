@@ -1,0 +1,47 @@
+"""A copy of a capture with the findings as pcapng packet comments.
+
+Every frame of every finding gets one comment ``[rule] message`` per finding (Wireshark
+shows them under the frame and filters them as ``frame.comment``). Frames are copied as
+read: timestamps (nanosecond resolution), link types, captured bytes and original lengths.
+"""
+
+from __future__ import annotations
+
+from ..analysis.findings import Finding
+from ..capture.readers import open_capture
+from ..samples.pcapwrite import PcapngWriter
+from .markdown import finding_frames
+
+NS_RESOLUTION = 9          # if_tsresol: 10^-9 s, so every input timestamp is kept exactly
+
+
+def finding_comments(findings: list[Finding]) -> dict[int, list[str]]:
+    """frame number -> its comments, one per finding in ``findings`` order."""
+    comments: dict[int, list[str]] = {}
+    for f in findings:
+        for n in finding_frames(f):
+            comments.setdefault(n, []).append(f"[{f.rule}] {f.message}")
+    return comments
+
+
+def write_annotated(source: str, target: str, findings: list[Finding]) -> tuple[int, int]:
+    """Copy ``source`` (pcap or pcapng, gzip allowed) to the pcapng file ``target`` with
+    the findings' comments; returns (frames written, frames commented). Raises
+    CaptureError for an unreadable source and OSError for an unwritable target."""
+    comments = finding_comments(findings)
+    interfaces: dict[tuple[int, int], int] = {}     # (input interface, link type) -> output
+    written = commented = 0
+    with open_capture(source) as reader, open(target, "wb") as fh:
+        out = PcapngWriter(fh)
+        for frame in reader:
+            key = (frame.interface, frame.linktype)
+            iface = interfaces.get(key)
+            if iface is None:
+                iface = interfaces[key] = out.add_interface(frame.linktype,
+                                                            tsresol=NS_RESOLUTION)
+            notes = comments.get(frame.number)
+            out.write(iface, frame.ts_ns, frame.data, frame.wirelen, comment=notes)
+            written += 1
+            commented += bool(notes)
+        out.close()
+    return written, commented

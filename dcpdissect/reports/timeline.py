@@ -1,0 +1,272 @@
+"""What the timeline plots show: per vbucket, its streams' requests, answers, snapshots,
+items and the capture's gaps, collected while the capture's events go by.
+
+Only the stream messages are decoded (their header tells); the seqno of an item is the
+field its opcode's table names (``seqno_field``), as the snapshot rules read it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..codec import decode
+from ..codec.header import peek
+from ..protocol import STATUS_ROLLBACK, STREAM_OPCODES, opcode_code
+from ..reassembly.connections import StreamGap
+from ..reassembly.framing import Pdu, Resync
+
+STREAM_REQUEST = opcode_code("DcpStreamReq")
+MARKER = opcode_code("DcpSnapshotMarker")
+STREAM_END = opcode_code("DcpStreamEnd")
+_WATCHED = STREAM_OPCODES | {STREAM_REQUEST}
+
+
+@dataclass
+class Lane:
+    """One stream of one connection: ``(conn, vbucket, stream id)``. Times are ns."""
+    conn: int
+    vb: int
+    sid: int | None
+    items: list = field(default_factory=list)       # (ts, seqno, opcode name, frame)
+    snapshots: list = field(default_factory=list)   # [ts, start, end, frame]
+    requests: list = field(default_factory=list)    # (ts, start, snap_start, snap_end, frame)
+    rollbacks: list = field(default_factory=list)   # (ts, rollback seqno, frame)
+    ends: list = field(default_factory=list)        # (ts, frame)
+    last_ts: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"conn {self.conn}" + (f" sid {self.sid}" if self.sid is not None else "")
+
+
+class TimelineCollector:
+    """Feed every event of the capture (:meth:`feed`); :meth:`vbuckets` groups the lanes."""
+
+    def __init__(self):
+        self.lanes: dict[tuple, Lane] = {}
+        self.asked: dict[tuple, Lane] = {}          # (conn, opaque) -> lane of a request
+        self.gaps: dict[int, list] = {}             # conn -> [(ts, frame, what)]
+        self.frame_seqno: dict[int, int] = {}       # frame -> a seqno it carries
+        self.first_ts = self.last_ts = None
+
+    def _lane(self, conn: int, vb: int, sid) -> Lane:
+        key = (conn, vb, sid)
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = Lane(conn, vb, sid)
+        return lane
+
+    def feed(self, ev) -> None:
+        ts = getattr(ev, "ts_ns", None)
+        if ts is not None:
+            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+            self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        kind = type(ev)
+        if kind is Pdu:
+            if peek(ev.data).opcode in _WATCHED:
+                self._message(ev, decode(ev.data))
+        elif kind is StreamGap or (kind is Resync and ev.reason == "garbage"):
+            what = (f"{ev.length} bytes missing" if kind is StreamGap
+                    else f"{ev.skipped} bytes skipped")
+            self.gaps.setdefault(ev.conn, []).append((ev.ts_ns, ev.frame, what))
+
+    def _message(self, pdu, msg) -> None:
+        f, ts = msg.fields, pdu.ts_ns
+        if not msg.is_request:
+            lane = self.asked.pop((pdu.conn, msg.opaque), None)
+            if lane is not None and msg.opcode == STREAM_REQUEST:
+                lane.last_ts = ts
+                if msg.status == STATUS_ROLLBACK and "rollback_seqno" in f:
+                    lane.rollbacks.append((ts, f["rollback_seqno"], pdu.frame))
+                    self.frame_seqno[pdu.frame] = f["rollback_seqno"]
+            return
+        lane = self._lane(pdu.conn, msg.vbucket, msg.stream_id)
+        lane.last_ts = ts
+        if msg.opcode == STREAM_REQUEST:
+            if "start_seqno" in f:
+                lane.requests.append((ts, f["start_seqno"], f["snap_start_seqno"],
+                                      f["snap_end_seqno"], pdu.frame))
+                self.frame_seqno[pdu.frame] = f["start_seqno"]
+            self.asked[(pdu.conn, msg.opaque)] = lane
+        elif msg.opcode == MARKER and "start_seqno" in f:
+            lane.snapshots.append([ts, f["start_seqno"], f["end_seqno"], pdu.frame])
+            self.frame_seqno.setdefault(pdu.frame, f["start_seqno"])
+        elif msg.opcode == STREAM_END:
+            lane.ends.append((ts, pdu.frame))
+        else:
+            seqno_field = msg.spec.seqno_field if msg.spec else None
+            if seqno_field and seqno_field in f:
+                lane.items.append((ts, f[seqno_field], msg.name, pdu.frame))
+                self.frame_seqno[pdu.frame] = f[seqno_field]
+
+    def vbuckets(self) -> dict[int, list[Lane]]:
+        """vbucket -> its lanes (by connection and stream id), only those that show data
+        or a request."""
+        out: dict[int, list[Lane]] = {}
+        for key in sorted(self.lanes, key=lambda k: (k[1], k[0], k[2] or 0)):
+            lane = self.lanes[key]
+            if lane.items or lane.snapshots or lane.requests:
+                out.setdefault(lane.vb, []).append(lane)
+        return out
+
+
+# --- plots ----------------------------------------------------------------------------------
+
+ITEM_MARKERS = {"DcpMutation": "o", "DcpDeletion": "x", "DcpExpiration": "+",
+                "DcpPrepare": "s", "DcpCommit": "D", "DcpAbort": "v",
+                "DcpSeqnoAdvanced": ">", "DcpSystemEvent": "P"}
+COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f",
+          "#e377c2")
+FINDING_COLOR = "#d62728"
+
+
+def finding_anchor(number: int) -> str:
+    """The id of a finding's row in the HTML report (1-based, in report order)."""
+    return f"finding-{number}"
+
+
+def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
+                 findings: list[tuple[int, object]], labels: dict[int, str]):
+    """The timeline of one vbucket as a matplotlib Figure: seqno against time (ms from the
+    capture's first frame). ``findings`` are ``(number, Finding)`` of this vbucket; each is a
+    star linked to ``#finding-<number>``. ``labels`` name the connections."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    t0 = collector.first_ts or 0
+    span = max(((collector.last_ts or t0) - t0) / 1e6, 1e-3)
+
+    def ms(ts):
+        return (ts - t0) / 1e6
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(f"vbucket {vb}", loc="left", fontsize=11)
+    ax.set_xlabel("time since the first frame (ms)")
+    ax.set_ylabel("seqno")
+    conns = sorted({lane.conn for lane in lanes})
+    color = {c: COLORS[i % len(COLORS)] for i, c in enumerate(conns)}
+    seqnos: list[int] = []
+    shown_kinds: set[str] = set()
+    for lane in lanes:
+        col = color[lane.conn]
+        stop = ms(lane.last_ts)
+        for i, (ts, start, end, _frame) in enumerate(lane.snapshots):
+            x0 = ms(ts)
+            x1 = ms(lane.snapshots[i + 1][0]) if i + 1 < len(lane.snapshots) else stop
+            ax.add_patch(Rectangle((x0, start - 0.4), max(x1 - x0, span / 100),
+                                   end - start + 0.8, facecolor=col, alpha=0.15,
+                                   edgecolor=col, linewidth=0.8))
+            ax.annotate(f"[{start},{end}]", (x0, end + 0.4), xytext=(1, 2),
+                        textcoords="offset points", fontsize=6, color=col)
+            seqnos += [start, end]
+        by_kind: dict[str, list] = {}
+        for ts, seqno, name, _frame in lane.items:
+            by_kind.setdefault(name, []).append((ms(ts), seqno))
+            seqnos.append(seqno)
+        for name, points in by_kind.items():
+            xs, ys = zip(*points)
+            ax.scatter(xs, ys, marker=ITEM_MARKERS.get(name, "o"), color=col, s=22, zorder=3)
+            shown_kinds.add(name)
+        for ts, start, snap_start, snap_end, _frame in lane.requests:
+            x = ms(ts)
+            ax.vlines(x, snap_start - 0.3, snap_end + 0.3, color=col, linewidth=3, alpha=0.6)
+            ax.scatter([x], [start], marker=">", s=70, color=col, edgecolor="black", zorder=4)
+            ax.annotate(f"request start {start} snap [{snap_start},{snap_end}]", (x, start),
+                        xytext=(6, -12), textcoords="offset points", fontsize=7, color=col)
+            seqnos += [start, snap_start, snap_end]
+        for ts, seqno, _frame in lane.rollbacks:
+            x = ms(ts)
+            ax.scatter([x], [seqno], marker="v", s=80, color="#ff7f0e", edgecolor="black",
+                       zorder=4)
+            ax.annotate(f"rollback to {seqno}", (x, seqno), xytext=(6, 4),
+                        textcoords="offset points", fontsize=7, color="#ff7f0e")
+            seqnos.append(seqno)
+        last = [s for _, s, _, _ in lane.items[-1:]]
+        for ts, _frame in lane.ends:
+            ax.scatter([ms(ts)], last or [0], marker="s", s=40, color="black", zorder=4)
+    for conn in conns:
+        for ts, _frame, what in collector.gaps.get(conn, ()):
+            ax.axvline(ms(ts), color=FINDING_COLOR, linestyle=":", linewidth=1)
+            ax.annotate(f"gap: {what}", (ms(ts), 1), xycoords=("data", "axes fraction"),
+                        xytext=(2, -10), textcoords="offset points", fontsize=7,
+                        color=FINDING_COLOR)
+    top = max(seqnos, default=1) + 1
+    marks = [(number, ms(f.ts_ns if f.ts_ns is not None else t0),
+              collector.frame_seqno.get(f.frame, top)) for number, f in findings]
+    if marks:
+        numbers, xs, ys = zip(*marks)
+        stars = ax.scatter(xs, ys, marker="*", s=260, color=FINDING_COLOR, edgecolor="black",
+                           linewidth=0.6, zorder=5)
+        stars.set_urls([f"#{finding_anchor(n)}" for n in numbers])
+        stars.set_gid(f"findings-vb{vb}")
+        for number, x, y in marks:
+            ax.annotate(f"#{number}", (x, y), xytext=(7, 5), textcoords="offset points",
+                        fontsize=8, color=FINDING_COLOR, fontweight="bold")
+        seqnos.append(max(ys))
+    ax.set_ylim(min(seqnos, default=0) - 1, max(seqnos, default=1) + 1.5)
+    ax.set_xlim(-span * 0.03, span * 1.08)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.grid(True, linewidth=0.3, alpha=0.5)
+    _legend(ax, conns, color, labels, shown_kinds, bool(marks))
+    return fig
+
+
+def _legend(ax, conns, color, labels, kinds, with_findings) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=color[c], alpha=0.4, edgecolor=color[c],
+                     label=f"conn {c}: {labels.get(c, '')}"[:70]) for c in conns]
+    handles += [Line2D([], [], marker=ITEM_MARKERS.get(k, "o"), linestyle="", color="#444",
+                       label=k.removeprefix("Dcp")) for k in sorted(kinds)]
+    handles.append(Line2D([], [], marker=">", linestyle="", color="#444", label="request"))
+    if with_findings:
+        handles.append(Line2D([], [], marker="*", linestyle="", markersize=11,
+                              color=FINDING_COLOR, label="finding"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7,
+              frameon=False)
+
+
+def svg_text(fig, salt: str) -> str:
+    """The figure as an ``<svg>`` element to inline in HTML (no XML prolog nor metadata;
+    ids salted so that several plots can share a page; links open in the same page); text
+    is drawn as paths, no font needed."""
+    import io
+
+    from matplotlib import rc_context
+    buf = io.StringIO()
+    with rc_context({"svg.hashsalt": salt, "svg.fonttype": "path"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+    return text.replace(' target="_blank"', "")     # the links lead to rows of this page
+
+
+def timelines(collector: TimelineCollector, findings: list, labels: dict[int, str]):
+    """``(vbucket, Figure)`` for every vbucket with streams; ``findings`` are in report
+    order (their 1-based position is their number)."""
+    numbered = list(enumerate(findings, 1))
+    for vb, lanes in collector.vbuckets().items():
+        conns = {lane.conn for lane in lanes}
+        mine = [(n, f) for n, f in numbered
+                if f.vbucket == vb and (f.connection is None or f.connection in conns)]
+        yield vb, plot_vbucket(vb, lanes, collector, mine, labels)
+
+
+def write_plots(directory: str, collector: TimelineCollector, findings: list,
+                labels: dict[int, str]) -> list[str]:
+    """``timeline-vb<N>.svg`` and ``.png`` for every vbucket into ``directory``."""
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for vb, fig in timelines(collector, findings, labels):
+        for ext in ("svg", "png"):
+            path = os.path.join(directory, f"timeline-vb{vb}.{ext}")
+            fig.savefig(path, format=ext, dpi=110, metadata={"Date": None} if ext == "svg"
+                        else None)
+            written.append(path)
+    return written
