@@ -122,15 +122,40 @@ def is_u64_name(name) -> bool:
     return isinstance(name, str) and (name in U64_NAMES or name.endswith(U64_SUFFIXES))
 
 
+_U64_SEEN: dict = {}                 # name -> is_u64_name(name), for the names met so far
+_PLAIN = frozenset((str, bool, float, type(None)))
+
+
+def _u64(name) -> bool:
+    got = _U64_SEEN.get(name)
+    if got is None:
+        if len(_U64_SEEN) > 4096:
+            _U64_SEEN.clear()
+        got = _U64_SEEN[name] = is_u64_name(name)
+    return got
+
+
 def json_safe(value, name=None):
     """``value`` with every integer under a 64-bit name (:func:`is_u64_name`, at any depth;
     list items take the name of their list) turned into its decimal string."""
+    t = type(value)
+    if t is int:
+        return str(value) if _u64(name) else value
+    if t in _PLAIN:
+        return value
     if isinstance(value, dict):
-        return {k: json_safe(v, k) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():         # scalars inline: most values of a record are
+            t = type(v)
+            if t is int:
+                out[k] = str(v) if _u64(k) else v
+            elif t in _PLAIN:
+                out[k] = v
+            else:
+                out[k] = json_safe(v, k)
+        return out
     if isinstance(value, (list, tuple)):
         return [json_safe(v, name) for v in value]
-    if type(value) is int and is_u64_name(name):
-        return str(value)
     return value
 
 
