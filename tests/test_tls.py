@@ -263,3 +263,28 @@ def test_key_updates_move_both_directions_to_the_next_secret(tmp_path):
                          capture_output=True, text=True, check=True).stdout.split()
     assert out.count("11207") >= 4 and len(out) - out.count("11207") >= 4   # both directions
     assert messages(pcap, keylog) == messages(PLAIN)
+
+
+@pytest.mark.parametrize("name", ["replica-node.pcap", "replica-node-violations.pcap",
+                                  "clean-replication.pcap", "tcp-mid-stream.pcap",
+                                  "ipv6.pcap"])
+def test_key_log_changes_nothing_for_plaintext(name):
+    """With a key log, DCP ports wait for a connection's first bytes (it could start TLS):
+    plaintext captures keep their connection numbers, messages and findings."""
+    from dcpdissect.analysis.run import analyze_file
+    path = str(ROOT / "samples" / name)
+    opts = Options(tls_keylog="CLIENT_RANDOM " + "ab" * 32 + " " + "cd" * 48 + "\n")
+    plain, plain_summary = analyze_file(path)
+    keyed, keyed_summary = analyze_file(path, opts)
+    assert [(f.rule, f.frame, f.frames, f.connection, f.message) for f in keyed] == \
+        [(f.rule, f.frame, f.frames, f.connection, f.message) for f in plain]
+    assert keyed_summary.pdus == plain_summary.pdus > 0
+    assert [(e.conn, e.frames, e.data) for e in iter_events(path, opts) if type(e) is Pdu] == \
+        [(e.conn, e.frames, e.data) for e in iter_events(path) if type(e) is Pdu]
+
+
+@pytest.mark.parametrize("port", [11210, 18091])
+def test_tls_found_by_its_handshake_on_any_port(tmp_path, port):
+    """On a DCP port (decoded at once without a key log) and on an unknown port alike."""
+    build(str(PLAIN), str(tmp_path / "p.pcap"), str(tmp_path / "p.keylog"), port=port)
+    assert messages(tmp_path / "p.pcap", tmp_path / "p.keylog") == messages(PLAIN)

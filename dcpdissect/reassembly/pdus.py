@@ -228,7 +228,10 @@ class PduStream:
         if not self.heuristic or on_port and self.keylog is None:
             yield from self._accept(ev.conn, [(ev, self.now)], heuristic=False)
         else:       # with a key log, a DCP port's connection may start a TLS handshake
-            self.pending[ev.conn] = _Candidate(ev, by_port=on_port)
+            cand = self.pending[ev.conn] = _Candidate(ev, by_port=on_port)
+            if on_port:             # numbered as if decoded at once
+                cand.number = self.next_public
+                self.next_public += 1
 
     def _hold(self, ev) -> Iterator:
         cand = self.pending[ev.conn]
@@ -247,7 +250,8 @@ class PduStream:
                 return                      # the ClientHello is not complete yet
         del self.pending[ev.conn]
         if verdict == "mcbp":
-            yield from self._accept(ev.conn, cand.events, heuristic=not cand.by_port)
+            yield from self._accept(ev.conn, cand.events, heuristic=not cand.by_port,
+                                    number=cand.number)
             return
         opened = cand.opened
         port = opened.server[1]
@@ -285,17 +289,20 @@ class PduStream:
     def _accept_tls(self, cand: "_Candidate", random: bytes) -> Iterator:
         """Decode a TLS connection with the key log's secrets."""
         opened = cand.opened
-        conn = self.next_public
+        conn = self.next_public if cand.number is None else cand.number
         hello_dir = 0 if hello_random(cand.bufs[0]) else 1
         self.tls[conn] = TlsSession(conn, opened.client, opened.server, self.keylog, random,
                                     hello_dir)
         self.summary.tls_decrypted[conn] = random.hex()
-        yield from self._accept(opened.conn, cand.events, heuristic=False)
+        yield from self._accept(opened.conn, cand.events, heuristic=False, number=cand.number)
 
-    def _accept(self, cid: int, events: list, heuristic: bool) -> Iterator:
-        """Decode connection ``cid``: replay its held (event, now) pairs."""
-        self.public[cid] = self.next_public
-        self.next_public += 1
+    def _accept(self, cid: int, events: list, heuristic: bool, number: int | None = None) -> Iterator:
+        """Decode connection ``cid`` (as connection ``number`` when it was reserved): replay
+        its held (event, now) pairs."""
+        if number is None:
+            number = self.next_public
+            self.next_public += 1
+        self.public[cid] = number
         if heuristic:
             port = events[0][0].server[1]
             self.summary.heuristic_ports[port] = self.summary.heuristic_ports.get(port, 0) + 1
@@ -365,11 +372,12 @@ def direction_verdict(buf, final: bool = False) -> str | None:
 class _Candidate:
     """A connection on a port that is not decoded by default, waiting for its first bytes
     (the way Wireshark's heuristic dissectors look at the start of a conversation)."""
-    __slots__ = ("opened", "events", "bufs", "frozen", "by_port")
+    __slots__ = ("opened", "events", "bufs", "frozen", "by_port", "number")
 
     def __init__(self, opened: ConnectionOpened, by_port: bool = False):
         self.opened = opened
         self.by_port = by_port           # on a DCP port: MCBP unless it starts TLS
+        self.number: int | None = None   # its connection number, reserved when by_port
         self.events: list = [(opened, None)]     # (event, (frame, ts) being processed)
         self.bufs = (bytearray(), bytearray())
         self.frozen = [False, False]     # a gap: the bytes after it are not the start

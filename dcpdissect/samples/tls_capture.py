@@ -156,12 +156,12 @@ class TlsPair:
 
 
 def tls_conversation(c: dict, version: str, suite: str | None, cert: tuple[str, str],
-                     keylog: str, client_port: int | None = None,
-                     mss: int = 1448) -> tuple[TcpConversation, tuple]:
+                     keylog: str, client_port: int | None = None, mss: int = 1448,
+                     port: int = TLS_PORT) -> tuple[TcpConversation, tuple]:
     """One plaintext connection ``c`` of :func:`conversations` replayed over TLS: the TCP
     conversation and the negotiated (suite, version, bits)."""
     client = Endpoint(c["client"][0], client_port or c["client"][1])
-    conv = TcpConversation(client, Endpoint(c["server"][0], TLS_PORT), start_ns=c["ts_ns"],
+    conv = TcpConversation(client, Endpoint(c["server"][0], port), start_ns=c["ts_ns"],
                            mss=mss)
     pair = TlsPair(conv, version, suite, cert, keylog)
     pair.handshake()
@@ -176,17 +176,17 @@ def tls_conversation(c: dict, version: str, suite: str | None, cert: tuple[str, 
 
 
 def build(source: str, pcap: str, keylog: str, version: str = "1.3",
-          suite: str | None = None, mss: int = 1448) -> list[tuple]:
+          suite: str | None = None, mss: int = 1448, port: int = TLS_PORT) -> list[tuple]:
     """Write ``pcap`` (and OpenSSL's ``keylog``) carrying ``source``'s connections over TLS
-    in segments of at most ``mss`` bytes; returns each connection's negotiated (suite,
-    version, bits)."""
+    to server ``port`` in segments of at most ``mss`` bytes; returns each connection's
+    negotiated (suite, version, bits)."""
     if os.path.exists(keylog):
         os.unlink(keylog)
     convs, ciphers = [], []
     with tempfile.TemporaryDirectory() as tmp:
         cert = self_signed(tmp, rsa=bool(suite and "-RSA-" in suite))
         for c in conversations(source):
-            conv, cipher = tls_conversation(c, version, suite, cert, keylog, mss=mss)
+            conv, cipher = tls_conversation(c, version, suite, cert, keylog, mss=mss, port=port)
             convs.append(conv)
             ciphers.append(cipher)
     write_pcap(pcap, convs)
