@@ -209,6 +209,7 @@ def test_local_pipeline_stages_equal_analyze():
     assert [(f.rule, f.frame, f.frames) for f in res.findings] == \
         [(f.rule, f.frame, f.frames) for f in ref]
     assert res.messages == summary.pdus == 16
+    assert res.summary == summary and summary.tls_decrypted == 2
 
 
 @pytest.mark.spark

@@ -256,7 +256,8 @@ class FlowResult:
     def __init__(self, stream: PduStream, ticks: int):
         s = stream.summary
         self.counts = {k: getattr(s, k) for k in ("connections", "pdus", "gaps", "gap_bytes",
-                                                   "resyncs", "lost_pdus", "tls_connections")}
+                                                   "resyncs", "lost_pdus", "tls_connections",
+                                                   "tls_decrypted")}
         self.ports = (dict(s.heuristic_ports), dict(s.undecoded_ports))
         self.tcp = dict(stream.table.stats)
         self.tcp["segments"] -= ticks

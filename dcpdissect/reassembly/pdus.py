@@ -71,7 +71,7 @@ class Summary:
     resyncs: int = 0
     lost_pdus: int = 0
     tls_connections: int = 0
-    tls_decrypted: dict = field(default_factory=dict)     # connection -> client random (hex)
+    tls_decrypted: int = 0              # TLS connections opened with the key log
     heuristic_ports: dict = field(default_factory=dict)   # server port -> connections decoded
     undecoded_ports: dict = field(default_factory=dict)   # server port -> connections not MCBP
     tcp: dict = field(default_factory=dict)
@@ -82,7 +82,7 @@ class Summary:
                 f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
                 f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
         if self.tls_decrypted:
-            text += f", {len(self.tls_decrypted)} TLS connections opened with the key log"
+            text += f", {self.tls_decrypted} TLS connections opened with the key log"
         mismatched = self.tcp.get("overlaps_mismatched", 0)
         if mismatched:
             text += f", {mismatched} overlapping retransmissions with different bytes"
@@ -293,7 +293,7 @@ class PduStream:
         hello_dir = 0 if hello_random(cand.bufs[0]) else 1
         self.tls[conn] = TlsSession(conn, opened.client, opened.server, self.keylog, random,
                                     hello_dir)
-        self.summary.tls_decrypted[conn] = random.hex()
+        self.summary.tls_decrypted += 1
         yield from self._accept(opened.conn, cand.events, heuristic=False, number=cand.number)
 
     def _accept(self, cid: int, events: list, heuristic: bool, number: int | None = None) -> Iterator:
