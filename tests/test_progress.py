@@ -24,3 +24,54 @@ def test_progress_stays_quiet_for_small_files_and_pipes(samples_dir):
     forced_small = Progress("analyzing", enabled=True, interval=0, stream=out)
     analyze_file(str(samples_dir / "clean-replication.pcap"), progress=forced_small)
     assert out.getvalue() == ""                          # below the 20 MB threshold
+
+
+def _on_a_terminal(*args) -> tuple[str, str]:
+    """Run ``dcpdissect ARGS`` with stderr on a pseudo-terminal and stdout on a pipe;
+    (stdout, what the terminal received)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dcpdissect", *args], stdout=subprocess.PIPE,
+                            stderr=slave, text=True)
+    os.close(slave)
+    out = proc.stdout.read()
+    proc.wait(timeout=120)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:         # the terminal's other end is closed: all read
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return out, seen.decode()
+
+
+def test_dissect_draws_a_bar_on_a_terminal(samples_dir):
+    path = str(samples_dir / "clean-replication.pcap")
+    out, tty = _on_a_terminal("dissect", path, "--progress")
+    assert f"\rdissecting {path}: [" in tty and "%" in tty
+    assert "\r\033[K" in tty                         # cleared before the summary line
+    assert tty.rstrip().endswith("0 TLS connections skipped")
+    assert "DcpSnapshotMarker" in out and "dissecting" not in out
+    quiet_out, quiet_tty = _on_a_terminal("dissect", path)   # below 20 MB: no bar by default
+    assert "dissecting" not in quiet_tty and quiet_out == out
+
+
+def test_spark_stage_bars_only_on_a_terminal():
+    import os
+    import pty
+
+    from dcpdissect.reports.progress import spark_stage_progress
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        assert spark_stage_progress(terminal) == {"spark.ui.showConsoleProgress": "true"}
+    os.close(master)
+    assert spark_stage_progress(io.StringIO()) == {}

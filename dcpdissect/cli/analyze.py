@@ -12,14 +12,20 @@ from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary, iter_events
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
-                     StopOnSigint, add_capture_options, add_time_option, capture_options,
-                     live_output, os_error, ports_report)
+                     StopOnSigint, add_capture_options, add_progress_option,
+                     add_time_option, capture_options,
+                     live_output, os_error, ports_report, with_examples)
 
 FAIL_ON = ("error", "warning", "info", "never")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="find spec violations in a capture")
+    p = sub.add_parser("analyze", help="find spec violations in a capture", **with_examples(
+        "dcpdissect analyze samples/resume-collapsed.pcap",
+        "dcpdissect analyze samples/resume-collapsed.pcap --format html -o report.html",
+        "dcpdissect analyze samples/rollback-violations.pcap --plot plots --annotate "
+        "annotated.pcapng --fail-on never",
+        "dcpdissect analyze samples/resume-collapsed.pcap --format markdown --evidence bundle"))
     p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
     p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
                    help="html: one self-contained page (summary, connections, findings, a "
@@ -38,9 +44,7 @@ def register(sub) -> None:
     p.add_argument("--redact", action="store_true",
                    help="replace document keys and values by placeholders of the same length "
                         "in every output (table, jsonl, markdown, html, --evidence bundle)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress line on stderr (default: when stderr is a terminal and the "
-                        "capture is 20 MB or more)")
+    add_progress_option(p)
     p.add_argument("--rule", action="append", metavar="ID",
                    help="report only this rule (repeatable; ids in docs/rules.md)")
     p.add_argument("--exclude-rule", action="append", metavar="ID",
@@ -115,10 +119,10 @@ def _analyze(args, capture_copy: str) -> int:
             elif live_table is not None:
                 live_table.row(finding_row(f, clock))
 
-    progress = Progress(f"analyzing {args.file}", enabled=args.progress)
+    progress = Progress.from_option(f"analyzing {args.file}", args.progress)
     analyzer = Analyzer()
     streams = None              # per-stream accounting, for the report's streams table
-    if args.format == "markdown":
+    if args.format in ("markdown", "html"):
         from ..analysis.stream_summary import StreamSummary
         streams = StreamSummary(analyzer)
     feed, finish = (streams.feed, streams.finish) if streams else (analyzer.feed, analyzer.finish)
@@ -160,8 +164,11 @@ def _analyze(args, capture_copy: str) -> int:
             out.write(jsonl_line(rec))
     elif args.format == "html":
         from ..reports.html import html_report
+        from ..reports.streams import TABLE_HEADERS, stream_records, table_rows
         out.write(html_report(args.file, _shown(findings, args.redact), summary, legend,
-                              timeline, redacted=args.redact))
+                              timeline, redacted=args.redact,
+                              streams=(TABLE_HEADERS, table_rows(stream_records(
+                                  streams.streams, findings)))))
     elif args.format == "markdown":
         from ..reports.markdown import markdown_report
         from ..reports.streams import stream_records

@@ -143,6 +143,19 @@ def keylog_text(path: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def with_examples(*commands: str) -> dict:
+    """``add_parser`` keywords for an ``examples:`` epilog, one command a line, kept as
+    written (each runs from the repository's root: the samples are there)."""
+    return {"epilog": "examples:\n" + "".join(f"  {c}\n" for c in commands),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def add_progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal and the "
+                        "capture is 20 MB or more)")
+
+
 def capture_options(args) -> Options:
     return Options(ports=tuple(args.port), any_port=args.any_port,
                    tls_keylog=getattr(args, "tls_keylog", None) or "")

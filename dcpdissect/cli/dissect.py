@@ -13,18 +13,23 @@ from ..protocol import opcode_code
 from ..reassembly.pdus import Pdu, Summary, iter_events
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import TABLE_HEADERS, Clock, jsonl_line, message_record, table_row
+from ..reports.progress import Progress
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
-                     TimeWindow, add_capture_options, add_time_option, capture_options,
+                     TimeWindow, add_capture_options, add_progress_option, add_time_option,
+                     capture_options,
                      checked_opcode, live_output, parse_follow, parse_instant, parse_port,
-                     parse_vbucket, ports_report)
+                     parse_vbucket, ports_report, with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 SNAPSHOT_MARKER = opcode_code("DcpSnapshotMarker")     # carries a start-seqno convention
 
 
 def register(sub) -> None:
-    p = sub.add_parser("dissect", help="one row per MCBP message of a capture")
+    p = sub.add_parser("dissect", help="one row per MCBP message of a capture", **with_examples(
+        "dcpdissect dissect samples/resume-collapsed.pcap",
+        "dcpdissect dissect samples/rollback-correct.pcap --follow vb:3 --time relative",
+        "dcpdissect dissect samples/stream-markers.pcap --opcode DcpSnapshotMarker --format jsonl"))
     p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.add_argument("--opcode", type=checked_opcode, action="append",
@@ -52,6 +57,7 @@ def register(sub) -> None:
     p.add_argument("--redact", action="store_true",
                    help="replace document keys by placeholders of the same length")
     add_time_option(p)
+    add_progress_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_dissect)
 
@@ -108,15 +114,24 @@ def cmd_dissect(args) -> int:
         ordered = InCaptureOrder(emit)
         analyzer = Analyzer(on_marker=ordered.label)
     status = EXIT_OK
+    # The rows go to stdout: by default no bar when they scroll on the same terminal.
+    progress = Progress.from_option(f"dissecting {args.file}", args.progress
+                                    if args.progress is not None or not out.isatty() else False)
     with StopOnSigint() as guard:
         try:
-            for ev in iter_events(args.file, capture_options(args), summary):
+            for n, ev in enumerate(iter_events(args.file, capture_options(args), summary,
+                                               progress.attach)):
+                if not n & 1023:
+                    progress.update()
                 guard.busy = True
                 legend.feed(ev)
-                if analyzer is not None:
-                    analyzer.feed(ev)
-                if type(ev) is Pdu:
-                    msg = decode(ev.data)
+                msg = decode(ev.data) if type(ev) is Pdu else None
+                if analyzer is not None:        # decoded once, for the analyzer and the record
+                    if msg is None:
+                        analyzer.feed(ev)
+                    else:
+                        analyzer.feed_message(ev, msg)
+                if msg is not None:
                     doc_key = collections.feed(ev, msg)
                     record = None
                     if ((not streams or streams.wants(ev, msg))
@@ -137,6 +152,8 @@ def cmd_dissect(args) -> int:
         except CaptureError as exc:
             status = EXIT_BAD_INPUT
             summary.error = str(exc)
+        finally:
+            progress.close()
     if analyzer is not None:
         analyzer.finish()
         ordered.close()

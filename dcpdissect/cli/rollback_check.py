@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import EXIT_BAD_INPUT, EXIT_OK
+from .common import EXIT_BAD_INPUT, EXIT_OK, with_examples
 
 
 def register(sub) -> None:
     p = sub.add_parser("rollback-check",
                        help="simulate the server's rollback decision (humpty_dumpty compatible)",
-                       description="Reads '<uuid> <snapStart> <snapEnd> <start>' lines on stdin.")
+                       description="Reads '<uuid> <snapStart> <snapEnd> <start>' lines on stdin.",
+                       **with_examples(
+                           """echo '[{"id":2222,"seq":3},{"id":1111,"seq":0}]' > failover.json""",
+                           'echo "1111 1 4 3" | dcpdissect rollback-check failover.json 10 0',
+                           'echo "1111 1 4 3" | dcpdissect rollback-check failover.json 10 0 '
+                           '--format jsonl'))
     p.add_argument("failover", metavar="FAILOVER.json",
                    help='failover table, newest first: [{"id": uuid, "seq": seqno}, ...]')
     p.add_argument("high_seqno", type=int, metavar="HIGH_SEQNO")

@@ -14,7 +14,7 @@ from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, StopOnSigint, add_cap
 EXAMPLES = """\
 examples:
   dcpdissect streams samples/rollback-correct.pcap
-  dcpdissect streams capture.pcapng --format jsonl | jq 'select(.answer == "rollback")'
+  dcpdissect streams samples/rollback-correct.pcap --format jsonl
 """
 
 

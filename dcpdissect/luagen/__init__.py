@@ -59,7 +59,13 @@ def cmd_install(args) -> int:
 
 def register_cli(subparsers) -> None:
     """Add ``lua generate [-o PATH]`` and ``lua install`` to an argparse subparsers object."""
-    p = subparsers.add_parser("lua", help="the Wireshark Lua dissector (generate / install)")
+    p = subparsers.add_parser(
+        "lua", help="the Wireshark Lua dissector (generate / install)",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="examples:\n"
+        "  dcpdissect lua install\n"
+        "  dcpdissect lua generate -o dcpdissect.lua\n"
+        "  tshark -X lua_script:dcpdissect.lua -r samples/resume-collapsed.pcap -Y "
+        "'dcp.stream_req.start_seqno == 3'\n")
     sub = p.add_subparsers(dest="lua_command", required=True)
     g = sub.add_parser("generate", help="print the Lua dissector (or write it with -o)")
     g.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")

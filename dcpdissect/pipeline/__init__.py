@@ -60,7 +60,11 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                                                "writing Parquet tables",
                               description="Runs the analyze pipeline on Spark and writes the "
                                           "messages, findings, connections, streams, errors "
-                                          "and files tables under --out.")
+                                          "and files tables under --out.",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="examples:\n"
+                              "  dcpdissect pipeline samples/resume-collapsed.pcap "
+                              "samples/rollback-correct.pcap --out tables --report report.md\n")
     add_arguments(p)
     p.set_defaults(func=cmd_pipeline)
     return p
@@ -112,7 +116,8 @@ def cmd_pipeline(args) -> int:
         return EXIT_BAD_INPUT
     options = Options(ports=tuple(args.port), any_port=args.any_port,
                       tls_keylog=args.tls_keylog or "")
-    spark = spark_session(args.master, conf=conf)
+    from ..reports.progress import spark_stage_progress
+    spark = spark_session(args.master, conf={**spark_stage_progress(), **conf})
     try:
         result = run_pipeline(spark, paths, args.out, options, args.chunk_size)
     finally:

@@ -1,9 +1,12 @@
-"""A progress line on stderr for long captures (bytes read against the file size)."""
+"""Progress on stderr: a bar for long captures (bytes read against the file size), and
+Spark's own per-stage bars for the pipeline, both only on a terminal."""
 
 from __future__ import annotations
 
 import sys
 import time
+
+MIN_BYTES = 20 << 20        # by default no bar for smaller captures
 
 
 class Progress:
@@ -11,7 +14,7 @@ class Progress:
     when enabled (default: stderr is a terminal and the file is at least ``min_bytes``)."""
 
     def __init__(self, label: str, enabled: bool | None = None, interval: float = 0.5,
-                 min_bytes: int = 20 << 20, stream=None):
+                 min_bytes: int = MIN_BYTES, stream=None):
         self.label = label
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
@@ -21,6 +24,12 @@ class Progress:
         self.next_draw = 0.0
         self.drawn = False
         self.start = time.monotonic()
+
+    @classmethod
+    def from_option(cls, label: str, option: bool | None, stream=None) -> "Progress":
+        """As ``--[no-]progress`` asks: ``True`` always, ``False`` never, ``None`` when the
+        stream is a terminal and the capture is at least :data:`MIN_BYTES`."""
+        return cls(label, enabled=option, min_bytes=0 if option else MIN_BYTES, stream=stream)
 
     def attach(self, reader) -> None:
         """Reader hook: remember the capture reader whose position is reported."""
@@ -54,3 +63,10 @@ class Progress:
         if self.drawn:
             self.stream.write("\r\033[K")
             self.stream.flush()
+
+
+def spark_stage_progress(stream=None) -> dict:
+    """Spark settings for its console progress bar (one bar per running stage, on the
+    driver's stderr): on when ``stream`` (default stderr) is a terminal."""
+    stream = stream or sys.stderr
+    return {"spark.ui.showConsoleProgress": "true"} if stream.isatty() else {}
