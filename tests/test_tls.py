@@ -243,14 +243,14 @@ def test_key_updates_move_both_directions_to_the_next_secret(tmp_path):
     """The client asks for a key update after every message it sends (the server answers
     with its own): both directions change keys several times, every message decodes."""
     from dcpdissect.samples.netsynth import Endpoint, TcpConversation, write_pcap
-    from dcpdissect.samples.tls_capture import TlsPair, conversations, self_signed
+    from dcpdissect.samples.tls_capture import TlsPair, conversations, self_signed, tls_contexts
     pcap, keylog = tmp_path / "ku.pcap", tmp_path / "ku.keylog"
     convs = []
-    cert = self_signed(str(tmp_path))
+    contexts = tls_contexts("1.3", None, self_signed(str(tmp_path)), str(keylog))
     for c in conversations(str(PLAIN)):
         conv = TcpConversation(Endpoint(*c["client"]), Endpoint(c["server"][0], 11207),
                                start_ns=c["ts_ns"])
-        pair = TlsPair(conv, "1.3", None, cert, str(keylog))
+        pair = TlsPair(conv, contexts)
         pair.handshake()
         for direction, data in c["chunks"]:
             pair.send(direction, data)
@@ -289,3 +289,13 @@ def test_tls_found_by_its_handshake_on_any_port(tmp_path, port):
     """On a DCP port (decoded at once without a key log) and on an unknown port alike."""
     build(str(PLAIN), str(tmp_path / "p.pcap"), str(tmp_path / "p.keylog"), port=port)
     assert messages(tmp_path / "p.pcap", tmp_path / "p.keylog") == messages(PLAIN)
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_resumed_sessions(tmp_path, version):
+    """The reconnecting DCP client resumes its TLS session (TLS 1.2 abbreviated handshake,
+    TLS 1.3 PSK): the key log's lines of the new client random decrypt it."""
+    pcap, keylog = tmp_path / "r.pcap", tmp_path / "r.keylog"
+    pairs = build(str(PLAIN), str(pcap), str(keylog), version, resume=True)
+    assert [p.ends[0].session_reused for p in pairs] == [False, True]
+    assert messages(pcap, keylog) == messages(PLAIN)

@@ -83,26 +83,34 @@ def self_signed(directory: str, rsa: bool = False) -> tuple[str, str]:
     return cert_path, key_path
 
 
+def tls_contexts(version: str, suite: str | None, cert: tuple[str, str],
+                 keylog: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(client, server) contexts of one TLS version (and TLS 1.2 suite); the client writes
+    the key log."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(*cert)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    client_ctx.keylog_filename = keylog
+    tls = ssl.TLSVersion.TLSv1_3 if version == "1.3" else ssl.TLSVersion.TLSv1_2
+    for ctx in (server_ctx, client_ctx):
+        ctx.minimum_version = ctx.maximum_version = tls
+        if suite and version == "1.2":
+            ctx.set_ciphers(suite)
+    return client_ctx, server_ctx
+
+
 class TlsPair:
     """A client and a server ``SSLObject`` joined by memory BIOs; every byte they send is
-    recorded on ``conv`` as it would cross the wire."""
+    recorded on ``conv`` as it would cross the wire. ``session``: the client resumes it."""
 
-    def __init__(self, conv: TcpConversation, version: str, suite: str | None,
-                 cert: tuple[str, str], keylog: str):
-        server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        server_ctx.load_cert_chain(*cert)
-        client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        client_ctx.check_hostname = False
-        client_ctx.verify_mode = ssl.CERT_NONE
-        client_ctx.keylog_filename = keylog
-        tls = ssl.TLSVersion.TLSv1_3 if version == "1.3" else ssl.TLSVersion.TLSv1_2
-        for ctx in (server_ctx, client_ctx):
-            ctx.minimum_version = ctx.maximum_version = tls
-            if suite and version == "1.2":
-                ctx.set_ciphers(suite)
+    def __init__(self, conv: TcpConversation, contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+                 session: ssl.SSLSession | None = None):
+        client_ctx, server_ctx = contexts
         self.conv = conv
         self.bios = [(ssl.MemoryBIO(), ssl.MemoryBIO()) for _ in range(2)]   # (in, out)
-        self.ends = [client_ctx.wrap_bio(*self.bios[0], server_side=False),
+        self.ends = [client_ctx.wrap_bio(*self.bios[0], server_side=False, session=session),
                      server_ctx.wrap_bio(*self.bios[1], server_side=True)]
         self.received = [bytearray(), bytearray()]      # plaintext each side read
         self.done = [False, False]                      # handshake finished, per side
@@ -155,15 +163,15 @@ class TlsPair:
         return self.ends[0].cipher()
 
 
-def tls_conversation(c: dict, version: str, suite: str | None, cert: tuple[str, str],
-                     keylog: str, client_port: int | None = None, mss: int = 1448,
-                     port: int = TLS_PORT) -> tuple[TcpConversation, tuple]:
+def tls_conversation(c: dict, contexts: tuple, client_port: int | None = None,
+                     mss: int = 1448, port: int = TLS_PORT,
+                     session: ssl.SSLSession | None = None) -> tuple[TcpConversation, TlsPair]:
     """One plaintext connection ``c`` of :func:`conversations` replayed over TLS: the TCP
-    conversation and the negotiated (suite, version, bits)."""
+    conversation and the TLS pair that carried it."""
     client = Endpoint(c["client"][0], client_port or c["client"][1])
     conv = TcpConversation(client, Endpoint(c["server"][0], port), start_ns=c["ts_ns"],
                            mss=mss)
-    pair = TlsPair(conv, version, suite, cert, keylog)
+    pair = TlsPair(conv, contexts, session)
     pair.handshake()
     for direction, data in c["chunks"]:
         pair.send(direction, data)
@@ -172,25 +180,28 @@ def tls_conversation(c: dict, version: str, suite: str | None, cert: tuple[str, 
         raise RuntimeError("the TLS pair did not deliver the conversation")
     if c["closed"] in ("fin", "rst"):
         conv.close(c["closed"])
-    return conv, pair.cipher
+    return conv, pair
 
 
 def build(source: str, pcap: str, keylog: str, version: str = "1.3",
-          suite: str | None = None, mss: int = 1448, port: int = TLS_PORT) -> list[tuple]:
+          suite: str | None = None, mss: int = 1448, port: int = TLS_PORT,
+          resume: bool = False) -> list[TlsPair]:
     """Write ``pcap`` (and OpenSSL's ``keylog``) carrying ``source``'s connections over TLS
-    to server ``port`` in segments of at most ``mss`` bytes; returns each connection's
-    negotiated (suite, version, bits)."""
+    to server ``port`` in segments of at most ``mss`` bytes; with ``resume`` each connection
+    resumes the previous one's TLS session. Returns the TLS pairs."""
     if os.path.exists(keylog):
         os.unlink(keylog)
-    convs, ciphers = [], []
+    convs, pairs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         cert = self_signed(tmp, rsa=bool(suite and "-RSA-" in suite))
+        contexts = tls_contexts(version, suite, cert, keylog)
         for c in conversations(source):
-            conv, cipher = tls_conversation(c, version, suite, cert, keylog, mss=mss, port=port)
+            session = pairs[-1].ends[0].session if resume and pairs else None
+            conv, pair = tls_conversation(c, contexts, mss=mss, port=port, session=session)
             convs.append(conv)
-            ciphers.append(cipher)
+            pairs.append(pair)
     write_pcap(pcap, convs)
-    return ciphers
+    return pairs
 
 
 def build_problems(source: str, pcap: str, keylog: str) -> None:
@@ -208,7 +219,7 @@ def build_problems(source: str, pcap: str, keylog: str) -> None:
         for n, (version, suite, how) in enumerate(cases, start=1):
             own = os.path.join(tmp, f"{n}.keylog")
             case = dict(first, ts_ns=first["ts_ns"] + n * 1_000_000)
-            conv, _ = tls_conversation(case, version, suite, cert, own, 60000 + n)
+            conv, _ = tls_conversation(case, tls_contexts(version, suite, cert, own), 60000 + n)
             pkts = conv.packets()
             if n == 5:
                 pkts = drop(pkts, data_indices(pkts, "s2c")[-1])
@@ -263,9 +274,9 @@ def main(argv=None) -> int:
     if args.suite and not args.expect_suite:
         build_with_suite(args.source, args.pcap, args.keylog, args.tls, args.suite)
         return 0
-    for cipher in build(args.source, args.pcap, args.keylog, args.tls):
-        if args.expect_suite and cipher[0] != args.expect_suite:
-            print(f"negotiated {cipher[0]}, not {args.expect_suite}", file=sys.stderr)
+    for pair in build(args.source, args.pcap, args.keylog, args.tls):
+        if args.expect_suite and pair.cipher[0] != args.expect_suite:
+            print(f"negotiated {pair.cipher[0]}, not {args.expect_suite}", file=sys.stderr)
             return 1
     return 0
 
