@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 
+from typing import NamedTuple
+
 from ..codec import decode
 from ..protocol import (SERVER_MAGICS, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_END_REASONS,
-                        STREAM_OPCODES, opcode_code, opcode_name)
+                        STREAM_OPCODES, opcode_code)
 from ..reassembly.connections import ConnectionClosed
 from ..reassembly.framing import Pdu
 from .findings import Finding
@@ -36,6 +38,14 @@ ENDED_CONNECTION = "connection close"   # end_reason: fin, rst, reused, evicted,
 ENDED_CAPTURE = "capture end"
 
 
+class ConnectionOf(NamedTuple):
+    """Who a stream's connection is, kept after the tracker forgets the connection."""
+    id: int
+    client: tuple
+    server: tuple
+    negotiation: object                   # its Negotiation: role, bucket, DcpOpen name
+
+
 class StreamStats:
     """One stream's accounting. Seqnos are Python ints (64-bit values kept whole)."""
     __slots__ = ("conn", "vbucket", "stream_id", "opaque", "request_frame", "request",
@@ -45,7 +55,7 @@ class StreamStats:
                  "first_ts_ns", "last_ts_ns", "_close_opaque")
 
     def __init__(self, conn, vbucket, stream_id, opaque, pdu, request: dict | None):
-        self.conn = conn                      # the tracker's Conn (client, server, negotiation)
+        self.conn = conn                      # ConnectionOf
         self.vbucket, self.stream_id, self.opaque = vbucket, stream_id, opaque
         self.request_frame = pdu.frame if request is not None else None
         self.request = request                # REQUEST_FIELDS of the stream request, or None
@@ -89,6 +99,7 @@ class StreamSummary:
         self._current: dict[tuple, StreamStats] = {}    # (conn, vb, sid) -> latest stream
         self._answering: dict[tuple, StreamStats] = {}  # (conn, opaque) -> awaiting answer
         self._closing: dict[tuple, StreamStats] = {}    # (conn, opaque) -> CloseStream sent
+        self._ends: dict[int, ConnectionOf] = {}        # connection -> who it is
 
     def feed(self, ev) -> list[Finding]:
         """The analyzer's ``feed``, accounting each event to its stream."""
@@ -115,9 +126,17 @@ class StreamSummary:
         for st in self._current.values():
             st._end(ENDED_CAPTURE, None, None)
         self._current.clear()
+        self._ends.clear()
         return found
 
+    def _connection(self, c) -> ConnectionOf:
+        ends = self._ends.get(c.id)
+        if ends is None:
+            ends = self._ends[c.id] = ConnectionOf(c.id, c.client, c.server, c.negotiation)
+        return ends
+
     def _closed(self, conn: int, how: str, reason, frame) -> None:
+        self._ends.pop(conn, None)
         for key in [k for k in self._current if k[0] == conn]:
             self._current.pop(key)._end(how, reason, frame)
         for pending in (self._answering, self._closing):
@@ -162,7 +181,8 @@ class StreamSummary:
         if old is not None:
             old._end(ENDED_REPLACED, None, pdu.frame)
         request = {name: tracked.request.get(name) for name in REQUEST_FIELDS}
-        st = StreamStats(c, tracked.vb, tracked.sid, tracked.opaque, pdu, request)
+        st = StreamStats(self._connection(c), tracked.vb, tracked.sid, tracked.opaque, pdu,
+                         request)
         self.streams.append(st)
         self._current[key] = st
         self._answering[(pdu.conn, tracked.opaque)] = st
@@ -184,13 +204,12 @@ class StreamSummary:
         key = (pdu.conn, msg.vbucket, msg.stream_id)
         st = self._current.get(key)
         if st is None:          # its request was not captured
-            st = self._current[key] = StreamStats(c, msg.vbucket, msg.stream_id, msg.opaque,
-                                                  pdu, None)
+            st = self._current[key] = StreamStats(self._connection(c), msg.vbucket,
+                                                  msg.stream_id, msg.opaque, pdu, None)
             self.streams.append(st)
         st._seen(pdu)
         st.messages += 1
-        name = opcode_name(msg.magic, msg.opcode)
-        st.items[name] = st.items.get(name, 0) + 1
+        st.items[msg.name] = st.items.get(msg.name, 0) + 1
         op, fields = msg.opcode, msg.fields
         if op == MARKER:
             start, end = fields.get("start_seqno"), fields.get("end_seqno")
