@@ -51,6 +51,20 @@ def test_stream_end_close_stream_and_findings(capsys):
     assert [(r["connection"], r["errors"]) for r in collapsed] == [(1, 0), (2, 1)]
 
 
+def test_both_legs_of_the_proxy(capsys):
+    """replica-node: ns_server relays each stream unchanged from the producer leg to the
+    consumer leg (where the data travels client→server); the producer leg has no FIN."""
+    recs = records(capsys, ROOT / "samples" / "replica-node.pcap")
+    legs = {c: {r["vbucket"]: r for r in recs if r["connection"] == c} for c in (1, 2)}
+    assert sorted(legs[1]) == sorted(legs[2]) == [5, 6, 7]
+    assert {r["role"] for r in legs[1].values()} == {"producer"}
+    assert {r["role"] for r in legs[2].values()} == {"consumer"}
+    for vb in (5, 6, 7):
+        assert legs[1][vb]["items"] == legs[2][vb]["items"] and legs[1][vb]["items"]
+    assert (legs[1][7]["ended"], legs[1][7]["end_reason"]) == ("StreamEnd", "Ok")
+    assert {legs[1][vb]["ended"] for vb in (5, 6)} == {"capture end"}
+
+
 def test_a_stream_whose_request_was_not_captured(capsys):
     recs = records(capsys, ROOT / "samples" / "tcp-mid-stream.pcap")
     assert recs and all(r["request_frame"] is None and r["answer"] is None for r in recs)
