@@ -299,3 +299,37 @@ def test_resumed_sessions(tmp_path, version):
     pairs = build(str(PLAIN), str(pcap), str(keylog), version, resume=True)
     assert [p.ends[0].session_reused for p in pairs] == [False, True]
     assert messages(pcap, keylog) == messages(PLAIN)
+
+
+def _groups(context, names: str) -> None:
+    """SSL_CTX_set1_groups_list on an ``SSLContext`` (Python's ssl has no call for it): its
+    SSL_CTX* follows the object header."""
+    import ctypes
+    libssl = ctypes.CDLL("libssl.so.3")
+    libssl.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+    libssl.SSL_CTX_ctrl.restype = ctypes.c_long
+    ptr = ctypes.c_void_p.from_address(id(context) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+    assert libssl.SSL_CTX_ctrl(ptr, 92, 0, names.encode()) == 1     # SSL_CTRL_SET_GROUPS_LIST
+
+
+@pytest.mark.tshark
+def test_hello_retry_request(tmp_path, monkeypatch):
+    """The client's key share (X25519) is not the server's group (P-256): the server asks
+    again (HelloRetryRequest), the client sends a second ClientHello; every message decodes."""
+    from dcpdissect.samples import tls_capture
+    plain_contexts = tls_capture.tls_contexts
+
+    def contexts(*args):
+        client, server = plain_contexts(*args)
+        _groups(client, "X25519:P-256")
+        _groups(server, "P-256")
+        return client, server
+    monkeypatch.setattr(tls_capture, "tls_contexts", contexts)
+    pcap, keylog = tmp_path / "hrr.pcap", tmp_path / "hrr.keylog"
+    build(str(PLAIN), str(pcap), str(keylog))
+    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", "tls.handshake.type == 2", "-T",
+                          "fields", "-e", "tls.handshake.random"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    hrr = "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c"   # RFC 8446 §4.1.3
+    assert out.count(hrr) == 2 and len(out) == 4
+    assert messages(pcap, keylog) == messages(PLAIN)
