@@ -333,3 +333,11 @@ def test_hello_retry_request(tmp_path, monkeypatch):
     hrr = "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c"   # RFC 8446 §4.1.3
     assert out.count(hrr) == 2 and len(out) == 4
     assert messages(pcap, keylog) == messages(PLAIN)
+
+
+def test_streams_with_key_log(capsys):
+    assert main(["streams", str(SAMPLE), "--tls-keylog", str(SAMPLE_KEYS), "--format",
+                 "jsonl"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    streams = [r for r in rows if r.get("vbucket") == 0]
+    assert [r["connection"] for r in streams] == [1, 2]
