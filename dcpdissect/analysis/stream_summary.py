@@ -13,7 +13,6 @@ table both come from here (rendered by :mod:`dcpdissect.reports.streams`).
 from __future__ import annotations
 
 import json
-
 from typing import NamedTuple
 
 from ..codec import decode
@@ -21,6 +20,7 @@ from ..protocol import (SERVER_MAGICS, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS, 
                         STREAM_OPCODES, opcode_code)
 from ..reassembly.connections import ConnectionClosed
 from ..reassembly.framing import Pdu
+from . import streams as limits
 from .findings import Finding
 
 STREAM_REQUEST, CLOSE_STREAM = opcode_code("DcpStreamReq"), opcode_code("DcpCloseStream")
@@ -34,7 +34,7 @@ ENDED_STREAM_END = "StreamEnd"          # end_reason: the StreamEnd reason's nam
 ENDED_CLOSE = "CloseStream"             # end_reason: the close response's status, if seen
 ENDED_REFUSED = "refused"               # the stream request was answered with an error
 ENDED_REPLACED = "replaced"             # a new stream request for the same vbucket and id
-ENDED_CONNECTION = "connection close"   # end_reason: fin, rst, reused, evicted, end
+ENDED_CONNECTION = "connection close"   # end_reason: fin, rst, reused, evicted
 ENDED_CAPTURE = "capture end"
 
 
@@ -44,6 +44,24 @@ class ConnectionOf(NamedTuple):
     client: tuple
     server: tuple
     negotiation: object                   # its Negotiation: role, bucket, DcpOpen name
+
+
+class _OnConnection:
+    """The streams of one open connection: who it is, each (vbucket, stream id)'s latest
+    stream, and the stream requests and closes awaiting their answer, by opaque."""
+    __slots__ = ("who", "current", "answering", "closing")
+
+    def __init__(self, who: ConnectionOf):
+        self.who = who
+        self.current: dict[tuple, StreamStats] = {}
+        self.answering: dict[int, StreamStats] = {}
+        self.closing: dict[int, StreamStats] = {}
+
+
+def _remember(pending: dict, opaque: int, st) -> None:
+    if len(pending) >= limits.MAX_PENDING:      # never answered: forget the oldest
+        del pending[next(iter(pending))]
+    pending[opaque] = st
 
 
 class StreamStats:
@@ -96,10 +114,7 @@ class StreamSummary:
         self.analyzer = analyzer
         self.tracker = analyzer.streams
         self.streams: list[StreamStats] = []
-        self._current: dict[tuple, StreamStats] = {}    # (conn, vb, sid) -> latest stream
-        self._answering: dict[tuple, StreamStats] = {}  # (conn, opaque) -> awaiting answer
-        self._closing: dict[tuple, StreamStats] = {}    # (conn, opaque) -> CloseStream sent
-        self._ends: dict[int, ConnectionOf] = {}        # connection -> who it is
+        self._open_conns: dict[int, _OnConnection] = {}
 
     def feed(self, ev) -> list[Finding]:
         """The analyzer's ``feed``, accounting each event to its stream."""
@@ -107,85 +122,82 @@ class StreamSummary:
             return self.feed_message(ev, decode(ev.data))
         found = self.analyzer.feed(ev)
         if type(ev) is ConnectionClosed:
-            if ev.reason == "end":      # still open when the capture ended
-                self._closed(ev.conn, ENDED_CAPTURE, None, None)
-            else:
-                self._closed(ev.conn, ENDED_CONNECTION, ev.reason, ev.frame)
+            on = self._open_conns.pop(ev.conn, None)
+            if on is not None:
+                for st in on.current.values():
+                    if ev.reason == "end":      # still open when the capture ended
+                        st._end(ENDED_CAPTURE, None, None)
+                    else:
+                        st._end(ENDED_CONNECTION, ev.reason, ev.frame)
         return found
 
     def feed_message(self, pdu: Pdu, msg) -> list[Finding]:
         """The analyzer's ``feed_message``: a PDU already decoded to ``msg``."""
         found = self.analyzer.feed_message(pdu, msg)
         c = self.tracker.conns.get(pdu.conn)
-        if c is not None:
+        if c is not None and msg.magic not in SERVER_MAGICS:
             self._message(c, pdu, msg)
         return found
 
     def finish(self) -> list[Finding]:
         found = self.analyzer.finish()
-        for st in self._current.values():
-            st._end(ENDED_CAPTURE, None, None)
-        self._current.clear()
-        self._ends.clear()
+        for on in self._open_conns.values():
+            for st in on.current.values():
+                st._end(ENDED_CAPTURE, None, None)
+        self._open_conns.clear()
         return found
 
-    def _connection(self, c) -> ConnectionOf:
-        ends = self._ends.get(c.id)
-        if ends is None:
-            ends = self._ends[c.id] = ConnectionOf(c.id, c.client, c.server, c.negotiation)
-        return ends
-
-    def _closed(self, conn: int, how: str, reason, frame) -> None:
-        self._ends.pop(conn, None)
-        for key in [k for k in self._current if k[0] == conn]:
-            self._current.pop(key)._end(how, reason, frame)
-        for pending in (self._answering, self._closing):
-            for key in [k for k in pending if k[0] == conn]:
-                del pending[key]
+    def _on(self, c) -> _OnConnection:
+        on = self._open_conns.get(c.id)
+        if on is None:
+            on = self._open_conns[c.id] = _OnConnection(
+                ConnectionOf(c.id, c.client, c.server, c.negotiation))
+        return on
 
     def _message(self, c, pdu, msg) -> None:
-        if msg.magic in SERVER_MAGICS:
-            return
         from_consumer = pdu.direction == (1 if c.negotiation.consumer else 0)
-        op, conn = msg.opcode, pdu.conn
+        op = msg.opcode
         if msg.is_request:
             if not from_consumer:
                 if op in STREAM_OPCODES and msg.vbucket is not None:
-                    self._stream_message(c, pdu, msg)
+                    self._stream_message(self._on(c), pdu, msg)
             elif op == STREAM_REQUEST:
                 tracked = c.stream_requests.get(msg.opaque)
                 if tracked is not None and tracked.request_pdu is pdu:
-                    self._open(c, pdu, tracked)
+                    self._open(self._on(c), pdu, tracked)
             elif op == CLOSE_STREAM:
-                st = self._current.get((conn, msg.vbucket, msg.stream_id))
+                on = self._on(c)
+                st = on.current.get((msg.vbucket, msg.stream_id))
                 if st is not None:
                     st._seen(pdu)
                     st._end(ENDED_CLOSE, None, pdu.frame)
                     st._close_opaque = msg.opaque
-                    self._closing[(conn, msg.opaque)] = st
-        elif not from_consumer:
-            if op == STREAM_REQUEST:
-                st = self._answering.pop((conn, msg.opaque), None)
-                if st is not None:
-                    self._answered(st, pdu, msg)
-            elif op == CLOSE_STREAM:
-                st = self._closing.pop((conn, msg.opaque), None)
-                if st is not None:
-                    st._seen(pdu)
-                    if st.ended == ENDED_CLOSE and st._close_opaque == msg.opaque:
-                        st.end_reason = STATUS.text(msg.status)
+                    _remember(on.closing, msg.opaque, st)
+            return
+        on = self._open_conns.get(pdu.conn)
+        if on is None or from_consumer:
+            return
+        if op == STREAM_REQUEST:
+            st = on.answering.pop(msg.opaque, None)
+            if st is not None:
+                self._answered(st, pdu, msg)
+        elif op == CLOSE_STREAM:
+            st = on.closing.pop(msg.opaque, None)
+            if st is not None:
+                st._seen(pdu)
+                if st.ended == ENDED_CLOSE and st._close_opaque == msg.opaque:
+                    st.end_reason = STATUS.text(msg.status)
 
-    def _open(self, c, pdu, tracked) -> None:
-        key = (pdu.conn, tracked.vb, tracked.sid)
-        old = self._current.get(key)
+    def _open(self, on: _OnConnection, pdu, tracked) -> None:
+        key = (tracked.vb, tracked.sid)
+        old = on.current.get(key)
         if old is not None:
             old._end(ENDED_REPLACED, None, pdu.frame)
         request = {name: tracked.request.get(name) for name in REQUEST_FIELDS}
-        st = StreamStats(self._connection(c), tracked.vb, tracked.sid, tracked.opaque, pdu,
-                         request)
+        st = StreamStats(on.who, tracked.vb, tracked.sid, tracked.opaque, pdu, request)
         self.streams.append(st)
-        self._current[key] = st
-        self._answering[(pdu.conn, tracked.opaque)] = st
+        on.current[key] = st
+        _remember(on.answering, tracked.opaque, st)
 
     def _answered(self, st: StreamStats, pdu, msg) -> None:
         st._seen(pdu)
@@ -200,12 +212,12 @@ class StreamSummary:
             st.answer = STATUS.text(msg.status)
         st._end(ENDED_REFUSED, st.answer, pdu.frame)
 
-    def _stream_message(self, c, pdu, msg) -> None:
-        key = (pdu.conn, msg.vbucket, msg.stream_id)
-        st = self._current.get(key)
+    def _stream_message(self, on: _OnConnection, pdu, msg) -> None:
+        key = (msg.vbucket, msg.stream_id)
+        st = on.current.get(key)
         if st is None:          # its request was not captured
-            st = self._current[key] = StreamStats(self._connection(c), msg.vbucket,
-                                                  msg.stream_id, msg.opaque, pdu, None)
+            st = on.current[key] = StreamStats(on.who, msg.vbucket, msg.stream_id, msg.opaque,
+                                               pdu, None)
             self.streams.append(st)
         st._seen(pdu)
         st.messages += 1
