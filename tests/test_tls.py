@@ -341,3 +341,41 @@ def test_streams_with_key_log(capsys):
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     streams = [r for r in rows if r.get("vbucket") == 0]
     assert [r["connection"] for r in streams] == [1, 2]
+
+
+def test_mutated_tls_streams_never_raise_nor_invent_messages():
+    """Bytes of a real session flipped or cut (handshake included): no exception, and every
+    message that still comes out is one the client or server really sent."""
+    import random
+    from dcpdissect.capture.keylog import KeyLog
+    from dcpdissect.capture.packets import decode_packet
+    from dcpdissect.capture.readers import open_capture
+    from dcpdissect.reassembly.connections import ConnectionTable, StreamData
+    from dcpdissect.reassembly.tls import TlsSession
+    table, streams = ConnectionTable(server_ports={11207}), (bytearray(), bytearray())
+    with open_capture(str(SAMPLE)) as reader:
+        for fr in reader:
+            for ev in table.feed(fr.number, fr.ts_ns, decode_packet(fr.linktype, fr.data)):
+                if type(ev) is StreamData and ev.conn == 1:
+                    streams[ev.direction].extend(ev.data)
+    keylog, random_ = KeyLog(SAMPLE_KEYS.read_text()), bytes(streams[0][11:43])
+    real = {d for _, _, d in messages(PLAIN)}
+    rng = random.Random(7)
+    for _ in range(3000):
+        s = [bytearray(streams[0]), bytearray(streams[1])]
+        d = rng.randrange(2)
+        for _ in range(rng.choice([1, 2, 4])):
+            s[d][rng.randrange(min(rng.choice([10, 100, 300, len(s[d])]), len(s[d])))] ^= \
+                rng.randrange(1, 256)
+        if rng.random() < 0.3:
+            s[d] = s[d][:rng.randrange(len(s[d]))]
+        session = TlsSession(1, ("10.0.0.2", 5000), ("10.0.0.1", 11207), keylog, random_)
+        out = []
+        for direction in rng.sample((0, 1), 2):
+            data, pos = bytes(s[direction]), 0
+            while pos < len(data):
+                n = rng.choice([1, 7, 100, 5000])
+                out += session.direction(direction).data(pos, data[pos:pos + n], 5, 5)
+                pos += n
+        out += session.direction(0).close() + session.direction(1).close()
+        assert {e.data for e in out if type(e) is Pdu} <= real

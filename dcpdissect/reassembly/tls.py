@@ -102,7 +102,9 @@ def _extensions(body: bytes, pos: int):
 
 def parse_server_hello(body: bytes) -> tuple[int, bytes, int]:
     """(version, server random, suite) of a ServerHello body; the version is the
-    supported_versions extension's when present (TLS 1.3)."""
+    supported_versions extension's when present (TLS 1.3). ValueError when malformed."""
+    if len(body) < 35 or len(body) < 38 + body[34]:
+        raise ValueError(f"a ServerHello of {len(body)} bytes is too short")
     version, random = struct.unpack_from(">H", body, 0)[0], body[2:34]
     pos = 35 + body[34]
     suite = struct.unpack_from(">H", body, pos)[0]
@@ -186,7 +188,11 @@ class TlsSession:
                           self.client_random.hex())
 
     def on_server_hello(self, body: bytes, frame: int, ts_ns: int, out: list) -> None:
-        version, random, code = parse_server_hello(body)
+        try:
+            version, random, code = parse_server_hello(body)
+        except ValueError as exc:
+            self.stop(out, UNSUPPORTED, f"{exc}: not decrypted", frame, ts_ns)
+            return
         if random == _HRR_RANDOM:
             self.retry = True
             return
