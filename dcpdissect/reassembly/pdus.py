@@ -72,6 +72,8 @@ class Summary:
     lost_pdus: int = 0
     tls_connections: int = 0
     tls_decrypted: int = 0              # TLS connections opened with the key log
+    tls_randoms: dict = field(default_factory=dict, compare=False)   # their client randoms
+    #                                     (hex) by connection number, for evidence bundles
     heuristic_ports: dict = field(default_factory=dict)   # server port -> connections decoded
     undecoded_ports: dict = field(default_factory=dict)   # server port -> connections not MCBP
     tcp: dict = field(default_factory=dict)
@@ -294,6 +296,7 @@ class PduStream:
         self.tls[conn] = TlsSession(conn, opened.client, opened.server, self.keylog, random,
                                     hello_dir)
         self.summary.tls_decrypted += 1
+        self.summary.tls_randoms[conn] = random.hex()
         yield from self._accept(opened.conn, cand.events, heuristic=False, number=cand.number)
 
     def _accept(self, cid: int, events: list, heuristic: bool, number: int | None = None) -> Iterator:
