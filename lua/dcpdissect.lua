@@ -81,6 +81,8 @@ F.frame_info_data = ProtoField.bytes("dcp.frame_info.data", "Frame info data")
 F.stream_id = ProtoField.uint16("dcp.stream_id", "Stream id", base.DEC)
 F.extras = ProtoField.bytes("dcp.extras", "Extras")
 F.key = ProtoField.string("dcp.key", "Key")
+F.collection_id = ProtoField.uint32("dcp.collection_id", "Collection ID", base.HEX)
+F.collection_name = ProtoField.string("dcp.collection_name", "Collection")
 F.value_len = ProtoField.int32("dcp.value_len", "Value length", base.DEC)
 F.value = ProtoField.bytes("dcp.value", "Value")
 F.garbage = ProtoField.bytes("dcp.garbage", "Not MCBP (skipped to the end of the segment)")
@@ -207,7 +209,7 @@ F.datatype_json = ProtoField.bool("dcp.datatype.json", "JSON", 8, nil, 0x1)
 F.datatype_snappy = ProtoField.bool("dcp.datatype.snappy", "SNAPPY", 8, nil, 0x2)
 F.datatype_xattr = ProtoField.bool("dcp.datatype.xattr", "XATTR", 8, nil, 0x4)
 local DATATYPE_BITS = {{F.datatype_json, 0x1}, {F.datatype_snappy, 0x2}, {F.datatype_xattr, 0x4}}
-dcp.fields = {F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len, F.extlen, F.datatype, F.vbucket, F.status, F.bodylen, F.opaque, F.cas, F.frame_info, F.frame_info_id, F.frame_info_len, F.frame_info_data, F.stream_id, F.extras, F.key, F.value_len, F.value, F.garbage, F.failover_log_count, F.open_layout, F.open_seqno, F.open_flags, F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill, F.add_stream_layout, F.add_stream_flags, F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer, F.add_stream_new_opaque, F.close_stream_layout, F.stream_req_layout, F.stream_req_flags, F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer, F.stream_req_reserved, F.stream_req_start_seqno, F.stream_req_end_seqno, F.stream_req_vbucket_uuid, F.stream_req_snap_start_seqno, F.stream_req_snap_end_seqno, F.failover_log_vbucket_uuid, F.failover_log_seqno, F.rollback_seqno, F.get_failover_log_layout, F.stream_end_layout, F.stream_end_reason, F.snapshot_layout, F.snapshot_start_seqno, F.snapshot_end_seqno, F.snapshot_flags, F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates, F.snapshot_version, F.snapshot_max_visible_seqno, F.snapshot_high_completed_seqno, F.snapshot_purge_seqno, F.snapshot_high_prepared_seqno, F.mutation_layout, F.mutation_by_seqno, F.mutation_rev_seqno, F.mutation_flags, F.mutation_expiration, F.mutation_lock_time, F.mutation_nmeta, F.mutation_nru, F.deletion_layout, F.deletion_by_seqno, F.deletion_rev_seqno, F.deletion_nmeta, F.deletion_delete_time, F.deletion_unused, F.expiration_layout, F.expiration_by_seqno, F.expiration_rev_seqno, F.expiration_delete_time, F.flush_layout, F.set_vbucket_state_layout, F.set_vbucket_state_state, F.noop_layout, F.buffer_ack_layout, F.buffer_ack_bytes_to_ack, F.control_layout, F.system_event_layout, F.system_event_by_seqno, F.system_event_event, F.system_event_version, F.prepare_layout, F.prepare_by_seqno, F.prepare_rev_seqno, F.prepare_flags, F.prepare_expiration, F.prepare_lock_time, F.prepare_nru, F.prepare_deleted, F.prepare_durability_level, F.seqno_ack_layout, F.seqno_ack_prepared_seqno, F.commit_layout, F.commit_prepared_seqno, F.commit_commit_seqno, F.abort_layout, F.abort_prepared_seqno, F.abort_abort_seqno, F.seqno_advanced_layout, F.seqno_advanced_by_seqno, F.oso_snapshot_layout, F.oso_snapshot_flags, F.oso_snapshot_flags_start, F.oso_snapshot_flags_end, F.cache_transfer_layout, F.cache_transfer_end_layout, F.datatype_json, F.datatype_snappy, F.datatype_xattr}
+dcp.fields = {F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len, F.extlen, F.datatype, F.vbucket, F.status, F.bodylen, F.opaque, F.cas, F.frame_info, F.frame_info_id, F.frame_info_len, F.frame_info_data, F.stream_id, F.extras, F.key, F.collection_id, F.collection_name, F.value_len, F.value, F.garbage, F.failover_log_count, F.open_layout, F.open_seqno, F.open_flags, F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill, F.add_stream_layout, F.add_stream_flags, F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer, F.add_stream_new_opaque, F.close_stream_layout, F.stream_req_layout, F.stream_req_flags, F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer, F.stream_req_reserved, F.stream_req_start_seqno, F.stream_req_end_seqno, F.stream_req_vbucket_uuid, F.stream_req_snap_start_seqno, F.stream_req_snap_end_seqno, F.failover_log_vbucket_uuid, F.failover_log_seqno, F.rollback_seqno, F.get_failover_log_layout, F.stream_end_layout, F.stream_end_reason, F.snapshot_layout, F.snapshot_start_seqno, F.snapshot_end_seqno, F.snapshot_flags, F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates, F.snapshot_version, F.snapshot_max_visible_seqno, F.snapshot_high_completed_seqno, F.snapshot_purge_seqno, F.snapshot_high_prepared_seqno, F.mutation_layout, F.mutation_by_seqno, F.mutation_rev_seqno, F.mutation_flags, F.mutation_expiration, F.mutation_lock_time, F.mutation_nmeta, F.mutation_nru, F.deletion_layout, F.deletion_by_seqno, F.deletion_rev_seqno, F.deletion_nmeta, F.deletion_delete_time, F.deletion_unused, F.expiration_layout, F.expiration_by_seqno, F.expiration_rev_seqno, F.expiration_delete_time, F.flush_layout, F.set_vbucket_state_layout, F.set_vbucket_state_state, F.noop_layout, F.buffer_ack_layout, F.buffer_ack_bytes_to_ack, F.control_layout, F.system_event_layout, F.system_event_by_seqno, F.system_event_event, F.system_event_version, F.prepare_layout, F.prepare_by_seqno, F.prepare_rev_seqno, F.prepare_flags, F.prepare_expiration, F.prepare_lock_time, F.prepare_nru, F.prepare_deleted, F.prepare_durability_level, F.seqno_ack_layout, F.seqno_ack_prepared_seqno, F.commit_layout, F.commit_prepared_seqno, F.commit_commit_seqno, F.abort_layout, F.abort_prepared_seqno, F.abort_abort_seqno, F.seqno_advanced_layout, F.seqno_advanced_by_seqno, F.oso_snapshot_layout, F.oso_snapshot_flags, F.oso_snapshot_flags_start, F.oso_snapshot_flags_end, F.cache_transfer_layout, F.cache_transfer_end_layout, F.datatype_json, F.datatype_snappy, F.datatype_xattr}
 
 -- Expert infos: one per single-message rule of the analyzer, plus framing problems
 local EXPERTS = {}
@@ -766,20 +768,86 @@ local function layout_allowed(lay, ctx)
   return delete_v2(ctx) == (lay.context == "delete_v2")
 end
 
--- leb128 collection prefix (McbpValidator::is_document_key_valid)
-local function document_key_problem(key)
-  if #key <= 1 then return "key length must be >= 2 on a collection-aware connection" end
-  local cid, prefix = 0, nil
+-- The leb128 collection id before a document key (include/mcbp/protocol/unsigned_leb128.h):
+-- collection id and prefix length, or nil, nil and why the server refuses the prefix.
+local function split_collection_key(key)
+  local cid = 0
   for i = 1, math.min(#key, 5) do
     local b = sbyte(key, i)
     cid = cid + band(b, 0x7f) * 2 ^ (7 * (i - 1))
     if b < 0x80 then
-      if i > 1 and b == 0 then return "collection prefix: non-canonical leb128" end
-      prefix = i
-      break
+      if i > 1 and b == 0 then return nil, nil, "non-canonical leb128" end
+      return cid, i, nil
     end
   end
-  if prefix == nil then return "collection prefix: no stop byte" end
+  return nil, nil, "no stop byte"
+end
+
+-- Collection and scope names, capture-wide, from the system events that create or modify
+-- them (ids: include/memcached/protocol_binary.h mcbp::systemevent::id; the key is the name;
+-- values of versions 0 and 1: engines/ep/src/collections/system_event_types.h, manifest
+-- uid u64, scope id u32, collection id u32; version 2: a FlatBuffers table of
+-- engines/ep/src/collections/events.fbs, field 1 scopeId, field 2 collectionId).
+local scope_names, collection_names = {}, {}   -- id -> name; id -> {scope id, name}
+
+local function u32_be(s, at)
+  local a, b, c, d = sbyte(s, at, at + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function u_le(s, at, width)
+  local v = 0
+  for i = at + width - 1, at, -1 do v = v * 256 + sbyte(s, i) end
+  return v
+end
+
+-- Field `field` (a uint32) of a FlatBuffers root table: 0 when absent, nil when malformed.
+local function flatbuffer_uint32(s, field)
+  local n = #s
+  if n < 8 then return nil end
+  local tbl = u_le(s, 1, 4)
+  if tbl + 4 > n then return nil end
+  local soff = u_le(s, tbl + 1, 4)
+  if soff >= 2147483648 then soff = soff - 4294967296 end
+  local vt = tbl - soff
+  if vt < 0 or vt + 4 > n then return nil end
+  local slot = 4 + 2 * field
+  if slot + 2 > u_le(s, vt + 1, 2) or vt + slot + 2 > n then return 0 end
+  local at = u_le(s, vt + slot + 1, 2)
+  if at == 0 then return 0 end
+  if tbl + at + 4 > n then return nil end
+  return u_le(s, tbl + at + 1, 4)
+end
+
+local function learn_names(event, version, key, value)
+  if #key == 0 or not (event == 0 or event == 3 or event == 5) then return end
+  local scope, cid
+  if version == 0 or version == 1 then
+    if #value < (event == 3 and 12 or 16) then return end
+    scope = u32_be(value, 9)
+    if event ~= 3 then cid = u32_be(value, 13) end
+  elseif version == 2 then
+    scope = flatbuffer_uint32(value, 1)
+    if event ~= 3 then cid = flatbuffer_uint32(value, 2) end
+    if scope == nil or (event ~= 3 and cid == nil) then return end
+  else
+    return
+  end
+  if event == 3 then scope_names[scope] = key else collection_names[cid] = {scope, key} end
+end
+
+local function collection_name(cid)
+  local entry = collection_names[cid]
+  if entry == nil then return nil end
+  local scope = scope_names[entry[1]]
+  return scope and scope .. "." .. entry[2] or entry[2]
+end
+
+-- leb128 collection prefix (McbpValidator::is_document_key_valid)
+local function document_key_problem(key)
+  if #key <= 1 then return "key length must be >= 2 on a collection-aware connection" end
+  local cid, prefix, problem = split_collection_key(key)
+  if problem then return "collection prefix: " .. problem end
   local logical = #key - prefix
   if logical == 0 then return "no logical key after the collection prefix" end
   if cid >= 1 and cid <= 7 then return fmt("reserved collection id %d", cid) end
@@ -1295,6 +1363,25 @@ local NO_INFOS = {}
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
 
+-- The key. A document key of a connection whose HELLO enabled Collections is shown as its
+-- collection id (leb128) and the logical key, so that `dcp.key contains "foo"` sees the key.
+local function add_key(tvb, node, shape, at, len, pinfo, from_client)
+  if shape and shape.document_key and collections(connection(pinfo, from_client).ctx) then
+    local cid, prefix = split_collection_key(tvb_raw(tvb, at, len < 5 and len or 5))
+    if cid then
+      local r = tvb_range(tvb, at, prefix)
+      local item = ti_add(node, F.collection_id, r, cid)
+      local name = collection_name(cid)
+      if name then
+        ti_append_text(item, " (" .. name .. ")")
+        ti_set_generated(ti_add(node, F.collection_name, r, name))
+      end
+      at, len = at + prefix, len - prefix
+    end
+  end
+  if len > 0 then ti_add(node, f_key, tvb_range(tvb, at, len)) end
+end
+
 local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_client)
   if cap < HEADER_SIZE then
     local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
@@ -1390,7 +1477,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
         if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
       end
     end
-    if keylen > 0 then ti_add(node, f_key, tvb_range(tvb, body + e_end, keylen)) end
+    if keylen > 0 then add_key(tvb, node, shape, body + e_end, keylen, pinfo, from_client) end
     local n = m.value_len
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end
@@ -1450,6 +1537,11 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   if from_client or opcode == 0x1f or opcode == 0x50 then conn = connection(pinfo, from_client) end
   check_message(m, conn and conn.ctx, from_client, add_expert)
   if complete and conn then negotiate(conn, m, from_client) end
+  if opcode == 0x5f and request and complete and keylen > 0 and m.value_len > 0
+      and not pinfo.visited then
+    learn_names(m.f.event, m.f.version, tvb_raw(tvb, m.key_at, keylen),
+                tvb_raw(tvb, m.val_at, m.value_len))
+  end
   return text
 end
 
@@ -1529,6 +1621,7 @@ end
 function dcp.init()
   info_text = nil
   contexts, ctx_at = {}, {}
+  scope_names, collection_names = {}, {}
 end
 
 -- Ports ------------------------------------------------------------------------------------
@@ -1613,7 +1706,7 @@ function findings.dissector(tvb, pinfo, tree)
   local node
   for _, c in ipairs({comment_field()}) do
     local text = tostring(c.value)
-    local rule, message = string.match(text, "^%[([%w][%w%-]*)%] (.*)$")
+    local rule = string.match(text, "^%[([%w][%w%-]*)%] ")
     if rule then
       node = node or tree:add(findings, tvb(0, 0))
       local item = node:add(f_finding, text)

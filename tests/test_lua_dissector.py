@@ -22,6 +22,7 @@ import pytest
 from dcpdissect.analysis.rules import RULES
 from dcpdissect.analysis.engine import Analyzer
 from dcpdissect.codec import decode
+from dcpdissect.codec.keys import leb128
 from dcpdissect.codec.problems import EXTRAS_SIZE, FRAME_INFO
 from dcpdissect.luagen import install, render
 from dcpdissect.luagen.render import field_abbrevs
@@ -186,8 +187,10 @@ def compare(m, p: LuaPdu) -> list[str]:
                 v for _, v in p.fields.get("dcp.frame_info.data", [])]:
             diffs.append(f"frame info data: python={m.frame_infos}")
     key = p.fields.get("dcp.key")
+    # a collection-aware document key: dcp.collection_id (the leb128 prefix), then the logical key
+    prefix = leb128(p.num("dcp.collection_id")) if "dcp.collection_id" in p.fields else b""
     if m.keylen and m.fields is not None and m.extlen + m.framing_len + m.keylen <= m.bodylen:
-        if not key or key[0][1] != m.key.hex():
+        if len(m.key) > len(prefix) and (not key or prefix.hex() + key[0][1] != m.key.hex()):
             diffs.append(f"dcp.key: python={m.key.hex()} lua={key}")
     elif key:
         diffs.append("dcp.key shown by lua only")

@@ -162,20 +162,86 @@ local function layout_allowed(lay, ctx)
   return delete_v2(ctx) == (lay.context == "delete_v2")
 end
 
--- leb128 collection prefix (McbpValidator::is_document_key_valid)
-local function document_key_problem(key)
-  if #key <= 1 then return "key length must be >= 2 on a collection-aware connection" end
-  local cid, prefix = 0, nil
+-- The leb128 collection id before a document key (include/mcbp/protocol/unsigned_leb128.h):
+-- collection id and prefix length, or nil, nil and why the server refuses the prefix.
+local function split_collection_key(key)
+  local cid = 0
   for i = 1, math.min(#key, 5) do
     local b = sbyte(key, i)
     cid = cid + band(b, 0x7f) * 2 ^ (7 * (i - 1))
     if b < 0x80 then
-      if i > 1 and b == 0 then return "collection prefix: non-canonical leb128" end
-      prefix = i
-      break
+      if i > 1 and b == 0 then return nil, nil, "non-canonical leb128" end
+      return cid, i, nil
     end
   end
-  if prefix == nil then return "collection prefix: no stop byte" end
+  return nil, nil, "no stop byte"
+end
+
+-- Collection and scope names, capture-wide, from the system events that create or modify
+-- them (ids: include/memcached/protocol_binary.h mcbp::systemevent::id; the key is the name;
+-- values of versions 0 and 1: engines/ep/src/collections/system_event_types.h, manifest
+-- uid u64, scope id u32, collection id u32; version 2: a FlatBuffers table of
+-- engines/ep/src/collections/events.fbs, field 1 scopeId, field 2 collectionId).
+local scope_names, collection_names = {}, {}   -- id -> name; id -> {scope id, name}
+
+local function u32_be(s, at)
+  local a, b, c, d = sbyte(s, at, at + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function u_le(s, at, width)
+  local v = 0
+  for i = at + width - 1, at, -1 do v = v * 256 + sbyte(s, i) end
+  return v
+end
+
+-- Field `field` (a uint32) of a FlatBuffers root table: 0 when absent, nil when malformed.
+local function flatbuffer_uint32(s, field)
+  local n = #s
+  if n < 8 then return nil end
+  local tbl = u_le(s, 1, 4)
+  if tbl + 4 > n then return nil end
+  local soff = u_le(s, tbl + 1, 4)
+  if soff >= 2147483648 then soff = soff - 4294967296 end
+  local vt = tbl - soff
+  if vt < 0 or vt + 4 > n then return nil end
+  local slot = 4 + 2 * field
+  if slot + 2 > u_le(s, vt + 1, 2) or vt + slot + 2 > n then return 0 end
+  local at = u_le(s, vt + slot + 1, 2)
+  if at == 0 then return 0 end
+  if tbl + at + 4 > n then return nil end
+  return u_le(s, tbl + at + 1, 4)
+end
+
+local function learn_names(event, version, key, value)
+  if #key == 0 or not (event == 0 or event == 3 or event == 5) then return end
+  local scope, cid
+  if version == 0 or version == 1 then
+    if #value < (event == 3 and 12 or 16) then return end
+    scope = u32_be(value, 9)
+    if event ~= 3 then cid = u32_be(value, 13) end
+  elseif version == 2 then
+    scope = flatbuffer_uint32(value, 1)
+    if event ~= 3 then cid = flatbuffer_uint32(value, 2) end
+    if scope == nil or (event ~= 3 and cid == nil) then return end
+  else
+    return
+  end
+  if event == 3 then scope_names[scope] = key else collection_names[cid] = {scope, key} end
+end
+
+local function collection_name(cid)
+  local entry = collection_names[cid]
+  if entry == nil then return nil end
+  local scope = scope_names[entry[1]]
+  return scope and scope .. "." .. entry[2] or entry[2]
+end
+
+-- leb128 collection prefix (McbpValidator::is_document_key_valid)
+local function document_key_problem(key)
+  if #key <= 1 then return "key length must be >= 2 on a collection-aware connection" end
+  local cid, prefix, problem = split_collection_key(key)
+  if problem then return "collection prefix: " .. problem end
   local logical = #key - prefix
   if logical == 0 then return "no logical key after the collection prefix" end
   if cid >= 1 and cid <= 7 then return fmt("reserved collection id %d", cid) end

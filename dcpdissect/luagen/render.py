@@ -165,6 +165,8 @@ BODY_FIELDS = (
     ("stream_id", "ProtoField.uint16(\"dcp.stream_id\", \"Stream id\", base.DEC)"),
     ("extras", "ProtoField.bytes(\"dcp.extras\", \"Extras\")"),
     ("key", "ProtoField.string(\"dcp.key\", \"Key\")"),
+    ("collection_id", "ProtoField.uint32(\"dcp.collection_id\", \"Collection ID\", base.HEX)"),
+    ("collection_name", "ProtoField.string(\"dcp.collection_name\", \"Collection\")"),
     ("value_len", "ProtoField.int32(\"dcp.value_len\", \"Value length\", base.DEC)"),
     ("value", "ProtoField.bytes(\"dcp.value\", \"Value\")"),
     ("garbage", "ProtoField.bytes(\"dcp.garbage\", \"Not MCBP (skipped to the end of the segment)\")"),

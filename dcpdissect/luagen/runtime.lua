@@ -199,6 +199,25 @@ local NO_INFOS = {}
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
 
+-- The key. A document key of a connection whose HELLO enabled Collections is shown as its
+-- collection id (leb128) and the logical key, so that `dcp.key contains "foo"` sees the key.
+local function add_key(tvb, node, shape, at, len, pinfo, from_client)
+  if shape and shape.document_key and collections(connection(pinfo, from_client).ctx) then
+    local cid, prefix = split_collection_key(tvb_raw(tvb, at, len < 5 and len or 5))
+    if cid then
+      local r = tvb_range(tvb, at, prefix)
+      local item = ti_add(node, F.collection_id, r, cid)
+      local name = collection_name(cid)
+      if name then
+        ti_append_text(item, " (" .. name .. ")")
+        ti_set_generated(ti_add(node, F.collection_name, r, name))
+      end
+      at, len = at + prefix, len - prefix
+    end
+  end
+  if len > 0 then ti_add(node, f_key, tvb_range(tvb, at, len)) end
+end
+
 local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_client)
   if cap < HEADER_SIZE then
     local node = ti_add(tree, dcp, tvb_range(tvb, off, cap))
@@ -283,7 +302,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
         if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
       end
     end
-    if keylen > 0 then ti_add(node, f_key, tvb_range(tvb, body + e_end, keylen)) end
+    if keylen > 0 then add_key(tvb, node, shape, body + e_end, keylen, pinfo, from_client) end
     local n = m.value_len
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end
@@ -343,6 +362,11 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   if from_client or opcode == 0x1f or opcode == 0x50 then conn = connection(pinfo, from_client) end
   check_message(m, conn and conn.ctx, from_client, add_expert)
   if complete and conn then negotiate(conn, m, from_client) end
+  if opcode == 0x5f and request and complete and keylen > 0 and m.value_len > 0
+      and not pinfo.visited then
+    learn_names(m.f.event, m.f.version, tvb_raw(tvb, m.key_at, keylen),
+                tvb_raw(tvb, m.val_at, m.value_len))
+  end
   return text
 end
 
@@ -422,6 +446,7 @@ end
 function dcp.init()
   info_text = nil
   contexts, ctx_at = {}, {}
+  scope_names, collection_names = {}, {}
 end
 
 -- Ports ------------------------------------------------------------------------------------
@@ -506,7 +531,7 @@ function findings.dissector(tvb, pinfo, tree)
   local node
   for _, c in ipairs({comment_field()}) do
     local text = tostring(c.value)
-    local rule, message = string.match(text, "^%[([%w][%w%-]*)%] (.*)$")
+    local rule = string.match(text, "^%[([%w][%w%-]*)%] ")
     if rule then
       node = node or tree:add(findings, tvb(0, 0))
       local item = node:add(f_finding, text)

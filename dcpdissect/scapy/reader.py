@@ -23,7 +23,7 @@ from .layers import MCBP
 _NS = EDecimal(1_000_000_000)
 PROVENANCE = ("frames", "frame", "conn", "offset")
 NO_MAC = "00:00:00:00:00:00"     # the reassembled capture keeps no link-layer addresses
-ISN = 1                          # sequence number of each direction's first byte
+ISN = 0                          # each direction's first byte has sequence number ISN + 1
 
 
 class CaptureWarning(UserWarning):
@@ -39,8 +39,8 @@ def read(path: str, **options) -> PacketList:
 def iread(path: str, **options) -> Iterator[Packet]:
     """Yield every complete PDU of a capture, in the order the reassembler produces them,
     without loading the file: ``Ether/IP(v6)/TCP/MCBP`` with the connection's addresses and
-    ports and TCP sequence numbers that place each PDU at its stream offset (so a written
-    file reassembles the same). ``options`` are those of
+    ports and TCP sequence numbers that place each PDU at its stream offset, so that
+    ``wrpcap`` writes a capture that reassembles the same. ``options`` are those of
     ``dcpdissect.reassembly.pdus.Options`` (``ports``, ``any_port``, ``max_connections``).
 
     Each packet carries ``frames`` (every frame contributing bytes), ``frame`` (the
@@ -54,19 +54,19 @@ def iread(path: str, **options) -> Iterator[Packet]:
     """
     summary = Summary()
     view = CollectionsView()
-    ends: dict[int, tuple] = {}
+    opened: dict[int, ConnectionOpened] = {}
     acked: dict[tuple[int, int], int] = {}       # (conn, direction) -> next stream offset
     try:
         for ev in iter_events(path, Options(**options) if options else None, summary):
             kind = type(ev)
             if kind is ConnectionOpened:
-                ends[ev.conn] = (ev.client, ev.server)
+                opened[ev.conn] = ev
             if kind is not Pdu:
                 view.feed(ev)
                 continue
             doc_key = view.feed(ev, decode(ev.data))
             pkt = _on_tcp(ev, MCBP(ev.data, collections=view.aware(ev.conn)),
-                          ends.get(ev.conn), acked)
+                          opened.get(ev.conn), acked)
             if doc_key is not None:
                 pkt[MCBP].collection_name = doc_key.name
             yield pkt
@@ -89,15 +89,27 @@ def pdu_packet(pdu: Pdu, collections: bool | None = None) -> MCBP:
     return pkt
 
 
-def _on_tcp(pdu: Pdu, mcbp: MCBP, ends, acked: dict) -> Packet:
-    """``mcbp`` inside Ether/IP/TCP of its connection (unknown ends: 0.0.0.0, port 11210)."""
-    client, server = ends or (("0.0.0.0", 0), ("0.0.0.0", 11210))
+def _on_tcp(pdu: Pdu, mcbp: MCBP, opened: ConnectionOpened | None, acked: dict) -> Packet:
+    """``mcbp`` inside Ether/IP/TCP of its connection. Where the capture showed the
+    connection's start, the first PDU of each direction rides on its SYN (client) or SYN-ACK
+    (server), so that a written capture shows the start too."""
+    if opened is None:
+        client, server, start = ("0.0.0.0", 0), ("0.0.0.0", 11210), False
+    else:
+        client, server, start = opened.client, opened.server, not opened.mid_stream
     src, dst = (client, server) if pdu.direction == 0 else (server, client)
     ip = IPv6 if ":" in src[0] else IP
     mine, other = (pdu.conn, pdu.direction), (pdu.conn, 1 - pdu.direction)
+    first = mine not in acked
     acked[mine] = max(acked.get(mine, 0), pdu.offset + len(pdu.data))
-    tcp = TCP(sport=src[1], dport=dst[1], flags="PA", seq=(ISN + pdu.offset) % 2**32,
-              ack=(ISN + acked.get(other, 0)) % 2**32)
+    ack = (ISN + 1 + acked.get(other, 0)) % 2**32
+    if first and start and pdu.offset == 0:
+        syn_ack = pdu.direction == 1
+        tcp = TCP(sport=src[1], dport=dst[1], flags="SA" if syn_ack else "S", seq=ISN,
+                  ack=ack if syn_ack else 0)
+    else:
+        tcp = TCP(sport=src[1], dport=dst[1], flags="PA", seq=(ISN + 1 + pdu.offset) % 2**32,
+                  ack=ack)
     pkt = Ether(src=NO_MAC, dst=NO_MAC) / ip(src=src[0], dst=dst[0]) / tcp / mcbp
     pkt.time = EDecimal(pdu.ts_ns) / _NS
     pkt.direction = pdu.direction
