@@ -11,6 +11,7 @@ as customer data.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -101,20 +102,45 @@ def scrub(text: str, secrets) -> str:
     return text
 
 
-def _redact_value(value, secrets):
+_QUOTED = re.compile(r"b?'(?:[^'\\]|\\.)*'" + r'|b?"(?:[^"\\]|\\.)*"')
+
+
+def scrub_quoted(text: str, document: bytes) -> str:
+    """``text`` with every quoted string (``'k1'``, ``b'_sync'``) whose bytes occur in
+    ``document`` replaced by ``x``s inside its quotes."""
+    if not document:
+        return text
+
+    def sub(m: re.Match) -> str:
+        token = m.group(0)
+        try:
+            value = ast.literal_eval(token)
+        except (ValueError, SyntaxError):
+            return token
+        raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
+        if not raw or raw not in document:
+            return token
+        head = 2 if token.startswith("b") else 1
+        return token[:head] + "x" * (len(token) - head - 1) + token[-1]
+    return _QUOTED.sub(sub, text)
+
+
+def _redact_value(value, secrets, document: bytes = b""):
     if isinstance(value, str):
-        return scrub(value, secrets)
+        return scrub_quoted(scrub(value, secrets), document)
     if isinstance(value, dict):
-        return {k: _redact_value(v, secrets) for k, v in value.items()}
+        return {k: _redact_value(v, secrets, document) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_redact_value(v, secrets) for v in value)
+        return type(value)(_redact_value(v, secrets, document) for v in value)
     return value
 
 
 def redact_finding(f: Finding) -> Finding:
     """The finding with its PDU redacted, and its message and decoded fields without the
-    document key it names (as text, escaped or hex); a ``key`` field becomes ``x``s."""
+    document key it names (as text, escaped or hex) nor any quoted bytes of its document (an
+    xattr's name); a ``key`` field becomes ``x``s."""
     key = _key_of(f.pdu)
+    document = b"|".join(f.pdu[a:b] for a, b in document_ranges(f.pdu)) if f.pdu else b""
     secrets = _spellings(key) if key else set()
     fields = {}
     for name, value in f.fields.items():
@@ -122,10 +148,11 @@ def redact_finding(f: Finding) -> Finding:
             secrets |= {value}
             value = "x" * len(value)
         fields[name] = value
-    if not secrets and f.pdu == redact_pdu(f.pdu):
+    if not secrets and not document and f.pdu == redact_pdu(f.pdu):
         return f
-    return dataclasses.replace(f, pdu=redact_pdu(f.pdu), message=scrub(f.message, secrets),
-                               fields=_redact_value(fields, secrets))
+    return dataclasses.replace(f, pdu=redact_pdu(f.pdu),
+                               message=_redact_value(f.message, secrets, document),
+                               fields=_redact_value(fields, secrets, document))
 
 
 def redact_record(record: dict) -> dict:

@@ -1,0 +1,219 @@
+"""`--redact` leaks no document, checked against an oracle that owes nothing to the
+redaction code: Wireshark's built-in Couchbase dissector (tshark, PDML) lists the keys,
+values and xattrs of every message of the ORIGINAL capture whose opcode the protocol tables
+mark as a document; then no one of those byte strings appears in any output of `--redact`:
+the evidence capture, report.md, frames.tsv, README.txt and the stdout of every format of
+`dissect` and `analyze`. Over every sample that carries documents and over fuzzed captures
+(segmented, reordered, duplicated, overlapped and truncated streams of the samples' PDUs).
+
+Rules of the comparison:
+- a secret is a key, logical key (after the collection prefix), value, xattr key or xattr
+  value of length >= 4 (shorter strings match by chance), not made of one repeated byte
+  (the placeholder ``x``, or the zero padding of any binary header);
+- an occurrence inside a longer word does not count (identifier characters right before
+  and right after it: the xattr ``_sync`` in the control ``enable_sync_writes``);
+- a secret that tshark also lists in a message the tables do not mark as a document (a
+  GetEx request names a document key too, and the tables do not describe GetEx) is not
+  counted: such a message is not redacted;
+- text outputs are searched for the secret's bytes and its text in every JSON string
+  (escapes decoded); hexdumps (which show a PDU's first bytes) for any 4 bytes in a row of
+  a secret.
+"""
+
+import gzip
+import io
+import json
+import random
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from dcpdissect.cli import main
+from dcpdissect.protocol import DOCUMENT_OPCODES
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+TSHARK = shutil.which("tshark")
+pytestmark = pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
+PORTS = (11210, 11209, 12000)
+SECRET_FIELDS = ("couchbase.key", "couchbase.key.logical_key", "couchbase.value",
+                 "couchbase.xattrs.pair.key", "couchbase.xattrs.pair.value")
+
+
+def tshark_documents(capture: Path) -> set[bytes]:
+    """Keys, values and xattrs of document messages, as tshark's built-in dissector
+    decodes the capture (PDML carries each field's raw bytes in hex)."""
+    cmd = [TSHARK, "-r", str(capture), "-o", "tcp.reassemble_out_of_order:TRUE", "-T", "pdml"]
+    for p in PORTS:
+        cmd += ["-d", f"tcp.port=={p},couchbase"]
+    res = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert res.returncode in (0, 2), res.stderr      # 2: a truncated capture, read up to there
+    secret, shared = set(), set()
+    for proto in ET.fromstring(res.stdout or b"<pdml/>").iter("proto"):
+        if proto.get("name") != "couchbase":
+            continue
+        fields = {}
+        for f in proto.iter("field"):
+            fields.setdefault(f.get("name"), []).append(f)
+        magic = int(fields["couchbase.magic"][0].get("show"), 0) if "couchbase.magic" in fields \
+            else None
+        opcode = fields.get("couchbase.opcode")
+        document = (opcode is not None and magic in (0x80, 0x81, 0x08, 0x18)
+                    and int(opcode[0].get("show"), 0) in DOCUMENT_OPCODES)
+        for name in SECRET_FIELDS:
+            for f in fields.get(name, ()):
+                raw = bytes.fromhex(f.get("value") or "")
+                (secret if document else shared).add(raw)
+    return {s for s in secret - shared if len(s) >= 4 and len(set(s)) > 1}
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def standalone(secret: bytes, data: bytes) -> bool:
+    """Whether ``secret`` occurs in ``data`` other than inside a longer word."""
+    at = data.find(secret)
+    while at >= 0:
+        before = data[at - 1] if at else None
+        after = data[at + len(secret)] if at + len(secret) < len(data) else None
+        if not (before in _WORD and after in _WORD):
+            return True
+        at = data.find(secret, at + 1)
+    return False
+
+
+def leaks(secrets: set[bytes], name: str, data: bytes) -> list[str]:
+    """Where secrets appear in one output."""
+    found = [f"{name}: {s!r}" for s in secrets if standalone(s, data)]
+    if name.endswith(".pcap") or name.endswith(".pcapng"):
+        return found
+    text = data.decode("utf-8", "replace")
+    strings = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                strings += list(_strings(json.loads(line)))
+            except ValueError:
+                pass
+    dumped = hexdump_bytes(text)
+    for s in secrets:
+        t = s.decode("utf-8", "replace")
+        if any(standalone(t.encode(), x.encode()) for x in strings):
+            found.append(f"{name} (JSON string): {s!r}")
+        windows = {s[i:i + 4] for i in range(len(s) - 3)} - {b"xxxx"}
+        if any(w in dumped for w in windows):
+            found.append(f"{name} (hexdump): {s!r}")
+    return found
+
+
+_DUMP_LINE = re.compile(r"^[0-9a-f]{4}  ((?:[0-9a-f]{2} )*[0-9a-f]{2})", re.M)
+
+
+def hexdump_bytes(text: str) -> bytes:
+    """The bytes shown by the hexdumps of a report, line after line (a dump shows the first
+    bytes of a PDU only, so a secret may show in part: every 4-byte window is searched)."""
+    return b"|".join(bytes.fromhex(m[1]) for m in _DUMP_LINE.finditer(text))
+
+
+def run(*argv) -> tuple[int, bytes]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue().encode()
+
+
+def redacted_outputs(capture: Path, work: Path) -> dict[str, bytes]:
+    """Every output of --redact for one capture, by name."""
+    outputs = {}
+    ports = [a for p in (12000,) for a in ("--port", p)]
+    for fmt in ("table", "jsonl"):
+        code, outputs[f"dissect --format {fmt}"] = run("dissect", capture, "--format", fmt,
+                                                       "--redact", *ports)
+        assert code in (0, 2)
+    for fmt in ("table", "jsonl", "markdown", "html"):
+        code, outputs[f"analyze --format {fmt}"] = run("analyze", capture, "--format", fmt,
+                                                       "--redact", "--fail-on", "never", *ports)
+        assert code in (0, 2)
+    bundle = work / "bundle"
+    code, outputs["analyze --evidence"] = run("analyze", capture, "--evidence", bundle,
+                                              "--redact", "--format", "markdown",
+                                              "--fail-on", "never", *ports)
+    assert code in (0, 2)
+    for p in bundle.iterdir():
+        if p.name != "dcpdissect.lua":
+            outputs[p.name] = p.read_bytes()
+    return outputs
+
+
+def _samples_with_documents() -> list[str]:
+    """Samples with at least one message of a document opcode (by the first byte pair of
+    each PDU dcpdissect frames; which bytes are secret is tshark's to say)."""
+    from dcpdissect.reassembly.pdus import CaptureError, Pdu, iter_events
+    names = []
+    for p in sorted(SAMPLES.iterdir()):
+        if p.is_file() and p.suffix in (".pcap", ".pcapng", ".gz"):
+            try:
+                if any(type(ev) is Pdu and ev.data[1] in DOCUMENT_OPCODES
+                       for ev in iter_events(str(p))):
+                    names.append(p.name)
+            except CaptureError:
+                names.append(p.name)
+    return names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _samples_with_documents())
+def test_no_document_byte_in_any_redacted_output_of_a_sample(tmp_path, name):
+    capture = SAMPLES / name
+    if name.endswith(".gz"):                   # tshark reads it too, but keep the oracle plain
+        capture = tmp_path / name[:-3]
+        capture.write_bytes(gzip.decompress((SAMPLES / name).read_bytes()))
+    secrets = tshark_documents(capture)
+    assert secrets, f"tshark lists no document of 4 bytes or more in {name}"
+    outputs = redacted_outputs(capture, tmp_path)
+    found = [hit for k, v in outputs.items() for hit in leaks(secrets, k, v)]
+    assert not found, found[:10]
+
+
+def test_the_oracle_sees_documents_and_the_unredacted_outputs_show_them(tmp_path):
+    """The control: without --redact the same checks find the documents (so the test
+    above can fail)."""
+    capture = SAMPLES / "resume-collapsed.pcap"
+    secrets = tshark_documents(capture)
+    assert {b'{"seq":2,"pad":"xxxxxxxxxxxxxxxx"}'} <= secrets or any(b'"seq"' in s for s in secrets)
+    run("analyze", capture, "--evidence", tmp_path / "plain", "--fail-on", "never")
+    blob = (tmp_path / "plain" / "evidence.pcap").read_bytes()
+    assert leaks(secrets, "evidence.pcap", blob)
+    _, md = run("analyze", SAMPLES / "stream-markers.pcap", "--format", "markdown")
+    assert leaks(tshark_documents(SAMPLES / "stream-markers.pcap"), "markdown", md)
+    _, rows = run("dissect", SAMPLES / "legal-server-behaviour.pcap", "--format", "jsonl")
+    assert leaks(tshark_documents(SAMPLES / "legal-server-behaviour.pcap"), "jsonl", rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 7))
+def test_no_document_byte_in_redacted_outputs_of_fuzzed_captures(tmp_path, seed):
+    from dcpdissect.fuzz.gen import stream_capture
+    capture = tmp_path / f"fuzz-{seed}.pcap"
+    capture.write_bytes(stream_capture(random.Random(seed)))
+    secrets = tshark_documents(capture)
+    outputs = redacted_outputs(capture, tmp_path)
+    found = [hit for k, v in outputs.items() for hit in leaks(secrets, k, v)]
+    assert not found, found[:10]
