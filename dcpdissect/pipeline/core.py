@@ -477,11 +477,19 @@ else:                                    # pragma: no cover
     _json_fast = _json
 
 
-MESSAGE_COLUMNS = ("capture_file", "frame", "frames", "time", "ts_ns", "connection", "direction",
-                   "magic", "magic_name", "opcode", "opcode_name", "request", "vbucket", "status",
-                   "status_name", "opaque", "cas", "datatype", "framing_len", "extlen", "keylen",
-                   "bodylen", "value_len", "stream_id", "frame_infos", "key", "layout", "fields",
-                   "names", "problems")
+# The ``messages`` table, defined once: column and type (string, long, int, bool, u64: an
+# unsigned 64-bit integer, list<...>). Nested values (frame_infos, fields, names) are JSON text.
+MESSAGE_SCHEMA = (
+    ("capture_file", "string"), ("frame", "long"), ("frames", "list<long>"), ("time", "string"),
+    ("ts_ns", "long"), ("connection", "int"), ("direction", "string"), ("magic", "int"),
+    ("magic_name", "string"), ("opcode", "int"), ("opcode_name", "string"), ("request", "bool"),
+    ("vbucket", "int"), ("status", "int"), ("status_name", "string"), ("opaque", "long"),
+    ("cas", "u64"), ("datatype", "int"), ("framing_len", "int"), ("extlen", "int"),
+    ("keylen", "int"), ("bodylen", "long"), ("value_len", "long"), ("stream_id", "int"),
+    ("frame_infos", "string"), ("key", "string"), ("layout", "string"), ("fields", "string"),
+    ("names", "string"), ("problems", "list<string>"),
+)
+MESSAGE_COLUMNS = tuple(name for name, _type in MESSAGE_SCHEMA)
 
 
 def message_row(path: str, pdu: Pdu) -> tuple:
@@ -765,6 +773,7 @@ __all__ = [
     "FINDING_COLUMNS",
     "HEADER_COLUMNS",
     "MESSAGE_COLUMNS",
+    "MESSAGE_SCHEMA",
     "STREAM_COLUMNS",
     "ChunkStats",
     "ConnRow",

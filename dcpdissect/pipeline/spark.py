@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from ..capture.readers import CaptureError, open_capture
+from ..codec import decode
 from ..reassembly.pdus import Options, Summary
 from ..reports.messages import is_u64_name, iso_time
 from . import core
@@ -185,14 +186,9 @@ def _schemas():
                  ("messages_c2s", L), ("messages_s2c", L), ("gaps", L), ("gap_bytes", L),
                  ("resyncs", L), ("lost_pdus", L)]
     analysis = make([("kind", S)] + finding_cols + conn_cols + [("flow", S), ("local_conn", I)])
-    msg_types = {"frame": L, "frames": LA, "time": S, "ts_ns": L, "connection": I, "direction": S,
-                 "magic": I, "magic_name": S, "opcode": I, "opcode_name": S, "request": B,
-                 "vbucket": I, "status": I, "status_name": S, "opaque": L,
-                 "cas": DecimalType(20, 0), "datatype": I, "framing_len": I, "extlen": I,
-                 "keylen": I, "bodylen": L, "value_len": L, "stream_id": I, "frame_infos": S,
-                 "key": S, "layout": S, "fields": S, "names": S, "problems": SA,
-                 "capture_file": S}
-    message = make([(c, msg_types[c]) for c in core.MESSAGE_COLUMNS])
+    by_name = {"string": S, "long": L, "int": I, "bool": B, "u64": DecimalType(20, 0),
+               "list<long>": LA, "list<string>": SA}
+    message = make([(c, by_name[t]) for c, t in core.MESSAGE_SCHEMA])
     stream_types = {c: S for c in ("capture_file", "client", "server", "role", "bucket",
                                    "dcp_name", "answer", "items", "ended", "end_reason",
                                    "first_time", "last_time")}
@@ -676,12 +672,18 @@ def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size
     message_schema = sch["message"][1]
 
     def messages(batches):
-        out_b = _Batcher(message_schema, 2048)
+        """The rows of the Pdu events, built as the whole-file pass builds them."""
+        from itertools import groupby
         ids = b_ids.value
-        for path, flow, conn, blob in _rows(batches, ("capture_file", "flow", "conn", "blob")):
-            pdu = core.loads(blob)._replace(conn=ids[path, flow, conn])
-            yield from out_b.add(core.message_row(path, pdu))
-        yield from out_b.flush()
+        tables: dict = {}
+        for batch in batches:
+            rows = _rows([batch], ("capture_file", "flow", "conn", "blob"))
+            for path, group in groupby(rows, key=lambda r: r[0]):
+                pdus = [core.loads(blob)._replace(conn=ids[path, flow, conn])
+                        for _p, flow, conn, blob in group]
+                table = tables.get(path) or tables.setdefault(path, core.MessageColumns(path))
+                cols = table.columns(pdus, [decode(p.data) for p in pdus], False, False)
+                yield _message_batch(cols, message_schema)
 
     n_files = max(1, len(paths))
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
