@@ -49,6 +49,7 @@ def _int_in(lo: int, hi: int, what: str):
 
 parse_port = _int_in(1, 65535, "port")
 parse_vbucket = _int_in(0, 65535, "vbucket")
+parse_connection = _int_in(1, (1 << 31) - 1, "connection")
 
 
 def live_output(path: str) -> None:
@@ -192,7 +193,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parse_follow(text: str) -> dict:
     """``vb:N[,sid:M][,conn:K]`` (``--follow``) -> {"vb": N, "sid": M, "conn": K}."""
-    limits = {"vb": (0, 0xFFFF), "sid": (0, 0xFFFF), "conn": (1, 1 << 31)}
+    limits = {"vb": (0, 0xFFFF), "sid": (0, 0xFFFF), "conn": (1, (1 << 31) - 1)}
     spec: dict = {}
     for part in text.split(","):
         name, _, value = part.strip().partition(":")

@@ -17,9 +17,8 @@ from ..reports.progress import Progress
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
                      TimeWindow, add_capture_options, add_progress_option, add_time_option,
-                     capture_options,
-                     checked_opcode, live_output, parse_follow, parse_instant, parse_port,
-                     parse_vbucket, ports_report, with_examples)
+                     capture_options, checked_opcode, live_output, parse_connection,
+                     parse_follow, parse_instant, parse_vbucket, ports_report, with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 SNAPSHOT_MARKER = opcode_code("DcpSnapshotMarker")     # carries a start-seqno convention
@@ -42,7 +41,7 @@ def register(sub) -> None:
                    help="every message of one stream in both directions: Add Stream, stream "
                         "request, failover log, rollback or error answers, markers and items, "
                         "their acks, buffer acks, StreamEnd, CloseStream and their responses")
-    p.add_argument("--conn", type=parse_port, action="append", metavar="K",
+    p.add_argument("--conn", type=parse_connection, action="append", metavar="K",
                    help="only connection K (the numbers of the conn column)")
     p.add_argument("--stream-id", type=parse_vbucket, action="append", metavar="M",
                    help="only the requests of stream id M and the responses to them")
