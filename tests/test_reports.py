@@ -17,11 +17,8 @@ from dcpdissect.capture.readers import open_capture
 from dcpdissect.codec import decode
 from dcpdissect.reassembly.pdus import Pdu, Summary, iter_events
 from dcpdissect.protocol import DOCUMENT_OPCODES
-from dcpdissect.reports.evidence import (
-    document_ranges,
-    redact_pdu,
-    write_evidence,
-)
+from dcpdissect.reports.evidence import write_evidence
+from dcpdissect.reports.redact import document_ranges, redact_pdu
 from dcpdissect.reports.markdown import frame_filter, hexdump, markdown_report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -65,7 +65,7 @@ def _check_evidence_dir(where: str) -> int:
 
 def cmd_analyze(args) -> int:
     if args.file == "-" and args.evidence:      # the bundle reads the capture again
-        from ..reports.evidence import spool_stdin
+        from ..reports.spool import spool_stdin
         with spool_stdin() as spool:
             return _analyze(args, spool.path)
     return _analyze(args, args.file)
