@@ -216,13 +216,21 @@ def test_local_pipeline_stages_equal_analyze():
 @pytest.mark.slow
 def test_spark_pipeline_decrypts_with_the_key_log(spark, tmp_path):
     from dcpdissect.pipeline.spark import run_pipeline
-    opts = Options(tls_keylog=SAMPLE_KEYS.read_text())
+    from dcpdissect.analysis.run import analyze_file
+    opts = Options(tls_keylog=SAMPLE_KEYS.read_text() + PROBLEM_KEYS.read_text())
     paths = [str(SAMPLE), str(PROBLEMS)]
     res = run_pipeline(spark, paths, str(tmp_path / "out"), opts, progress=None)
-    assert res.messages[str(SAMPLE)] == 16
+    assert res.messages[str(SAMPLE)] == 16 and res.messages[str(PROBLEMS)] == 11
     assert Counter(f.rule for f in res.findings[str(SAMPLE)]) == \
         Counter({"resume-collapsed-snapshot": 1})
-    # the problem capture's key log is not given: all five connections lack their keys
+    for path in paths:
+        ref, summary = analyze_file(path, opts)
+        assert [(f.rule, f.frame, f.frames, f.connection) for f in res.findings[path]] == \
+            [(f.rule, f.frame, f.frames, f.connection) for f in ref]
+        assert res.summaries[path] == summary
+    # without its key log, the problem capture's five connections lack their keys
+    res = run_pipeline(spark, [str(PROBLEMS)], str(tmp_path / "out2"),
+                       Options(tls_keylog=SAMPLE_KEYS.read_text()), progress=None)
     assert Counter(f.rule for f in res.findings[str(PROBLEMS)]) == Counter({"tls-no-key": 5})
 
 
