@@ -55,10 +55,12 @@ _NEGOTIATION = frozenset({opcode_code("Hello"), opcode_code("SelectBucket"), _OP
 
 
 class CaptureIndex:
-    """What the bundle needs to know about the capture: messages, connections, frames."""
+    """What the bundle needs to know about the capture: messages, connections, frames;
+    with ``redact`` the stream bytes that are clear of customer data too."""
 
-    def __init__(self, path: str, findings: list[Finding], options: Options | None):
-        self.path, self.options = path, options
+    def __init__(self, path: str, findings: list[Finding], options: Options | None,
+                 redact: bool = False):
+        self.path, self.options, self.redact = path, options, redact
         needed = {n for f in findings for n in finding_frames(f) + list(f.context)}
         conns = {f.connection for f in findings if f.connection is not None}
         self._read(conns, needed)
@@ -94,12 +96,13 @@ class CaptureIndex:
                     continue
                 elif kind is Pdu:
                     self._pdu(ev)
-                elif kind is LostPdu:        # its header stays; its body is unknown
-                    self.clear[(ev.conn, ev.direction)].append(
-                        (ev.offset, ev.offset + HEADER_SIZE, None))
+                elif kind is LostPdu:
+                    if self.redact:             # its header stays; its body is unknown
+                        self.clear[(ev.conn, ev.direction)].append(
+                            (ev.offset, ev.offset + HEADER_SIZE, None))
                 else:
                     self.resyncs[(ev.conn, ev.frame)].append(ev)
-                    if ev.reason == "garbage":      # the header that broke framing stays
+                    if ev.reason == "garbage" and self.redact:   # the header that broke framing
                         lo = ev.offset - ev.skipped
                         self.clear[(ev.conn, ev.direction)].append(
                             (lo, min(lo + HEADER_SIZE, ev.offset), None))
@@ -115,6 +118,8 @@ class CaptureIndex:
         vb = h.specific if h.magic in REQUEST_MAGICS else None
         self.msgs[key].append(_Msg(ev.conn, ev.direction, ev.offset, ev.offset + len(d),
                                    ev.frames, ev.frame, h.magic, h.opcode, vb, h.opaque))
+        if not self.redact:
+            return
         pos = 0
         for a, b in document_ranges(d) + [(len(d), len(d))]:
             if a > pos:

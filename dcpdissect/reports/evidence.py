@@ -254,7 +254,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     chosen = select_findings(findings)
     if not chosen:
         return _write_empty(path, summary, out)
-    cap = CaptureIndex(path, chosen, options)
+    cap = CaptureIndex(path, chosen, options, redact)
     with tempfile.TemporaryDirectory(prefix="dcpdissect-evidence-") as work:
         keep, step, missing = _select(cap, chosen, Path(work), widen)
     pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact)
