@@ -292,11 +292,16 @@ def test_key_log_changes_nothing_for_plaintext(name):
         [(e.conn, e.frames, e.data) for e in iter_events(path) if type(e) is Pdu]
 
 
-@pytest.mark.parametrize("port", [11210, 18091])
-def test_tls_found_by_its_handshake_on_any_port(tmp_path, port):
-    """On a DCP port (decoded at once without a key log) and on an unknown port alike."""
+@pytest.mark.parametrize("port,extra", [(11210, {}), (18091, {}), (18091, {"any_port": True}),
+                                        (11207, {"ports": (11207,)})])
+def test_tls_found_by_its_handshake_on_any_port(tmp_path, port, extra):
+    """On a DCP port or a --port (decoded at once without a key log), on an unknown port
+    and under --any-port alike."""
     build(str(PLAIN), str(tmp_path / "p.pcap"), str(tmp_path / "p.keylog"), port=port)
-    assert messages(tmp_path / "p.pcap", tmp_path / "p.keylog") == messages(PLAIN)
+    opts = Options(tls_keylog=(tmp_path / "p.keylog").read_text(), **extra)
+    got = [(e.conn, e.direction, e.data) for e in iter_events(str(tmp_path / "p.pcap"), opts)
+           if type(e) is Pdu]
+    assert got == messages(PLAIN)
 
 
 @pytest.mark.parametrize("version", ["1.2", "1.3"])

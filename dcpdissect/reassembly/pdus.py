@@ -127,8 +127,10 @@ class PduStream:
         self.server_ports = opts.server_ports
         self.tls_ports = frozenset(TLS_PORTS) - self.server_ports
         self.heuristic = opts.heuristic and not opts.any_port
+        self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog else None
         self.table = ConnectionTable(server_ports=self.server_ports,
-                                     tls_ports=frozenset() if self.heuristic else self.tls_ports,
+                                     tls_ports=(frozenset() if self.heuristic or self.keylog
+                                                else self.tls_ports),
                                      any_port=opts.any_port, track_all=self.heuristic,
                                      max_connections=opts.max_connections)
         self.framers: dict[tuple[int, int], PduFramer] = {}
@@ -139,7 +141,6 @@ class PduStream:
         self.public: dict[int, int] = {}            # table id -> connection number
         self.pending: dict[int, _Candidate] = {}    # undecided (heuristic) connections
         self.next_public = 1
-        self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog else None
         self.tls: dict[int, TlsSession] = {}        # decrypted connections by number
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
@@ -227,11 +228,12 @@ class PduStream:
     def _opened(self, ev: ConnectionOpened) -> Iterator:
         ports = self.server_ports
         on_port = ev.server[1] in ports or ev.client[1] in ports
-        if not self.heuristic or on_port and self.keylog is None:
+        at_once = on_port or not self.heuristic
+        if at_once and self.keylog is None:
             yield from self._accept(ev.conn, [(ev, self.now)], heuristic=False)
-        else:       # with a key log, a DCP port's connection may start a TLS handshake
-            cand = self.pending[ev.conn] = _Candidate(ev, by_port=on_port)
-            if on_port:             # numbered as if decoded at once
+        else:       # with a key log, a connection decoded at once may start TLS
+            cand = self.pending[ev.conn] = _Candidate(ev, by_port=at_once)
+            if at_once:             # numbered as if decoded at once
                 cand.number = self.next_public
                 self.next_public += 1
 
