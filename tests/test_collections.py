@@ -14,8 +14,11 @@ from pathlib import Path
 
 import flatbuffers
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.all import raw
 
+from dcpdissect.analysis.collections import CollectionsView, DocKey, StreamFilter
 from dcpdissect.codec import decode, encode
 from dcpdissect.codec.keys import leb128, split_collection_key, system_event
 from dcpdissect.reassembly.pdus import Pdu, iter_events
@@ -230,3 +233,103 @@ def test_scapy_collection_id_field_crafts_and_reads_the_prefix():
     kept = MCBP(bad, collections=True)
     assert kept[DcpDeletionV2].collection_id is None and kept[DcpDeletionV2].key == b"\x80\x00k"
     assert raw(kept) == bad
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.sampled_from([0x57, 0x58, 0x59, 0x60]), st.integers(0, 2**32 - 1),
+       st.binary(min_size=0, max_size=20), st.binary(min_size=0, max_size=8))
+def test_scapy_reads_any_collection_key_and_builds_it_back(opcode, cid, logical, noise):
+    key = leb128(cid) + logical
+    data = encode(opcode, {}, key=key, value=b"{}")
+    pkt = MCBP(data, collections=True)
+    body = pkt.body
+    assert (body.collection_id, body.key) == (cid, logical)
+    assert raw(pkt) == data
+    odd = encode(opcode, {}, key=noise, value=b"")          # any bytes: never raises, same bytes
+    assert raw(MCBP(odd, collections=True)) == odd
+
+
+# --- the view: negotiation, buckets, stream filters ----------------------------------------------
+
+def pdu(conn: int, direction: int, data: bytes, frame: int) -> Pdu:
+    return Pdu(conn, direction, 0, data, (frame,), frame, frame)
+
+
+def hello(conn: int, frame: int, *features: int) -> list[Pdu]:
+    value = b"".join(f.to_bytes(2, "big") for f in features)
+    return [pdu(conn, 0, encode(0x1F, key=b"t", value=value, opaque=1), frame),
+            pdu(conn, 1, encode(0x1F, request=False, value=value, opaque=1), frame + 1)]
+
+
+def select_bucket(conn: int, frame: int, bucket: str) -> list[Pdu]:
+    return [pdu(conn, 0, encode(0x89, key=bucket.encode(), opaque=2), frame),
+            pdu(conn, 1, encode(0x89, request=False, opaque=2), frame + 1)]
+
+
+def create_scope(conn: int, frame: int, sid: int, name: str) -> Pdu:
+    return pdu(conn, 1, encode(0x5F, {"by_seqno": frame, "event": 3, "version": 0},
+                               key=name.encode(), value=struct.pack(">QI", 1, sid)), frame)
+
+
+def create_collection(conn: int, frame: int, sid: int, cid: int, name: str) -> Pdu:
+    return pdu(conn, 1, encode(0x5F, {"by_seqno": frame, "event": 0, "version": 0},
+                               key=name.encode(), value=struct.pack(">QII", 1, sid, cid)), frame)
+
+
+def stream_request(conn: int, frame: int, value: bytes) -> Pdu:
+    return pdu(conn, 0, encode(0x53, dict(flags=0, start_seqno=0, end_seqno=9, vbucket_uuid=0,
+                                          snap_start_seqno=0, snap_end_seqno=0), value=value), frame)
+
+
+def mutation(conn: int, frame: int, key: bytes) -> Pdu:
+    return pdu(conn, 1, encode(0x57, {"by_seqno": frame}, key=key, value=b"{}"), frame)
+
+
+def run(view: CollectionsView, events: list[Pdu]) -> list:
+    return [(view.feed(ev, decode(ev.data)), view.stream_filter(ev.conn, decode(ev.data)))
+            for ev in events]
+
+
+def test_names_are_per_bucket_and_keys_split_only_after_hello():
+    view = CollectionsView()
+    out = run(view, [mutation(1, 1, b"\x08a"), *hello(1, 2, 0x12), *select_bucket(1, 4, "travel"),
+                     create_scope(1, 6, 8, "inventory"), create_collection(1, 7, 8, 9, "hotel"),
+                     mutation(1, 8, b"\x09h1"),
+                     *hello(2, 9, 0x12), *select_bucket(2, 11, "beer"), mutation(2, 13, b"\x09h2"),
+                     *hello(3, 14, 0x06), mutation(3, 16, b"\x09h3")])
+    keys = [k for k, _ in out if k is not None]
+    assert keys == [DocKey(9, b"h1", "inventory.hotel"), DocKey(9, b"h2", None)]
+    assert out[0] == (None, None)           # before the HELLO: the whole key, no id
+    assert out[-1] == (None, None)          # HELLO without Collections
+
+
+def test_stream_filters_name_their_ids():
+    view = CollectionsView()
+    events = [*hello(1, 1, 0x12), create_scope(1, 3, 8, "inventory"),
+              create_collection(1, 4, 8, 0x88, "landmark"),
+              stream_request(1, 5, b'{"scope":"8"}'),
+              stream_request(1, 6, b'{"collections":["88","a"],"sid":3}'),
+              stream_request(1, 7, b'{"sid":3}'),
+              stream_request(1, 8, b'not json'),
+              stream_request(1, 9, b'{"collections":"88"}'),
+              stream_request(1, 10, b'{"collections":[136]}'),
+              stream_request(1, 11, b'{"collections":["1ffffffff"]}')]
+    filters = [f for _, f in run(view, events)][4:]
+    assert filters[0] == StreamFilter({"id": 8, "name": "inventory"}, [])
+    assert filters[1] == StreamFilter(None, [{"id": 0x88, "name": "inventory.landmark"},
+                                             {"id": 0xA, "name": None}])
+    assert filters[2:] == [None] * 5
+
+
+def test_dissect_shows_the_stream_filter():
+    proc = subprocess.run([sys.executable, "-m", "dcpdissect", "dissect",
+                           str(SAMPLES / "collections.pcap"), "--opcode", "DcpStreamReq"],
+                          capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "filter=collections:0x8(inventory.airline),0x88(inventory.landmark)" in proc.stdout
+    rows = [json.loads(line) for line in subprocess.run(
+        [sys.executable, "-m", "dcpdissect", "dissect", str(SAMPLES / "collections.pcap"),
+         "--opcode", "DcpStreamReq", "--format", "jsonl"],
+        capture_output=True, text=True, cwd=ROOT, check=True).stdout.splitlines()]
+    filters = [(r["frame"], r["collection_filter"]) for r in rows if "collection_filter" in r]
+    assert filters == [(36, {"scope": None, "collections": [
+        {"id": 8, "name": "inventory.airline"}, {"id": 0x88, "name": "inventory.landmark"}]})]

@@ -6,13 +6,15 @@ A key carries its leb128 collection prefix only on a connection that negotiated 
 (kv_engine Connection::isCollectionsSupported); where the capture did not show the HELLO the
 key is left whole. Names come from the create and modify events of collections and scopes
 (:func:`~dcpdissect.codec.keys.system_event`), per bucket (SelectBucket; None when not
-seen), and stay known after a drop. A stream request's filter names collections and scopes
-by id only (engines/ep/src/collections/vbucket_filter.cc Filter::constructFromJson), so it
-gives no names.
+seen), and stay known after a drop. A stream request's filter names its collections and
+scope by id only, as hex strings (engines/ep/src/collections/vbucket_filter.cc
+Filter::constructFromJson, makeCollectionID / makeScopeID): :meth:`CollectionsView.stream_filter`
+gives those ids with the names the events gave them.
 """
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 from ..codec.keys import split_collection_key, system_event
@@ -21,7 +23,7 @@ from ..reassembly.connections import ConnectionClosed
 from ..reassembly.framing import Pdu
 from .negotiation import Negotiation
 
-SYSTEM_EVENT = opcode_code("DcpSystemEvent")
+SYSTEM_EVENT, STREAM_REQ = opcode_code("DcpSystemEvent"), opcode_code("DcpStreamReq")
 MAX_NAMES = 10_000          # collection and scope names remembered per bucket
 
 
@@ -30,6 +32,12 @@ class DocKey(NamedTuple):
     collection_id: int
     key: bytes                    # the logical key (without the prefix)
     name: str | None              # "scope.collection", or the collection's name alone
+
+
+class StreamFilter(NamedTuple):
+    """The collections or scope a stream request asks for, each as {"id", "name"}."""
+    scope: dict | None
+    collections: list[dict]
 
 
 class Names:
@@ -102,6 +110,28 @@ class CollectionsView:
             return None
         return DocKey(cid, key[prefix:], self._names(neg).name(cid))
 
+    def stream_filter(self, conn: int, msg) -> StreamFilter | None:
+        """The collection filter of a stream request's JSON value, with names where known."""
+        if msg.opcode != STREAM_REQ or not msg.is_request or not msg.value:
+            return None
+        try:
+            value = json.loads(bytes(msg.value))
+            scope = value.get("scope")
+            collections = value.get("collections", [])
+            scope_id = None if scope is None else int(scope, 16)
+            if not isinstance(collections, list):
+                return None
+            ids = [int(c, 16) for c in collections]
+        except (ValueError, TypeError, AttributeError):
+            return None     # not a filter kv_engine accepts (it answers Einval)
+        if (scope_id is None and not ids) or max(ids + [scope_id or 0]) > 0xFFFFFFFF:
+            return None
+        neg = self.negotiations.get(conn)
+        names = self._names(neg) if neg is not None else Names()
+        return StreamFilter(
+            None if scope_id is None else {"id": scope_id, "name": names.scopes.get(scope_id)},
+            [{"id": cid, "name": names.name(cid)} for cid in ids])
+
     def _names(self, neg: Negotiation) -> Names:
         names = self.names.get(neg.bucket)
         if names is None:
@@ -109,4 +139,4 @@ class CollectionsView:
         return names
 
 
-__all__ = ["CollectionsView", "DocKey", "Names"]
+__all__ = ["CollectionsView", "DocKey", "Names", "StreamFilter"]

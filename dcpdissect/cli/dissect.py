@@ -136,7 +136,8 @@ def cmd_dissect(args) -> int:
                     if ((not streams or streams.wants(ev, msg))
                             and (not opcodes or msg.opcode in opcodes)
                             and (not window or window.contains(ev.ts_ns))):
-                        record = message_record(ev, msg, doc_key)
+                        record = message_record(ev, msg, doc_key,
+                                                collections.stream_filter(ev.conn, msg))
                     if ordered is not None:
                         ordered.add(ev, msg, record)
                     elif record is not None:

@@ -165,11 +165,12 @@ def jsonl_line(record: dict) -> str:
     return _json.dumps(json_safe(record), separators=(",", ":")) + "\n"
 
 
-def message_record(pdu, msg: Message, doc_key=None) -> dict:
+def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     """The object of one message: ``dissect --format jsonl`` writes it with
     :func:`jsonl_line`; also the source of the table row and the pipeline's ``messages``
     rows (Python ints). ``doc_key`` (a :class:`~dcpdissect.analysis.collections.DocKey`)
-    adds ``collection_id`` and ``collection_name`` and makes ``key`` the logical key."""
+    adds ``collection_id`` and ``collection_name`` and makes ``key`` the logical key;
+    ``stream_filter`` (a stream request's ``StreamFilter``) adds ``collection_filter``."""
     fields = dict(msg.fields)
     record = {
         "frame": pdu.frame,
@@ -206,6 +207,8 @@ def message_record(pdu, msg: Message, doc_key=None) -> dict:
     if doc_key is not None:
         record["key"] = key_text(doc_key.key)
         record["collection_id"], record["collection_name"] = doc_key.collection_id, doc_key.name
+    if stream_filter is not None:
+        record["collection_filter"] = stream_filter._asdict()
     return record
 
 
@@ -223,6 +226,10 @@ def _versioned(shape: Shape) -> bool:
     """Whether the shape's value layouts are versions chosen by a field of the message (the
     snapshot marker's version byte): the summary then names the layout decoded."""
     return any(k != "status" for lay in shape.values for k, _ in lay.when)
+
+
+def _collection_text(ident: int, name: str | None) -> str:
+    return f"{ident:#x}" + (f"({name})" if name else "")
 
 
 def details(record: dict) -> str:
@@ -253,8 +260,12 @@ def details(record: dict) -> str:
     if record.get("convention"):
         parts.append(f"conv={record['convention']}")
     if "collection_id" in record:
-        name = record["collection_name"]
-        parts.append(f"cid={record['collection_id']:#x}" + (f"({name})" if name else ""))
+        parts.append("cid=" + _collection_text(record["collection_id"], record["collection_name"]))
+    if "collection_filter" in record:
+        scope, collections = record["collection_filter"].values()
+        wanted = [_collection_text(c["id"], c["name"]) for c in collections]
+        parts.append("filter=" + (f"scope:{_collection_text(scope['id'], scope['name'])}"
+                                  if scope else "collections:" + ",".join(wanted)))
     if record["key"] is not None:
         parts.append(f"key={record['key']!r}")
     if record["problems"]:
