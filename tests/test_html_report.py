@@ -279,3 +279,49 @@ def test_output_that_cannot_be_written(tmp_path):
     assert proc.stderr.startswith("dcpdissect: error: --output ")
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_timeline_collects_what_the_stream_shows():
+    """rollback-correct: a request {1,4} start 3 answered with rollback to 1, the request
+    {1,1} start 1, then snapshot [1,5] with items 2..5 (as dissect lists them)."""
+    from dcpdissect.reassembly.pdus import iter_events
+    from dcpdissect.reports.timeline import TimelineCollector
+
+    c = TimelineCollector()
+    for ev in iter_events(str(SAMPLES / "rollback-correct.pcap")):
+        c.feed(ev)
+    (lane,) = c.vbuckets()[3]
+    assert (lane.conn, lane.vb, lane.sid) == (1, 3, None)
+    assert [(start, s, e, frame) for _ts, start, s, e, frame in lane.requests] == \
+        [(3, 1, 4, 12), (1, 1, 1, 16)]
+    assert [(seqno, frame) for _ts, seqno, frame in lane.rollbacks] == [(1, 14)]
+    assert [(s, e, frame) for _ts, s, e, frame in lane.snapshots] == [(1, 5, 20)]
+    assert [(seqno, name) for _ts, seqno, name, _f in lane.items] == \
+        [(2, "DcpMutation"), (3, "DcpMutation"), (4, "DcpMutation"), (5, "DcpMutation")]
+    assert c.gaps == {}
+
+
+def test_gaps_are_drawn(tmp_path):
+    """tcp-loss loses a segment: the plot has a gap line at the frame of analyze's
+    capture-gap finding."""
+    plots = tmp_path / "plots"
+    proc = run_cli("analyze", SAMPLES / "tcp-loss.pcap", "--plot", plots, "--format", "jsonl",
+                   "--fail-on", "never", check_rc=0)
+    gaps = [r for r in map(json.loads, proc.stdout.splitlines()) if r.get("rule") == "capture-gap"]
+    assert len(gaps) == 1
+    svg = (plots / "timeline-vb0.svg").read_text()
+    assert f'id="gap-conn{gaps[0]["connection"]}-frame{gaps[0]["frame"]}"' in svg
+    assert (plots / "timeline-vb0.png").stat().st_size > 10_000
+
+
+def test_redact_scrubs_keys_from_the_page(tmp_path):
+    """durability-violations' findings name the keys 'a' and 'b'; --redact scrubs them."""
+    plain, redacted = tmp_path / "plain.html", tmp_path / "redacted.html"
+    run_cli("analyze", SAMPLES / "durability-violations.pcap", "--format", "html", "-o", plain,
+            "--fail-on", "never", check_rc=0)
+    run_cli("analyze", SAMPLES / "durability-violations.pcap", "--format", "html", "-o",
+            redacted, "--redact", "--fail-on", "never", check_rc=0)
+    assert "commit of &#x27;a&#x27; on vb 0" in plain.read_text()
+    text = redacted.read_text()
+    assert "commit of &#x27;x&#x27; on vb 0" in text and "&#x27;a&#x27;" not in text
+    assert "Redacted: document keys and values are not shown." in text

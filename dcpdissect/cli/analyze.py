@@ -165,7 +165,7 @@ def _analyze(args, capture_copy: str) -> int:
     elif args.format == "html":
         from ..reports.html import html_report
         from ..reports.streams import TABLE_HEADERS, stream_records, table_rows
-        out.write(html_report(args.file, _shown(findings, args.redact), summary, legend,
+        out.write(html_report(args.file, findings, summary, legend,
                               timeline, redacted=args.redact,
                               streams=(TABLE_HEADERS, table_rows(stream_records(
                                   streams.streams, findings)))))
@@ -197,7 +197,7 @@ def _analyze(args, capture_copy: str) -> int:
         _bundle_note(bundle)
     if out is not sys.stdout:
         out.close()
-    if _extra_files(args, _shown(findings, args.redact), legend, timeline):
+    if _extra_files(args, findings, legend, timeline):
         return EXIT_BAD_INPUT
     print(summary_line, file=sys.stderr)
     if guard.hit:

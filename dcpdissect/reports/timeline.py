@@ -187,8 +187,9 @@ def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
         for ts, _frame in lane.ends:
             ax.scatter([ms(ts)], last or [0], marker="s", s=40, color="black", zorder=4)
     for conn in conns:
-        for ts, _frame, what in collector.gaps.get(conn, ()):
-            ax.axvline(ms(ts), color=FINDING_COLOR, linestyle=":", linewidth=1)
+        for ts, frame, what in collector.gaps.get(conn, ()):
+            ax.axvline(ms(ts), color=FINDING_COLOR, linestyle=":", linewidth=1,
+                       gid=f"gap-conn{conn}-frame{frame}")
             ax.annotate(f"gap: {what}", (ms(ts), 1), xycoords=("data", "axes fraction"),
                         xytext=(2, -10), textcoords="offset points", fontsize=7,
                         color=FINDING_COLOR)
@@ -209,6 +210,10 @@ def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
     ax.set_xlim(-span * 0.03, span * 1.08)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, linewidth=0.3, alpha=0.5)
+    shown_kinds |= {kind for lane in lanes for kind, seen in
+                    (("rollback", lane.rollbacks), ("stream end", lane.ends)) if seen}
+    if any(collector.gaps.get(c) for c in conns):
+        shown_kinds.add("gap")
     _legend(ax, conns, color, labels, shown_kinds, bool(marks))
     return fig
 
@@ -220,8 +225,12 @@ def _legend(ax, conns, color, labels, kinds, with_findings) -> None:
     handles = [Patch(facecolor=color[c], alpha=0.4, edgecolor=color[c],
                      label=f"conn {c}: {labels.get(c, '')}"[:70]) for c in conns]
     handles += [Line2D([], [], marker=ITEM_MARKERS.get(k, "o"), linestyle="", color="#444",
-                       label=k.removeprefix("Dcp")) for k in sorted(kinds)]
+                       label=k.removeprefix("Dcp")) for k in sorted(kinds) if k.startswith("Dcp")]
     handles.append(Line2D([], [], marker=">", linestyle="", color="#444", label="request"))
+    extra = {"rollback": dict(marker="v", linestyle="", color="#ff7f0e"),
+             "stream end": dict(marker="s", linestyle="", color="black"),
+             "gap": dict(linestyle=":", color=FINDING_COLOR)}
+    handles += [Line2D([], [], label=k, **style) for k, style in extra.items() if k in kinds]
     if with_findings:
         handles.append(Line2D([], [], marker="*", linestyle="", markersize=11,
                               color=FINDING_COLOR, label="finding"))
