@@ -392,3 +392,9 @@ def test_mutated_tls_streams_never_raise_nor_invent_messages():
                 pos += n
         out += session.direction(0).close() + session.direction(1).close()
         assert {e.data for e in out if type(e) is Pdu} <= real
+
+
+def test_markdown_report_says_the_capture_was_decrypted(capsys):
+    assert main(["analyze", str(SAMPLE), "--tls-keylog", str(SAMPLE_KEYS), "--format",
+                 "markdown"]) == 1
+    assert "| TLS connections decrypted | 2 (with the key log) |" in capsys.readouterr().out

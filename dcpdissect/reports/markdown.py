@@ -100,6 +100,8 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
             f"| gaps | {summary.gaps} ({summary.gap_bytes} bytes) |",
             f"| resyncs | {summary.resyncs} |",
             f"| findings | {len(findings)} |"]
+    if summary.tls_decrypted:
+        out.append(f"| TLS connections decrypted | {summary.tls_decrypted} (with the key log) |")
     if summary.error:
         out.append(f"| stopped | {_cell(summary.error)} |")
     if frame_map is not None:
