@@ -398,3 +398,9 @@ def test_markdown_report_says_the_capture_was_decrypted(capsys):
     assert main(["analyze", str(SAMPLE), "--tls-keylog", str(SAMPLE_KEYS), "--format",
                  "markdown"]) == 1
     assert "| TLS connections decrypted | 2 (with the key log) |" in capsys.readouterr().out
+
+
+def test_scapy_read_with_key_log():
+    from dcpdissect.scapy import read
+    pkts = read(str(SAMPLE), tls_keylog=SAMPLE_KEYS.read_text())
+    assert [bytes(p["MCBP"]) for p in pkts] == [d for _, _, d in messages(PLAIN)]
