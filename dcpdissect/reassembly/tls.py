@@ -150,6 +150,8 @@ class _Keys:
     def open(self, header: bytes, fragment: bytes, tls13: bool) -> bytes:
         """The plaintext of one record (raises InvalidTag when it does not authenticate)."""
         seq = self.seq
+        if len(fragment) < 16 + 8 * self.explicit:
+            raise InvalidTag            # shorter than its tag (and explicit nonce)
         if self.explicit:       # TLS 1.2 GCM: 4-byte salt + 8-byte explicit nonce
             nonce, fragment = self.iv + fragment[:8], fragment[8:]
         else:                   # TLS 1.3 and RFC 7905: IV xor the padded sequence number
