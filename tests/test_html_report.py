@@ -325,3 +325,31 @@ def test_redact_scrubs_keys_from_the_page(tmp_path):
     text = redacted.read_text()
     assert "commit of &#x27;x&#x27; on vb 0" in text and "&#x27;a&#x27;" not in text
     assert "Redacted: document keys and values are not shown." in text
+
+
+def test_timeline_memory_is_bounded():
+    from dcpdissect.reports.timeline import MAX_POINTS, Sampled
+
+    kept = Sampled()
+    for n in range(10 * MAX_POINTS + 7):
+        kept.offer(n)
+    assert MAX_POINTS // 2 <= len(kept) <= MAX_POINTS
+    assert kept[0] == 0 and kept == sorted(kept)
+    steps = {b - a for a, b in zip(kept, kept[1:])}
+    assert steps == {kept.stride}                # evenly spread over everything offered
+    assert kept[-1] >= 10 * MAX_POINTS - kept.stride
+
+
+def test_plot_limit_keeps_the_vbuckets_with_findings():
+    from dcpdissect.analysis.findings import Finding
+    from dcpdissect.reports.timeline import Lane, TimelineCollector, timelines
+
+    c = TimelineCollector()
+    c.first_ts, c.last_ts = 0, 10_000_000
+    for vb in range(5):
+        lane = c.lanes[(1, vb, None)] = Lane(1, vb, None)
+        lane.items.offer((1_000_000, 1, "DcpMutation", 10 + vb))
+    finding = Finding("resume-collapsed-snapshot", "m", 14, (14,), 1_000_000, 1, 4)
+    got = [(vb, fig if vb is None else None) for vb, fig in
+           timelines(c, [finding], {}, limit=3)]
+    assert got == [(0, None), (1, None), (4, None), (None, 2)]

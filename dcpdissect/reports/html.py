@@ -13,6 +13,8 @@ from .markdown import sha256_of
 from .messages import iso_time
 from .timeline import finding_anchor, svg_text, timelines
 
+MAX_PLOTS = 64      # timelines on the page; --plot DIR writes them all
+
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em 2em;color:#222;background:#fff}
 h1{font-size:1.4em;margin:0 0 .6em}h2{font-size:1.15em;margin:1.6em 0 .5em;
@@ -106,7 +108,11 @@ def html_report(path, findings: list, summary, legend, collector, *, streams=Non
                "(click one to reach its row).</p>")
     labels = {c: legend.label(c) for c in legend.opened}
     plots = 0
-    for vb, fig in timelines(collector, findings, labels):
+    for vb, fig in timelines(collector, findings, labels, limit=MAX_PLOTS):
+        if vb is None:
+            out.append(f'<p class="note">{fig} more vbuckets without findings are not '
+                       "plotted here; --plot DIR writes every timeline.</p>")
+            break
         plots += 1
         out += [f'<figure id="vb-{vb}">', svg_text(fig, f"vb{vb}"), "</figure>"]
     if not plots:

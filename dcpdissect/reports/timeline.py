@@ -2,7 +2,9 @@
 items and the capture's gaps, collected while the capture's events go by.
 
 Only the stream messages are decoded (their header tells); the seqno of an item is the
-field its opcode's table names (``seqno_field``), as the snapshot rules read it.
+field its opcode's table names (``seqno_field``), as the snapshot rules read it. Memory is
+bounded: a lane keeps at most :data:`MAX_POINTS` items and as many snapshots, every other
+one dropped (and the rate halved) when full; requests, answers and ends are all kept.
 """
 
 from __future__ import annotations
@@ -20,6 +22,24 @@ STREAM_REQUEST = opcode_code("DcpStreamReq")
 MARKER = opcode_code("DcpSnapshotMarker")
 STREAM_END = opcode_code("DcpStreamEnd")
 _WATCHED = STREAM_OPCODES | {STREAM_REQUEST}
+MAX_POINTS = 2000
+
+
+class Sampled(list):
+    """A list that keeps at most ``MAX_POINTS`` of the values offered, evenly spread."""
+
+    def __init__(self):
+        super().__init__()
+        self.stride, self.offered = 1, 0
+
+    def offer(self, value) -> None:
+        self.offered += 1
+        if (self.offered - 1) % self.stride:
+            return
+        if len(self) >= MAX_POINTS:
+            del self[1::2]
+            self.stride *= 2
+        self.append(value)
 
 
 @dataclass
@@ -28,8 +48,8 @@ class Lane:
     conn: int
     vb: int
     sid: int | None
-    items: list = field(default_factory=list)       # (ts, seqno, opcode name, frame)
-    snapshots: list = field(default_factory=list)   # [ts, start, end, frame]
+    items: Sampled = field(default_factory=Sampled)       # (ts, seqno, opcode name, frame)
+    snapshots: Sampled = field(default_factory=Sampled)   # (ts, start, end, frame)
     requests: list = field(default_factory=list)    # (ts, start, snap_start, snap_end, frame)
     rollbacks: list = field(default_factory=list)   # (ts, rollback seqno, frame)
     ends: list = field(default_factory=list)        # (ts, frame)
@@ -47,7 +67,6 @@ class TimelineCollector:
         self.lanes: dict[tuple, Lane] = {}
         self.asked: dict[tuple, Lane] = {}          # (conn, opaque) -> lane of a request
         self.gaps: dict[int, list] = {}             # conn -> [(ts, frame, what)]
-        self.frame_seqno: dict[int, int] = {}       # frame -> a seqno it carries
         self.first_ts = self.last_ts = None
 
     def _lane(self, conn: int, vb: int, sid) -> Lane:
@@ -79,7 +98,6 @@ class TimelineCollector:
                 lane.last_ts = ts
                 if msg.status == STATUS_ROLLBACK and "rollback_seqno" in f:
                     lane.rollbacks.append((ts, f["rollback_seqno"], pdu.frame))
-                    self.frame_seqno[pdu.frame] = f["rollback_seqno"]
             return
         lane = self._lane(pdu.conn, msg.vbucket, msg.stream_id)
         lane.last_ts = ts
@@ -87,18 +105,15 @@ class TimelineCollector:
             if "start_seqno" in f:
                 lane.requests.append((ts, f["start_seqno"], f["snap_start_seqno"],
                                       f["snap_end_seqno"], pdu.frame))
-                self.frame_seqno[pdu.frame] = f["start_seqno"]
             self.asked[(pdu.conn, msg.opaque)] = lane
         elif msg.opcode == MARKER and "start_seqno" in f:
-            lane.snapshots.append([ts, f["start_seqno"], f["end_seqno"], pdu.frame])
-            self.frame_seqno.setdefault(pdu.frame, f["start_seqno"])
+            lane.snapshots.offer((ts, f["start_seqno"], f["end_seqno"], pdu.frame))
         elif msg.opcode == STREAM_END:
             lane.ends.append((ts, pdu.frame))
         else:
             seqno_field = msg.spec.seqno_field if msg.spec else None
             if seqno_field and seqno_field in f:
-                lane.items.append((ts, f[seqno_field], msg.name, pdu.frame))
-                self.frame_seqno[pdu.frame] = f[seqno_field]
+                lane.items.offer((ts, f[seqno_field], msg.name, pdu.frame))
 
     def vbuckets(self) -> dict[int, list[Lane]]:
         """vbucket -> its lanes (by connection and stream id), only those that show data
@@ -194,8 +209,9 @@ def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
                         xytext=(2, -10), textcoords="offset points", fontsize=7,
                         color=FINDING_COLOR)
     top = max(seqnos, default=1) + 1
-    marks = [(number, ms(f.ts_ns if f.ts_ns is not None else t0),
-              collector.frame_seqno.get(f.frame, top)) for number, f in findings]
+    at = _seqno_of_frames(lanes)
+    marks = [(number, ms(f.ts_ns if f.ts_ns is not None else t0), at.get(f.frame, top))
+             for number, f in findings]
     if marks:
         numbers, xs, ys = zip(*marks)
         stars = ax.scatter(xs, ys, marker="*", s=260, color=FINDING_COLOR, edgecolor="black",
@@ -216,6 +232,18 @@ def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
         shown_kinds.add("gap")
     _legend(ax, conns, color, labels, shown_kinds, bool(marks))
     return fig
+
+
+def _seqno_of_frames(lanes: list[Lane]) -> dict[int, int]:
+    """frame -> the seqno drawn for it: a request's start, a rollback seqno, an item's
+    seqno or a snapshot's start (a finding's star goes there; elsewhere above the data)."""
+    at: dict[int, int] = {}
+    for lane in lanes:
+        at.update((frame, start) for _ts, start, _end, frame in lane.snapshots)
+        at.update((frame, seqno) for _ts, seqno, _name, frame in lane.items)
+        at.update((frame, seqno) for _ts, seqno, frame in lane.rollbacks)
+        at.update((r[4], r[1]) for r in lane.requests)
+    return at
 
 
 def _legend(ax, conns, color, labels, kinds, with_findings) -> None:
@@ -254,15 +282,27 @@ def svg_text(fig, salt: str) -> str:
     return text.replace(' target="_blank"', "")     # the links lead to rows of this page
 
 
-def timelines(collector: TimelineCollector, findings: list, labels: dict[int, str]):
-    """``(vbucket, Figure)`` for every vbucket with streams; ``findings`` are in report
-    order (their 1-based position is their number)."""
+def timelines(collector: TimelineCollector, findings: list, labels: dict[int, str],
+              limit: int | None = None):
+    """``(vbucket, Figure)`` for every vbucket with streams (with ``limit``: those with
+    findings, then the first others, at most ``limit``; then ``(None, n)`` for the ``n``
+    left out). ``findings`` are in report order (their 1-based position is their number)."""
     numbered = list(enumerate(findings, 1))
-    for vb, lanes in collector.vbuckets().items():
+    chosen = collector.vbuckets()
+    if limit is not None and len(chosen) > limit:
+        flagged = {f.vbucket for f in findings}
+        keep = sorted(chosen, key=lambda vb: (vb not in flagged, vb))[:limit]
+        left_out = len(chosen) - limit
+        chosen = {vb: chosen[vb] for vb in sorted(keep)}
+    else:
+        left_out = 0
+    for vb, lanes in chosen.items():
         conns = {lane.conn for lane in lanes}
         mine = [(n, f) for n, f in numbered
                 if f.vbucket == vb and (f.connection is None or f.connection in conns)]
         yield vb, plot_vbucket(vb, lanes, collector, mine, labels)
+    if left_out:
+        yield None, left_out
 
 
 def write_plots(directory: str, collector: TimelineCollector, findings: list,
