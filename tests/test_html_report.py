@@ -353,3 +353,11 @@ def test_plot_limit_keeps_the_vbuckets_with_findings():
     got = [(vb, fig if vb is None else None) for vb, fig in
            timelines(c, [finding], {}, limit=3)]
     assert got == [(0, None), (1, None), (4, None), (None, 2)]
+
+
+def test_plot_into_a_file_is_refused_before_reading(tmp_path):
+    target = tmp_path / "a-file"
+    target.write_text("")
+    proc = run_cli("analyze", SAMPLES / "resume-collapsed.pcap", "--plot", target, check_rc=2)
+    assert proc.stderr == f"dcpdissect: error: --plot {target}: not a directory\n"
+    assert proc.stdout == ""

@@ -86,8 +86,8 @@ def _analyze(args, capture_copy: str) -> int:
         return EXIT_BAD_INPUT
     if args.evidence and _check_evidence_dir(args.evidence):
         return EXIT_BAD_INPUT
-    if args.annotate and (problem := _annotate_problem(args)):
-        print(f"dcpdissect: error: --annotate {problem}", file=sys.stderr)
+    if problem := _output_problem(args):
+        print(f"dcpdissect: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     live = args.file == "-"
     live_output(args.file)
@@ -254,12 +254,16 @@ def _output(path: str | None):
         return None
 
 
-def _annotate_problem(args) -> str | None:
-    if args.file == "-":
-        return "needs a capture file to copy, not stdin"
-    if args.redact:
-        return ("copies every frame as captured, documents included; it cannot honour "
-                "--redact (--evidence DIR --redact writes a redacted capture)")
+def _output_problem(args) -> str | None:
+    """Why --plot or --annotate cannot be done (known before reading the capture)."""
+    import os
+    if args.plot and os.path.exists(args.plot) and not os.path.isdir(args.plot):
+        return f"--plot {args.plot}: not a directory"
+    if args.annotate and args.file == "-":
+        return "--annotate needs a capture file to copy, not stdin"
+    if args.annotate and args.redact:
+        return ("--annotate copies every frame as captured, documents included; it cannot "
+                "honour --redact (--evidence DIR --redact writes a redacted capture)")
     return None
 
 
