@@ -188,9 +188,10 @@ def test_report_in_headless_chromium(report, tmp_path):
         marker = evaluate(b, session, """(() => {
             const a = document.querySelector('figure svg a');
             const r = a.getBoundingClientRect();
-            return [r.width > 0 && r.height > 0, a.closest('g[id^="findings-vb"]') !== null];
+            return [r.width > 0 && r.height > 0, a.closest('g[id="findings-vb0"]') !== null,
+                    a.closest('figure').id];
         })()""")
-        assert marker == [True, True]
+        assert marker == [True, True, "timeline-vb0"]
         # a real mouse click on the marker reaches the row
         x, y = evaluate(b, session, """(() => {
             const a = document.querySelector('figure svg a');
@@ -248,6 +249,27 @@ def test_capture_strings_are_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;x&quot;" in page
 
 
+def test_plots_per_bucket_and_vbucket(tmp_path):
+    """identity-two-buckets: vb 0 of bucket-a (connections 1, 3) and of bucket-b (2, 4),
+    as SelectBucket chose them."""
+    plots = tmp_path / "plots"
+    run_cli("analyze", SAMPLES / "identity-two-buckets.pcap", "--plot", plots, check_rc=0)
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "timeline-bucket-a-vb0.png", "timeline-bucket-a-vb0.svg",
+        "timeline-bucket-b-vb0.png", "timeline-bucket-b-vb0.svg"]
+    from dcpdissect.reassembly.pdus import iter_events
+    from dcpdissect.reports.connections import ConnectionLegend
+    from dcpdissect.reports.timeline import TimelineCollector
+
+    c, legend = TimelineCollector(), ConnectionLegend()
+    for ev in iter_events(str(SAMPLES / "identity-two-buckets.pcap")):
+        c.feed(ev)
+        legend.feed(ev)
+    lanes = c.vbuckets(lambda conn: legend.record(conn)["bucket"])
+    assert {w: sorted(lane.conn for lane in ls) for w, ls in lanes.items()} == {
+        ("bucket-a", 0): [1, 3], ("bucket-b", 0): [2, 4]}
+
+
 def test_plot_writes_svg_and_png(tmp_path):
     plots = tmp_path / "plots"
     proc = run_cli("analyze", SAMPLES / "rollback-correct.pcap", "--plot", plots,
@@ -290,7 +312,7 @@ def test_timeline_collects_what_the_stream_shows():
     c = TimelineCollector()
     for ev in iter_events(str(SAMPLES / "rollback-correct.pcap")):
         c.feed(ev)
-    (lane,) = c.vbuckets()[3]
+    (lane,) = c.vbuckets()[(None, 3)]
     assert (lane.conn, lane.vb, lane.sid) == (1, 3, None)
     assert [(start, s, e, frame) for _ts, start, s, e, frame in lane.requests] == \
         [(3, 1, 4, 12), (1, 1, 1, 16)]
@@ -342,6 +364,7 @@ def test_timeline_memory_is_bounded():
 
 def test_plot_limit_keeps_the_vbuckets_with_findings():
     from dcpdissect.analysis.findings import Finding
+    from dcpdissect.reports.connections import ConnectionLegend
     from dcpdissect.reports.timeline import Lane, TimelineCollector, timelines
 
     c = TimelineCollector()
@@ -350,9 +373,9 @@ def test_plot_limit_keeps_the_vbuckets_with_findings():
         lane = c.lanes[(1, vb, None)] = Lane(1, vb, None)
         lane.items.offer((1_000_000, 1, "DcpMutation", 10 + vb))
     finding = Finding("resume-collapsed-snapshot", "m", 14, (14,), 1_000_000, 1, 4)
-    got = [(vb, fig if vb is None else None) for vb, fig in
-           timelines(c, [finding], {}, limit=3)]
-    assert got == [(0, None), (1, None), (4, None), (None, 2)]
+    got = [(where, fig if where is None else None) for where, fig in
+           timelines(c, [finding], ConnectionLegend(), limit=3)]
+    assert got == [((None, 0), None), ((None, 1), None), ((None, 4), None), (None, 2)]
 
 
 def test_plot_into_a_file_is_refused_before_reading(tmp_path):

@@ -279,8 +279,7 @@ def _extra_files(args, findings, legend, timeline) -> int:
     try:
         if args.plot:
             from ..reports.timeline import write_plots
-            written = write_plots(args.plot, timeline, findings,
-                                  {c: legend.label(c) for c in legend.opened})
+            written = write_plots(args.plot, timeline, findings, legend)
             print(f"{len(written)} timeline files written to {args.plot}", file=sys.stderr)
         if args.annotate:
             from ..reports.annotate import write_annotated

@@ -11,7 +11,7 @@ from pathlib import Path
 from .connections import COLUMNS as CONNECTION_COLUMNS
 from .markdown import sha256_of
 from .messages import iso_time
-from .timeline import finding_anchor, svg_text, timelines
+from .timeline import finding_anchor, plot_name, svg_text, timelines
 
 MAX_PLOTS = 64      # timelines on the page; --plot DIR writes them all
 
@@ -106,15 +106,15 @@ def html_report(path, findings: list, summary, legend, collector, *, streams=Non
                "snapshot sent) as triangles with their snapshot as a bar, rollbacks as "
                "orange triangles, capture gaps as dotted lines, findings as red stars "
                "(click one to reach its row).</p>")
-    labels = {c: legend.label(c) for c in legend.opened}
     plots = 0
-    for vb, fig in timelines(collector, findings, labels, limit=MAX_PLOTS):
-        if vb is None:
+    for where, fig in timelines(collector, findings, legend, limit=MAX_PLOTS):
+        if where is None:
             out.append(f'<p class="note">{fig} more vbuckets without findings are not '
                        "plotted here; --plot DIR writes every timeline.</p>")
             break
         plots += 1
-        out += [f'<figure id="vb-{vb}">', svg_text(fig, f"vb{vb}"), "</figure>"]
+        name = escape(plot_name(where))
+        out += [f'<figure id="timeline-{name}">', svg_text(fig, name), "</figure>"]
     if not plots:
         out.append('<p class="note">No DCP stream to plot.</p>')
     out.append("</body></html>")

@@ -115,15 +115,16 @@ class TimelineCollector:
             if seqno_field and seqno_field in f:
                 lane.items.offer((ts, f[seqno_field], msg.name, pdu.frame))
 
-    def vbuckets(self) -> dict[int, list[Lane]]:
-        """vbucket -> its lanes (by connection and stream id), only those that show data
-        or a request."""
-        out: dict[int, list[Lane]] = {}
+    def vbuckets(self, bucket_of=lambda conn: None) -> dict[tuple, list[Lane]]:
+        """(bucket, vbucket) -> its lanes (by connection and stream id), only those that
+        show data or a request; ``bucket_of(conn)`` names a connection's bucket (None:
+        not known)."""
+        out: dict[tuple, list[Lane]] = {}
         for key in sorted(self.lanes, key=lambda k: (k[1], k[0], k[2] or 0)):
             lane = self.lanes[key]
             if lane.items or lane.snapshots or lane.requests:
-                out.setdefault(lane.vb, []).append(lane)
-        return out
+                out.setdefault((bucket_of(lane.conn), lane.vb), []).append(lane)
+        return dict(sorted(out.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])))
 
 
 # --- plots ----------------------------------------------------------------------------------
@@ -141,7 +142,13 @@ def finding_anchor(number: int) -> str:
     return f"finding-{number}"
 
 
-def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
+def plot_name(where: tuple) -> str:
+    """``vb<N>``, or ``<bucket>-vb<N>`` (the bucket's name in file-name-safe characters)."""
+    bucket, vb = where
+    return (re.sub(r"[^A-Za-z0-9._-]", "_", bucket) + "-" if bucket else "") + f"vb{vb}"
+
+
+def plot_vbucket(where: tuple, lanes: list[Lane], collector: TimelineCollector,
                  findings: list[tuple[int, object]], labels: dict[int, str]):
     """The timeline of one vbucket as a matplotlib Figure: seqno against time (ms from the
     capture's first frame). ``findings`` are ``(number, Finding)`` of this vbucket; each is a
@@ -157,7 +164,9 @@ def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    ax.set_title(f"vbucket {vb}", loc="left", fontsize=11)
+    bucket, vb = where
+    ax.set_title(f"vbucket {vb}" + (f" of bucket {bucket}" if bucket else ""), loc="left",
+                 fontsize=11)
     ax.set_xlabel("time since the first frame (ms)")
     ax.set_ylabel("seqno")
     conns = sorted({lane.conn for lane in lanes})
@@ -217,7 +226,7 @@ def plot_vbucket(vb: int, lanes: list[Lane], collector: TimelineCollector,
         stars = ax.scatter(xs, ys, marker="*", s=260, color=FINDING_COLOR, edgecolor="black",
                            linewidth=0.6, zorder=5)
         stars.set_urls([f"#{finding_anchor(n)}" for n in numbers])
-        stars.set_gid(f"findings-vb{vb}")
+        stars.set_gid(f"findings-{plot_name(where)}")
         for number, x, y in marks:
             ax.annotate(f"#{number}", (x, y), xytext=(7, 5), textcoords="offset points",
                         fontsize=8, color=FINDING_COLOR, fontweight="bold")
@@ -282,39 +291,42 @@ def svg_text(fig, salt: str) -> str:
     return text.replace(' target="_blank"', "")     # the links lead to rows of this page
 
 
-def timelines(collector: TimelineCollector, findings: list, labels: dict[int, str],
-              limit: int | None = None):
-    """``(vbucket, Figure)`` for every vbucket with streams (with ``limit``: those with
-    findings, then the first others, at most ``limit``; then ``(None, n)`` for the ``n``
-    left out). ``findings`` are in report order (their 1-based position is their number)."""
+def timelines(collector: TimelineCollector, findings: list, legend, limit: int | None = None):
+    """``((bucket, vbucket), Figure)`` for every vbucket with streams, its connections named
+    by ``legend`` (a :class:`~.connections.ConnectionLegend`); with ``limit``, those with
+    findings then the first others, at most ``limit``, then ``(None, n)`` for the ``n`` left
+    out. ``findings`` are in report order (their 1-based position is their number)."""
     numbered = list(enumerate(findings, 1))
-    chosen = collector.vbuckets()
+    labels = {c: legend.label(c) for c in legend.opened}
+    chosen = collector.vbuckets(lambda c: legend.record(c)["bucket"] if c in legend.opened
+                                else None)
+    left_out = 0
     if limit is not None and len(chosen) > limit:
-        flagged = {f.vbucket for f in findings}
-        keep = sorted(chosen, key=lambda vb: (vb not in flagged, vb))[:limit]
+        flagged = {(f.connection, f.vbucket) for f in findings}
+        keep = sorted(chosen, key=lambda w: (not any((lane.conn, lane.vb) in flagged
+                                                     for lane in chosen[w]), w[0] or "", w[1]))
         left_out = len(chosen) - limit
-        chosen = {vb: chosen[vb] for vb in sorted(keep)}
-    else:
-        left_out = 0
-    for vb, lanes in chosen.items():
+        chosen = {w: chosen[w] for w in chosen if w in set(keep[:limit])}
+    for where, lanes in chosen.items():
         conns = {lane.conn for lane in lanes}
         mine = [(n, f) for n, f in numbered
-                if f.vbucket == vb and (f.connection is None or f.connection in conns)]
-        yield vb, plot_vbucket(vb, lanes, collector, mine, labels)
+                if f.vbucket == where[1] and f.connection in conns]
+        yield where, plot_vbucket(where, lanes, collector, mine, labels)
     if left_out:
         yield None, left_out
 
 
 def write_plots(directory: str, collector: TimelineCollector, findings: list,
-                labels: dict[int, str]) -> list[str]:
-    """``timeline-vb<N>.svg`` and ``.png`` for every vbucket into ``directory``."""
+                legend) -> list[str]:
+    """``timeline-[<bucket>-]vb<N>.svg`` and ``.png`` for every vbucket into
+    ``directory``."""
     import os
 
     os.makedirs(directory, exist_ok=True)
     written = []
-    for vb, fig in timelines(collector, findings, labels):
+    for where, fig in timelines(collector, findings, legend):
         for ext in ("svg", "png"):
-            path = os.path.join(directory, f"timeline-vb{vb}.{ext}")
+            path = os.path.join(directory, f"timeline-{plot_name(where)}.{ext}")
             fig.savefig(path, format=ext, dpi=110, metadata={"Date": None} if ext == "svg"
                         else None)
             written.append(path)
