@@ -1,9 +1,8 @@
-"""``dcpdissect analyze``: findings of a capture as a table, jsonl or Markdown, and
-evidence bundles."""
+"""``dcpdissect analyze``: findings of a capture as a table, jsonl, Markdown or an HTML
+page, evidence bundles, timeline plots and a capture annotated with its findings."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from tabulate import tabulate
@@ -65,8 +64,8 @@ def _check_evidence_dir(where: str) -> int:
 
 def cmd_analyze(args) -> int:
     if args.file == "-" and args.evidence:      # the bundle reads the capture again
-        from ..reports.spool import spool_stdin
-        with spool_stdin() as spool:
+        from ..reports.spool import SpooledStdin
+        with SpooledStdin() as spool:
             return _analyze(args, spool.path)
     return _analyze(args, args.file)
 
