@@ -89,7 +89,9 @@ def _spellings(key: bytes) -> set[str]:
     """Every way the reports spell a key: text (replacement or backslash escapes), latin-1,
     hex, and the printable text after a collection prefix."""
     texts = {key.decode("utf-8", "replace"), key.decode("utf-8", "backslashreplace"),
-             key.decode("latin-1"), key.hex(), key.hex(" ")}
+             key.decode("latin-1")}
+    if len(key) >= 4:               # the hex of a shorter key would match plain numbers
+        texts |= {key.hex(), key.hex(" ")}
     if key and key[0] < 0x20:
         texts.add(key[1:].decode("utf-8", "backslashreplace"))
     return {t for t in texts if len(t) >= 1}

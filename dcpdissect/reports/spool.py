@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 
-class spool_stdin:
+class SpooledStdin:
     """Context manager for reading a capture from stdin while keeping a copy: inside it,
     ``sys.stdin`` reads through to a temporary file (``path``), removed on exit, so that
     an evidence bundle can read the capture again."""
@@ -26,6 +26,7 @@ class spool_stdin:
         self._file.close()
         os.unlink(self.path)
         return False
+
 
 class _Tee:
     """A binary stream that copies everything read from ``source`` into ``copy``."""
