@@ -313,12 +313,14 @@ def test_stream_filters_name_their_ids():
               stream_request(1, 8, b'not json'),
               stream_request(1, 9, b'{"collections":"88"}'),
               stream_request(1, 10, b'{"collections":[136]}'),
-              stream_request(1, 11, b'{"collections":["1ffffffff"]}')]
+              stream_request(1, 11, b'{"collections":["1ffffffff"]}'),
+              stream_request(1, 12, b'[' * 100_000 + b']' * 100_000),
+              stream_request(1, 13, b'{"scope":"8\xff"}')]
     filters = [f for _, f in run(view, events)][4:]
     assert filters[0] == StreamFilter({"id": 8, "name": "inventory"}, [])
     assert filters[1] == StreamFilter(None, [{"id": 0x88, "name": "inventory.landmark"},
                                              {"id": 0xA, "name": None}])
-    assert filters[2:] == [None] * 5
+    assert filters[2:] == [None] * 7
 
 
 def test_dissect_shows_the_stream_filter():

@@ -122,7 +122,7 @@ class CollectionsView:
             if not isinstance(collections, list):
                 return None
             ids = [int(c, 16) for c in collections]
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):
             return None     # not a filter kv_engine accepts (it answers Einval)
         if (scope_id is None and not ids) or max(ids + [scope_id or 0]) > 0xFFFFFFFF:
             return None
