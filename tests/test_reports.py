@@ -372,3 +372,14 @@ def test_redaction_of_every_frame_leaks_no_document(tmp_path, name):
     secrets = {f.pdu[a:b] for f in findings for a, b in document_ranges(f.pdu) if b - a >= 4}
     assert secrets and not [s for s in secrets if s in blob]
     assert b'"seq"' not in blob
+
+
+def test_cli_markdown_redact_without_evidence():
+    """--redact applies to the report itself: the duplicate-key finding's key and the
+    hexdumps of its PDU are scrubbed, and the report says so."""
+    plain = cli("analyze", "samples/stream-markers.pcap", "--format", "markdown")
+    redacted = cli("analyze", "samples/stream-markers.pcap", "--format", "markdown", "--redact")
+    assert "second change of key 'k1'" in plain.stdout and "6b 31 7b 22" in plain.stdout
+    assert "Redaction applied" in redacted.stdout and "Redaction applied" not in plain.stdout
+    assert "'k1'" not in redacted.stdout and "second change of key 'xx'" in redacted.stdout
+    assert "6b 31 7b 22" not in redacted.stdout and '{"seq"' not in redacted.stdout

@@ -169,12 +169,13 @@ def _analyze(args, capture_copy: str) -> int:
                               streams=(TABLE_HEADERS, table_rows(stream_records(
                                   streams.streams, findings)))))
     elif args.format == "markdown":
-        from ..reports.markdown import markdown_report
+        from ..reports.markdown import REDACTED_NOTE, markdown_report
         from ..reports.streams import stream_records
         out.write(markdown_report(args.file, findings, summary,
                                   connections={c: legend.label(c) for c in cited
                                                if c is not None},
-                                  streams=stream_records(streams.streams, findings)))
+                                  streams=stream_records(streams.streams, findings),
+                                  notes=[REDACTED_NOTE] if args.redact else ()))
     elif live_table is not None:
         out.write("\n" + (tabulate(summary_rows(findings),
                                    headers=("rule", "severity", "count", "title"),

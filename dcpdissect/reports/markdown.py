@@ -13,6 +13,8 @@ from .findings import finding_record
 from .messages import iso_time
 
 HEXDUMP_BYTES = 64
+REDACTED_NOTE = ("**Redaction applied**: document keys and values are replaced by `x` bytes of "
+                 "the same length in the messages, fields and hexdumps below.")
 
 
 def sha256_of(path) -> str | None:

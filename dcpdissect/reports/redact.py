@@ -147,8 +147,10 @@ def redact_finding(f: Finding) -> Finding:
     fields = {}
     for name, value in f.fields.items():
         if name == "key" and isinstance(value, str):
-            secrets |= {value}
-            value = "x" * len(value)
+            quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+            inner = value[1:-1] if quoted else value
+            secrets |= {inner}
+            value = value[0] + "x" * len(inner) + value[-1] if quoted else "x" * len(value)
         fields[name] = value
     if not secrets and not document and f.pdu == redact_pdu(f.pdu):
         return f
