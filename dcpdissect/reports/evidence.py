@@ -53,7 +53,7 @@ STEPS = ("context", "connections up to the finding", "whole connections", "whole
 
 @dataclasses.dataclass
 class Bundle:
-    """What :func:`write_evidence` wrote."""
+    """What :func:`write_bundle` wrote."""
     path: Path
     pcap: Path | None               # None when there were no findings
     frames: int
@@ -115,6 +115,7 @@ def tshark_command(pcap_name: str, frames, ports=DCP_PORTS) -> str:
 
 
 def analyze_command(pcap_name: str, ports) -> str:
+    """The ``dcpdissect analyze`` command that gives the findings back from the bundle."""
     extra = "".join(f" --port {p}" for p in sorted(set(ports) - set(DCP_PORTS)))
     return f"dcpdissect analyze {shlex.quote(pcap_name)}{extra}"
 
