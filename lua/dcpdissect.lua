@@ -271,7 +271,7 @@ do local list = {e_truncated, e_internal}
 
 -- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
 local SHAPES = {}
-SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "seqno", offset = 0, width = 4, field = F.open_seqno, bits = nil, kept = false, text = nil},
@@ -287,7 +287,7 @@ SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, ser
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.add_stream_flags, bits = {{F.add_stream_flags_takeover, 0x1}, {F.add_stream_flags_disk_only, 0x2}, {F.add_stream_flags_to_latest, 0x4}, {F.add_stream_flags_no_value, 0x8}, {F.add_stream_flags_active_vb_only, 0x10}, {F.add_stream_flags_strict_vbuuid, 0x20}, {F.add_stream_flags_from_latest, 0x40}, {F.add_stream_flags_ignore_purged_tombstones, 0x80}, {F.add_stream_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags}}}},
@@ -300,7 +300,7 @@ SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno
       fields = {{name = "new_opaque", offset = 0, width = 4, field = F.add_stream_new_opaque, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {{rule = "add-stream-response-extras", text = "success with {extlen} bytes of extras, not the 4-byte stream opaque", test = {"in", "extlen", {4}}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -309,7 +309,7 @@ SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(48,)", size_set = {[48] = true}, sizes_text = "48", extras_context = false, validated = true, key = "forbidden", value = "optional", value_context = "collections", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.stream_req_flags, bits = {{F.stream_req_flags_takeover, 0x1}, {F.stream_req_flags_disk_only, 0x2}, {F.stream_req_flags_to_latest, 0x4}, {F.stream_req_flags_no_value, 0x8}, {F.stream_req_flags_active_vb_only, 0x10}, {F.stream_req_flags_strict_vbuuid, 0x20}, {F.stream_req_flags_from_latest, 0x40}, {F.stream_req_flags_ignore_purged_tombstones, 0x80}, {F.stream_req_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags},
@@ -334,7 +334,7 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
     {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil, text = "Value (rollback, 8 bytes)",
       fields = {{name = "rollback_seqno", offset = 0, width = 8, field = F.rollback_seqno, bits = nil, kept = true, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -345,7 +345,7 @@ SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_la
       fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
         {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "reason", offset = 0, width = 4, field = F.stream_end_reason, bits = nil, kept = false, text = nil}}}},
@@ -355,7 +355,7 @@ SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(20, 1)", size_set = {[1] = true, [20] = true}, sizes_text = "1 or 20", extras_context = false, validated = true, key = "forbidden", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)", value = "forbidden",
       fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
@@ -398,7 +398,7 @@ SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, se
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil,
+SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil, document = true,
   req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.mutation_by_seqno, bits = nil, kept = true, text = nil},
@@ -415,7 +415,7 @@ SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = 
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil,
+SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil, document = true,
   req = {extras_sizes = "(18, 21)", size_set = {[18] = true, [21] = true}, sizes_text = "18 or 21", extras_context = true, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [2] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)", context = "!delete_v2",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.deletion_by_seqno, bits = nil, kept = true, text = nil},
@@ -432,7 +432,7 @@ SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = 
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil,
+SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil, document = true,
   req = {extras_sizes = "(20,)", size_set = {[20] = true}, sizes_text = "20", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.expiration_by_seqno, bits = nil, kept = true, text = nil},
@@ -444,7 +444,7 @@ SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqn
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported",
+SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported", document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -453,7 +453,7 @@ SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, se
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(1,)", size_set = {[1] = true}, sizes_text = "1", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
       fields = {{name = "state", offset = 0, width = 1, field = F.set_vbucket_state_state, bits = nil, kept = true, text = nil}}}},
@@ -463,7 +463,7 @@ SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -472,7 +472,7 @@ SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, ser
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "bytes_to_ack", offset = 0, width = 4, field = F.buffer_ack_bytes_to_ack, bits = nil, kept = false, text = nil}}}},
@@ -482,7 +482,7 @@ SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_l
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "required", value = "required", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -491,7 +491,7 @@ SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = ni
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil,
+SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil, document = false,
   req = {extras_sizes = "(13,)", size_set = {[13] = true}, sizes_text = "13", extras_context = false, validated = true, key = "optional", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.system_event_by_seqno, bits = nil, kept = true, text = nil},
@@ -504,7 +504,7 @@ SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil,
+SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil, document = true,
   req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "required", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.prepare_by_seqno, bits = nil, kept = true, text = nil},
@@ -522,7 +522,7 @@ SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "b
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.seqno_ack_prepared_seqno, bits = nil, kept = false, text = nil}}}},
@@ -532,7 +532,7 @@ SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil,
+SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil, document = true,
   req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.commit_prepared_seqno, bits = nil, kept = false, text = nil},
@@ -543,7 +543,7 @@ SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "com
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil,
+SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil, document = true,
   req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.abort_prepared_seqno, bits = nil, kept = false, text = nil},
@@ -554,7 +554,7 @@ SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand",
+SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand", document = false,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.seqno_advanced_by_seqno, bits = nil, kept = true, text = nil}}}},
@@ -564,7 +564,7 @@ SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layou
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand",
+SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand", document = false,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.oso_snapshot_flags, bits = {{F.oso_snapshot_flags_start, 0x1}, {F.oso_snapshot_flags_end, 0x2}}, kept = true, text = flagtext_oso_flags}}}},
@@ -574,7 +574,7 @@ SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil, document = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "required", value_min = 42, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -583,7 +583,7 @@ SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layou
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -592,7 +592,7 @@ SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_en
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil,
+SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -1363,10 +1363,11 @@ local NO_INFOS = {}
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
 
--- The key. A document key of a connection whose HELLO enabled Collections is shown as its
--- collection id (leb128) and the logical key, so that `dcp.key contains "foo"` sees the key.
-local function add_key(tvb, node, shape, at, len, pinfo, from_client)
-  if shape and shape.document_key and collections(connection(pinfo, from_client).ctx) then
+-- The key. The key of a document opcode's request on a connection whose HELLO enabled
+-- Collections is shown as its collection id (leb128) and the logical key, so that
+-- `dcp.key contains "foo"` sees the key.
+local function add_key(tvb, node, spec, at, len, pinfo, from_client)
+  if spec and spec.document and collections(connection(pinfo, from_client).ctx) then
     local cid, prefix = split_collection_key(tvb_raw(tvb, at, len < 5 and len or 5))
     if cid then
       local r = tvb_range(tvb, at, prefix)
@@ -1477,7 +1478,9 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
         if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
       end
     end
-    if keylen > 0 then add_key(tvb, node, shape, body + e_end, keylen, pinfo, from_client) end
+    if keylen > 0 then
+      add_key(tvb, node, request and spec, body + e_end, keylen, pinfo, from_client)
+    end
     local n = m.value_len
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end

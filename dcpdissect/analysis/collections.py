@@ -3,8 +3,10 @@ key on the connections whose HELLO enabled Collections, and the names the system
 those ids.
 
 A key carries its leb128 collection prefix only on a connection that negotiated Collections
-(kv_engine Connection::isCollectionsSupported); where the capture did not show the HELLO the
-key is left whole. Names come from the create and modify events of collections and scopes
+(kv_engine Connection::isCollectionsSupported), in the requests of the document opcodes of the
+tables (mutation, deletion, expiration, prepare, commit, abort: their executors read the key
+with Connection::makeDocKey, daemon/protocol/mcbp/dcp_*.cc); where the capture did not show
+the HELLO the key is left whole. Names come from the create and modify events of collections and scopes
 (:func:`~dcpdissect.codec.keys.system_event`), per bucket (SelectBucket; None when not
 seen), and stay known after a drop. A stream request's filter names its collections and
 scope by id only, as hex strings (engines/ep/src/collections/vbucket_filter.cc
@@ -18,7 +20,7 @@ import json
 from typing import NamedTuple
 
 from ..codec.keys import split_collection_key, system_event
-from ..protocol import opcode_code
+from ..protocol import DOCUMENT_OPCODES, SERVER_MAGICS, opcode_code
 from ..reassembly.connections import ConnectionClosed
 from ..reassembly.framing import Pdu
 from .negotiation import Negotiation
@@ -102,7 +104,8 @@ class CollectionsView:
         neg = self.negotiations.get(conn)
         if neg is None or not neg.collections or not msg.key:
             return None
-        if not getattr(msg.shape, "document_key", False):
+        if (msg.opcode not in DOCUMENT_OPCODES or not msg.is_request
+                or msg.magic in SERVER_MAGICS):
             return None
         key = bytes(msg.key)
         cid, prefix, problem = split_collection_key(key)

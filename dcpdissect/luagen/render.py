@@ -344,7 +344,8 @@ def shapes(fs: FieldSet) -> list[str]:
         seq = lua_str(op.seqno_field) if op.seqno_field else "nil"
         rejects = lua_str(op.server_rejects) if op.server_rejects else "nil"
         out.append(f"SHAPES[0x{op.code:02x}] = {{name = {lua_str(op.name)}, layout_field = {layout_var}, "
-                   f"seqno = {seq}, server_rejects = {rejects},\n  req = {req},\n  rsp = {rsp}}}")
+                   f"seqno = {seq}, server_rejects = {rejects}, document = {lua_value(op.document)},"
+                   f"\n  req = {req},\n  rsp = {rsp}}}")
     return out
 
 

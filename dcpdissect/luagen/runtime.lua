@@ -199,10 +199,11 @@ local NO_INFOS = {}
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
 
--- The key. A document key of a connection whose HELLO enabled Collections is shown as its
--- collection id (leb128) and the logical key, so that `dcp.key contains "foo"` sees the key.
-local function add_key(tvb, node, shape, at, len, pinfo, from_client)
-  if shape and shape.document_key and collections(connection(pinfo, from_client).ctx) then
+-- The key. The key of a document opcode's request on a connection whose HELLO enabled
+-- Collections is shown as its collection id (leb128) and the logical key, so that
+-- `dcp.key contains "foo"` sees the key.
+local function add_key(tvb, node, spec, at, len, pinfo, from_client)
+  if spec and spec.document and collections(connection(pinfo, from_client).ctx) then
     local cid, prefix = split_collection_key(tvb_raw(tvb, at, len < 5 and len or 5))
     if cid then
       local r = tvb_range(tvb, at, prefix)
@@ -302,7 +303,9 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
         if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
       end
     end
-    if keylen > 0 then add_key(tvb, node, shape, body + e_end, keylen, pinfo, from_client) end
+    if keylen > 0 then
+      add_key(tvb, node, request and spec, body + e_end, keylen, pinfo, from_client)
+    end
     local n = m.value_len
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end

@@ -667,7 +667,7 @@ def _make_body(name, op, request, shape, ext, val, classes: dict[str, type]) -> 
     has_key = shape.key is not Presence.FORBIDDEN
     has_value = shape.value is not Presence.FORBIDDEN and not shape.values
     fields = layout_fields(ext, defaults) if ext is not None else []
-    if shape.document_key:
+    if op.document and request and has_key:     # read with makeDocKey: a collection prefix
         fields.append(ConditionalField(_CollectionIdField("collection_id"),
                                        lambda p: p._collection_aware()))
         key = StrLenField("key", b"", length_from=lambda p: p._header_len("keylen") - len(
