@@ -213,7 +213,12 @@ def test_without_the_table_entry_it_is_unknown(tmp_path):
     from dcpdissect.scapy import layers
     findings, _ = analyze_file(str(_capture(tmp_path / "hypothetical.pcap")))
     assert "data-before-marker" not in {f.rule for f in findings}
-    assert document_ranges(_item()) == [] and decode(_item()).spec is None
+    # an opcode without a layout is redacted whole by default (key and value)
+    item = _item()
+    start = 24 + item[4]                    # after the header and the 16-byte extras
+    keylen = int.from_bytes(item[2:4], "big")
+    assert document_ranges(item) == [(start, start + keylen), (start + keylen, len(item))]
+    assert decode(_item()).spec is None
     assert CODE not in protocol.OPCODES and "DcpHypothetical" not in protocol.OPCODE_CODES
     assert (CODE, True) not in layers.BODY_DISPATCH and "DcpHypothetical" not in layers.BODY_CLASSES
     assert type(layers.MCBP(_item()).payload).__name__ == "MCBPGeneric"

@@ -1,6 +1,6 @@
 """The declarative protocol tables: the single source of truth for every renderer."""
 
-from .client_opcodes import CLIENT_OPCODE_NAMES
+from .client_opcodes import CLEAR_CLIENT_OPCODES, CLIENT_OPCODE_NAMES
 from .constants import *  # noqa: F401,F403
 from .header import (  # noqa: F401
     CLASSIC_HEADER, CLASSIC_MAGICS, FLEXIBLE_HEADER, HEADER_FIELDS, HEADER_LAYOUTS, HeaderField,

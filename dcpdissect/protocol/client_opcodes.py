@@ -209,3 +209,20 @@ SERVER_OPCODE_NAMES: dict[int, str] = {
     0x03: 'ActiveExternalUsers',
     0x04: 'GetAuthorization',
 }
+
+# Opcodes without a layout in :mod:`.opcodes` whose key and value name the connection,
+# never a document (HELLO's agent name and features, the bucket SelectBucket chooses, the
+# SASL mechanism list, cluster maps and error maps). Every other opcode without a layout
+# (Get, Set, GetEx, SaslAuth with its credentials, ...) has its key and value treated as
+# customer data by redaction.
+CLEAR_CLIENT_OPCODES = frozenset({
+    0x07,   # Quit
+    0x0A,   # Noop
+    0x0B,   # Version
+    0x1F,   # Hello
+    0x20,   # SaslListMechs
+    0x89,   # SelectBucket
+    0xB5,   # GetClusterConfig
+    0xFE,   # GetErrorMap
+})
+assert all(code in CLIENT_OPCODE_NAMES for code in CLEAR_CLIENT_OPCODES)

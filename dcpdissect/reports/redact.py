@@ -2,8 +2,10 @@
 
 A message carries customer data when its opcode is marked ``document`` in the tables (its
 key and value: mutation, deletion, expiration, prepare, commit, abort, cache transfer, and
-any opcode added with that mark) or when its shape says its key names a document
-(``Shape.document_key``: the key alone). Those bytes become ``x`` placeholders of the same
+any opcode added with that mark), when its shape says its key names a document
+(``Shape.document_key``: the key alone), and for every opcode without a layout in the
+tables (Get, Set, SaslAuth, ...: key and value) except the few the tables name as clear
+(``CLEAR_CLIENT_OPCODES``: HELLO, SelectBucket, ...). Those bytes become ``x`` placeholders of the same
 length, so headers, extras (seqnos, CAS) and lengths stay valid. Bytes whose meaning is
 unknown (the body of a message cut by a gap, a header that cannot be trusted) are treated
 as customer data.
@@ -17,8 +19,8 @@ import re
 
 from ..analysis.findings import Finding
 from ..codec.header import peek
-from ..protocol import DOCUMENT_OPCODES, HEADER_SIZE, OPCODES, REQUEST_MAGICS, RESPONSE_MAGICS, \
-    SERVER_MAGICS
+from ..protocol import (CLEAR_CLIENT_OPCODES, DOCUMENT_OPCODES, HEADER_SIZE, OPCODES,
+                        REQUEST_MAGICS, RESPONSE_MAGICS, SERVER_MAGICS)
 
 PLACEHOLDER = b"x"
 _CLIENT_MAGICS = (REQUEST_MAGICS | RESPONSE_MAGICS) - SERVER_MAGICS
@@ -32,8 +34,9 @@ def document_parts(magic: int, opcode: int) -> tuple[bool, bool]:
     if opcode in DOCUMENT_OPCODES:
         return True, True
     op = OPCODES.get(opcode)
-    if op is None:
-        return False, False
+    if op is None:                  # no layout: a document unless the tables say clear
+        secret = opcode not in CLEAR_CLIENT_OPCODES
+        return secret, secret
     shape = op.request if magic in REQUEST_MAGICS else op.response
     return bool(shape is not None and shape.document_key), False
 
