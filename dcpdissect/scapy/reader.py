@@ -17,7 +17,8 @@ from ..analysis.collections import CollectionsView
 from ..codec import decode
 from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
-from ..reassembly.pdus import CaptureError, ConnectionOpened, Options, Pdu, Summary, iter_events
+from ..reassembly.pdus import (CaptureError, ConnectionClosed, ConnectionOpened, Options, Pdu,
+                               Summary, iter_events)
 from .layers import MCBP
 
 _NS = EDecimal(1_000_000_000)
@@ -54,13 +55,17 @@ def iread(path: str, **options) -> Iterator[Packet]:
     """
     summary = Summary()
     view = CollectionsView()
-    opened: dict[int, ConnectionOpened] = {}
+    opened: dict[int, ConnectionOpened] = {}     # open connections only
     acked: dict[tuple[int, int], int] = {}       # (conn, direction) -> next stream offset
     try:
         for ev in iter_events(path, Options(**options) if options else None, summary):
             kind = type(ev)
             if kind is ConnectionOpened:
                 opened[ev.conn] = ev
+            elif kind is ConnectionClosed:
+                opened.pop(ev.conn, None)
+                acked.pop((ev.conn, 0), None)
+                acked.pop((ev.conn, 1), None)
             if kind is not Pdu:
                 view.feed(ev)
                 continue
@@ -80,7 +85,10 @@ def iread(path: str, **options) -> Iterator[Packet]:
 def pdu_packet(pdu: Pdu, collections: bool | None = None) -> MCBP:
     """One reassembled PDU as an ``MCBP`` packet carrying its provenance (``collections``:
     the connection negotiated Collections, so document keys start with a collection id)."""
-    pkt = MCBP(pdu.data, collections=collections)
+    return _provenance(MCBP(pdu.data, collections=collections), pdu)
+
+
+def _provenance(pkt: Packet, pdu: Pdu) -> Packet:
     pkt.time = EDecimal(pdu.ts_ns) / _NS
     pkt.direction = pdu.direction
     # Plain attributes, set directly so that they never reach a same-named field.
@@ -110,12 +118,8 @@ def _on_tcp(pdu: Pdu, mcbp: MCBP, opened: ConnectionOpened | None, acked: dict) 
     else:
         tcp = TCP(sport=src[1], dport=dst[1], flags="PA", seq=(ISN + 1 + pdu.offset) % 2**32,
                   ack=ack)
-    pkt = Ether(src=NO_MAC, dst=NO_MAC) / ip(src=src[0], dst=dst[0]) / tcp / mcbp
-    pkt.time = EDecimal(pdu.ts_ns) / _NS
-    pkt.direction = pdu.direction
-    for name in PROVENANCE:
-        object.__setattr__(pkt, name, getattr(pdu, name))
-    return pkt
+    return _provenance(Ether(src=NO_MAC, dst=NO_MAC) / ip(src=src[0], dst=dst[0]) / tcp / mcbp,
+                       pdu)
 
 
 def split_pdus(data: bytes) -> list[MCBP]:
