@@ -90,7 +90,7 @@ def html_report(path, findings: list, summary, legend, collector, *, streams=Non
                 "<th>severity</th><th>rule</th><th>message</th></tr>"]
         for number, f in enumerate(findings, 1):
             cells = [number, f.frame if f.frame is not None else "-",
-                     iso_time(f.ts_ns)[11:] if f.ts_ns is not None else "-",
+                     iso_time(f.ts_ns) if f.ts_ns is not None else "-",
                      f.connection if f.connection is not None else "-",
                      f.vbucket if f.vbucket is not None else "-"]
             out.append(f'<tr id="{finding_anchor(number)}">{_cells(cells, (0, 1, 3, 4))}'
