@@ -19,11 +19,11 @@ import struct
 from scapy.config import conf
 from scapy.fields import (
     BitField,
-    Field as ScapyField,
     ByteEnumField,
     ByteField,
     ConditionalField,
     EnumField,
+    Field as ScapyField,
     FlagsField,
     IntEnumField,
     IntField,
@@ -505,8 +505,12 @@ class McbpBody(Packet):
     def _key_len(self) -> int:
         if "key" not in self.default_fields:
             return 0
+        return len(self.getfieldval("key") or b"") + self._prefix_len()
+
+    def _prefix_len(self) -> int:
+        """Bytes of the collection id before the key (0: none)."""
         cid = self.fields.get("collection_id")
-        return len(self.getfieldval("key") or b"") + (0 if cid is None else len(leb128(cid)))
+        return 0 if cid is None else len(leb128(cid))
 
     def _collection_aware(self) -> bool:
         """The key starts with a collection id: set on the layer, or read from a
@@ -670,8 +674,8 @@ def _make_body(name, op, request, shape, ext, val, classes: dict[str, type]) -> 
     if op.document and request and has_key:     # read with makeDocKey: a collection prefix
         fields.append(ConditionalField(_CollectionIdField("collection_id"),
                                        lambda p: p._collection_aware()))
-        key = StrLenField("key", b"", length_from=lambda p: p._header_len("keylen") - len(
-            leb128(p.fields["collection_id"]) if p.fields.get("collection_id") is not None else b""))
+        key = StrLenField("key", b"",
+                          length_from=lambda p: p._header_len("keylen") - p._prefix_len())
     else:
         key = StrLenField("key", b"", length_from=lambda p: p._header_len("keylen"))
     fields.append(key if has_key else ConditionalField(key, lambda p: p._extra_key()))
