@@ -69,3 +69,31 @@ def test_undecided_close():
     n = "lifecycle-undecided"
     got = [x for x in judged(n) if x[0] in MINE]
     assert got == [("data-after-close-undecided", frame_of(n, sl.mut(5, 0x150, 2, sl.k("u2"))))]
+
+
+def test_dropped_collection_from_a_flatbuffers_event():
+    """A version-2 drop event (events.fbs DroppedCollection, built by the FlatBuffers
+    library) drops the collection as a version-0 one does."""
+    import flatbuffers
+    from dcpdissect.codec import encode
+    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+    from feed import feed
+
+    b = flatbuffers.Builder(32)
+    b.StartObject(4)
+    b.PrependUint64Slot(0, 7, 0)            # uid
+    b.PrependUint32Slot(1, 0, 0)            # scopeId
+    b.PrependUint32Slot(2, 8, 0)            # collectionId
+    b.Finish(b.EndObject())
+    drop_v2 = encode(0x5F, {"by_seqno": 2, "event": 1, "version": 2}, key=b"",
+                     value=bytes(b.Output()), vbucket=14, opaque=0x20E)
+    hello = (0x12).to_bytes(2, "big")          # HELLO feature Collections
+    messages = [(0, encode(0x1F, key=b"t", value=hello, opaque=1)),
+                (1, ok(0x1F, 1, value=hello)),
+                (0, dcp_open("t", 0x1, 2)), (1, ok(0x50, 2)),
+                (0, stream_req(14, 0x20E)), (1, failover(0x20E, (0xABC, 0))),
+                (1, marker(14, 0x20E, 0, 3, "memory+checkpoint")),
+                (1, sl.mut(14, 0x20E, 1, sl.k("x", 8))), (1, drop_v2),
+                (1, sl.mut(14, 0x20E, 3, sl.k("x3", 8)))]
+    found = [r for r in feed(*messages) if r[0] == "data-for-dropped-collection"]
+    assert found == [("data-for-dropped-collection", 9)]

@@ -19,8 +19,9 @@ authority):
   waits for the ack and ends (ActiveStream::takeoverSendPhase / setVBucketStateAckRecieved):
   only the StreamEnd may follow.
 * ``data-for-dropped-collection``: an item whose key's collection id (leb128 prefix) the
-  stream dropped with a DcpSystemEvent EndCollection (value layout version 0/1:
-  collections/system_event_types.h DropEventDcpData: manifest uid, scope id, collection id);
+  stream dropped with a DcpSystemEvent EndCollection (value versions 0/1:
+  collections/system_event_types.h DropEventDcpData; version 2: the DroppedCollection
+  FlatBuffers table of collections/events.fbs; read by :func:`~...codec.keys.system_event`);
   a BeginCollection of the same id makes it live again.
 
 The tracker calls :meth:`Lifecycle.on_message` for every message before it dispatches it.
@@ -28,7 +29,7 @@ The tracker calls :meth:`Lifecycle.on_message` for every message before it dispa
 
 from __future__ import annotations
 
-from ...codec.keys import split_collection_key
+from ...codec.keys import BEGIN_COLLECTION, END_COLLECTION, split_collection_key, system_event
 from ...protocol import (ITEM_OPCODES, STATUS_SUCCESS, STREAM_END_REASONS, STREAM_OPCODES,
                          opcode_code)
 from .. import streams as limits
@@ -36,7 +37,6 @@ from .state import Conn, Stream, frames_of, key_text, report_on_stream
 
 STREAM_END, CLOSE_STREAM = opcode_code("DcpStreamEnd"), opcode_code("DcpCloseStream")
 SET_VB_STATE, SYSTEM_EVENT = opcode_code("DcpSetVbucketState"), opcode_code("DcpSystemEvent")
-BEGIN_COLLECTION, END_COLLECTION = 0, 1
 VB_ACTIVE = 1
 CLOSE_CONTROL = "send_stream_end_on_client_close_stream"
 _KEYED = ITEM_OPCODES - {SYSTEM_EVENT}
@@ -149,11 +149,12 @@ class Lifecycle:
 
     def _system_event(self, c: Conn, st: Stream, key, pdu, msg) -> None:
         event = msg.fields.get("event")
-        value = bytes(msg.value or b"")
-        if event not in (BEGIN_COLLECTION, END_COLLECTION) or msg.fields.get("version") not in (
-                0, 1) or len(value) < 16:
-            return                  # FlatBuffers (version 2) payloads are not read here
-        cid = int.from_bytes(value[12:16], "big")
+        if event not in (BEGIN_COLLECTION, END_COLLECTION):
+            return
+        ids = system_event(event, msg.fields.get("version"), msg.key, msg.value or b"")
+        if ids is None:
+            return
+        cid = ids.collection
         life = self._life(c)
         entry = life.dropped.get(key)
         if entry is None or entry[0] is not st:
