@@ -28,7 +28,7 @@ CLEAN = ("clean-replication", "add-stream", "seed-marker-v1", "seed-marker-v2_0"
          "controls-undecided", "resume-correct", "rollback-correct", "identity-restart-correct",
          "identity-half-close-correct", "identity-kicked-correct", "identity-two-buckets",
          "identity-two-buckets-b-complete", "identity-mid-stream-clean", "durability-legal",
-         "lifecycle-legal",
+         "lifecycle-legal", "collections",
          "flow-legal", "flow-undecided")
 
 # the golden file covers the per-message and framing rules
