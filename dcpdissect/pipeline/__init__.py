@@ -120,8 +120,17 @@ def cmd_pipeline(args) -> int:
     spark = spark_session(args.master, conf={**spark_stage_progress(), **conf})
     try:
         result = run_pipeline(spark, paths, args.out, options, args.chunk_size)
+    except Exception as exc:                     # noqa: BLE001 - Spark's own errors vary
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"dcpdissect: error: the Spark job failed ({reason[:300]}); a Java heap error "
+              "wants more memory: --conf spark.driver.memory=... (local) or "
+              "spark.executor.memory=... (cluster)", file=err)
+        return EXIT_BAD_INPUT
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception:                        # noqa: BLE001 - the JVM may be gone
+            pass
     out = sys.stdout
     many = len(result.paths) > 1
     for path in result.paths:

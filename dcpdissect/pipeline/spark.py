@@ -69,6 +69,16 @@ def _is_local(master: str | None) -> bool:
     return master is None or master.startswith("local")
 
 
+def local_memory() -> str:
+    """Heap of a local-mode Spark (driver and executors in one JVM): a quarter of the
+    machine's memory, from 1 to 4 GiB."""
+    try:
+        gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
+    except (ValueError, OSError, AttributeError):
+        gib = 4
+    return f"{max(1, min(4, gib // 4))}g"
+
+
 def spark_session(master: str | None = None, app_name: str = "dcpdissect pipeline",
                   conf: dict | None = None):
     """A SparkSession set up for the pipeline: quiet logs, no console progress bars, UI
@@ -102,6 +112,8 @@ def spark_session(master: str | None = None, app_name: str = "dcpdissect pipelin
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.host": "127.0.0.1",
             "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 1))),
+            # the JVM's default 1 GiB heap runs out sorting the segments of a 1 GB capture
+            "spark.driver.memory": local_memory(),
         })
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name)
