@@ -206,7 +206,8 @@ def test_broken_pipe_ends_quietly_on_stdin(args):
     assert len(proc.stdout.splitlines()) == 1
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
     assert "error:" not in proc.stderr, proc.stderr
-    assert proc.returncode == 0
+    # analyze exits 1 (findings) when its few lines all fit in the pipe before head exits
+    assert proc.returncode in ((0, 1) if args[0] == "analyze" else (0,))
 
 
 def test_broken_pipe_ends_quietly_on_a_big_file(tmp_path):
