@@ -267,8 +267,8 @@ _BY_HAND = {
 }
 # Lines that match but read other formats (file, the line stripped).
 _NOT_MCBP = {
-    ("capture/readers.py", "bom = buf[pos + 8:pos + 12]"),              # pcapng byte-order magic
-    ("pipeline/chunks.py", "bom = buf[off + 8:off + 12]"),              # pcapng byte-order magic
+    ("capture/readers.py", "bom = buf[off + 8:off + 12]"),              # pcapng byte-order magic
+    ("codec/keys.py", 'scope = int.from_bytes(value[8:12], "big")'),  # system event scope id
     ("reports/evidence.py", 'total = struct.unpack_from(">H", out, ip + 2)[0]'),   # IPv4 length
     ("reports/evidence.py", 'struct.pack_into(">H", out, ip + 2, total - cut)'),   # IPv4 length
 }
