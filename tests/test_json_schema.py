@@ -117,3 +117,10 @@ def test_jsonl_line_keeps_low_bits_of_every_64_bit_value():
     assert json_safe({"seqno": None, "vbucket_uuid": "0xa"}) == {"seqno": None,
                                                                  "vbucket_uuid": "0xa"}
     assert is_u64_name("snap_end_seqno") and is_u64_name("cas") and not is_u64_name("opaque")
+
+
+def test_jsonl_line_lists_take_the_name_of_their_list():
+    rec = {"seqnos": [1, 2], "frames": [7, 8], "ids": (3,), "empty": [], "none": {},
+           "nested": [[5], {"seqno": 6}]}
+    assert jsonl_line(rec) == ('{"seqnos":["1","2"],"frames":[7,8],"ids":[3],"empty":[],'
+                               '"none":{},"nested":[[5],{"seqno":"6"}]}\n')

@@ -11,12 +11,21 @@ from ..protocol import MAGICS, OPCODES, SERVER_MAGICS, STATUS, Field, Shape, sha
 DIRECTIONS = ("c2s", "s2c")
 
 
+_STAMPS: dict = {}                   # epoch second -> its date and time, as met so far
+
+
 def iso_time(ts_ns: int) -> str:
     secs, ns = divmod(ts_ns, 1_000_000_000)
-    try:
-        stamp = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    except (ValueError, OverflowError, OSError):
-        stamp = _civil(secs)        # beyond datetime's years 1..9999 (corrupt timestamps)
+    stamp = _STAMPS.get(secs)
+    if stamp is None:
+        if len(_STAMPS) > 4096:
+            _STAMPS.clear()
+        try:
+            stamp = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%S")
+        except (ValueError, OverflowError, OSError):
+            stamp = _civil(secs)    # beyond datetime's years 1..9999 (corrupt timestamps)
+        _STAMPS[secs] = stamp
     return f"{stamp}.{ns:09d}Z"
 
 
@@ -71,19 +80,27 @@ def key_text(key: bytes) -> str:
     return key.decode("utf-8", "backslashreplace")
 
 
-def _layouts(msg: Message):
-    shape = msg.shape
-    return shape.extras + shape.values
+_NAMED: dict = {}                    # id(shape) -> (shape, its named fields)
+
+
+def _named_fields(shape: Shape) -> tuple:
+    """(name, text function) of every flag or enum field of the shape's layouts, in order."""
+    got = _NAMED.get(id(shape))
+    if got is None or got[0] is not shape:
+        named = tuple((f.name, f.flags.text if f.flags else f.names.text)
+                      for layout in shape.extras + shape.values for f in layout.fields
+                      if f.flags or f.names)
+        got = _NAMED[id(shape)] = (shape, named)
+    return got[1]
 
 
 def field_names(msg: Message) -> dict[str, str]:
     """Symbolic text for every decoded flag or enum field (``{"flags": "memory+ack"}``)."""
     out = {}
-    for layout in _layouts(msg):
-        for f in layout.fields:
-            if f.name in msg.fields and (f.flags or f.names):
-                v = msg.fields[f.name]
-                out[f.name] = f.flags.text(v) if f.flags else f.names.text(v)
+    fields = msg.fields
+    for name, text in _named_fields(msg.shape):
+        if name in fields:
+            out[name] = text(fields[name])
     return out
 
 
@@ -124,6 +141,8 @@ def is_u64_name(name) -> bool:
 
 _U64_SEEN: dict = {}                 # name -> is_u64_name(name), for the names met so far
 _PLAIN = frozenset((str, bool, float, type(None)))
+_SCALAR = _PLAIN | {int}
+_ENCODER = _json.JSONEncoder(separators=(",", ":"))
 
 
 def _u64(name) -> bool:
@@ -145,16 +164,24 @@ def json_safe(value, name=None):
         return value
     if isinstance(value, dict):
         out = {}
+        seen = _U64_SEEN
         for k, v in value.items():         # scalars inline: most values of a record are
             t = type(v)
             if t is int:
-                out[k] = str(v) if _u64(k) else v
-            elif t in _PLAIN:
+                u = seen.get(k)
+                out[k] = str(v) if (u if u is not None else _u64(k)) else v
+            elif t in _PLAIN or not v:     # empty containers: nothing to convert
                 out[k] = v
             else:
                 out[k] = json_safe(v, k)
         return out
     if isinstance(value, (list, tuple)):
+        if not _u64(name):
+            for v in value:
+                if type(v) not in _SCALAR:
+                    break
+            else:
+                return value               # plain scalars: written as they are
         return [json_safe(v, name) for v in value]
     return value
 
@@ -162,7 +189,7 @@ def json_safe(value, name=None):
 def jsonl_line(record: dict) -> str:
     """One JSON-lines line (with its newline) of a message, finding or flow_control
     record, 64-bit integers as decimal strings."""
-    return _json.dumps(json_safe(record), separators=(",", ":")) + "\n"
+    return _ENCODER.encode(json_safe(record)) + "\n"
 
 
 def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
