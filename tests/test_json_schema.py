@@ -120,7 +120,7 @@ def test_jsonl_line_keeps_low_bits_of_every_64_bit_value():
 
 
 def test_jsonl_line_lists_take_the_name_of_their_list():
-    rec = {"seqnos": [1, 2], "frames": [7, 8], "ids": (3,), "empty": [], "none": {},
+    rec = {"by_seqno": [1, 2], "frames": [7, 8], "ids": (3,), "empty": [], "none": {},
            "nested": [[5], {"seqno": 6}]}
-    assert jsonl_line(rec) == ('{"seqnos":["1","2"],"frames":[7,8],"ids":[3],"empty":[],'
+    assert jsonl_line(rec) == ('{"by_seqno":["1","2"],"frames":[7,8],"ids":[3],"empty":[],'
                                '"none":{},"nested":[[5],{"seqno":"6"}]}\n')
