@@ -445,6 +445,13 @@ local function allowed_extras(shape, ctx, extlen)
   return seen, join_sizes(sizes), extras
 end
 
+local function layout_rule(lays, label, name, add)
+  for i = 1, #lays do
+    local lay = lays[i]
+    if lay.label == label and lay.rule then add(lay.rule, name .. ": " .. lay.note) end
+  end
+end
+
 local function verify_header(m, shape, ctx, add)
   local name = m.spec.name
   local seen, sizes_text, extras = allowed_extras(shape, ctx, m.extlen)
@@ -523,13 +530,8 @@ local function verify_header(m, shape, ctx, add)
   end
   -- a documented layout the server rejects
   if m.layout then
-    local lays = {shape.extras, shape.values}
-    for j = 1, 2 do
-      for i = 1, #lays[j] do
-        local lay = lays[j][i]
-        if lay.label == m.layout and lay.rule then add(lay.rule, name .. ": " .. lay.note) end
-      end
-    end
+    layout_rule(shape.extras, m.layout, name, add)
+    layout_rule(shape.values, m.layout, name, add)
   end
   if m.opcode == 0x50 and m.value_len > 0 then
     local problem = open_value_problem(m)

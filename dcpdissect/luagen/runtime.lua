@@ -376,14 +376,33 @@ end
 local texts = {}   -- Info texts of the messages of one dissector call
 
 local call_conn = nil   -- the connection of the current dissector call, once looked up
+local tcp_stream = Field.new("tcp.stream")
+local stream_keys = {}  -- 2 * tcp.stream (+ 1 from the client) -> "client-server"
+
+local function last(...)
+  local n = select("#", ...)
+  if n > 0 then return (select(n, ...)) end
+end
+
+-- "client-server" of the frame's TCP connection; each TCP stream's is built once.
+local function connection_key(pinfo, from_client)
+  local stream = last(tcp_stream())
+  local skey = stream and stream.value * 2 + (from_client and 1 or 0)
+  local key = skey and stream_keys[skey]
+  if key == nil then
+    local a, b = tostring(pinfo.src) .. ":" .. pinfo.src_port, tostring(pinfo.dst) .. ":" .. pinfo.dst_port
+    if not from_client then a, b = b, a end
+    key = a .. "-" .. b
+    if skey then stream_keys[skey] = key end
+  end
+  return key
+end
 
 -- The connection's negotiation as it was when this frame was first dissected (recorded on
 -- the first pass, replayed when Wireshark dissects the frame again).
 connection = function(pinfo, from_client)
   if call_conn then return call_conn end
-  local a, b = tostring(pinfo.src) .. ":" .. pinfo.src_port, tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  if not from_client then a, b = b, a end
-  local key = a .. "-" .. b
+  local key = connection_key(pinfo, from_client)
   local conn = contexts[key]
   if conn == nil then
     local start = tcp_completeness()
@@ -448,7 +467,7 @@ end
 
 function dcp.init()
   info_text = nil
-  contexts, ctx_at = {}, {}
+  contexts, ctx_at, stream_keys = {}, {}, {}
   scope_names, collection_names = {}, {}
 end
 
@@ -530,7 +549,7 @@ for _, name in ipairs({"frame.comment", "pkt_comment"}) do
 end
 
 function findings.dissector(tvb, pinfo, tree)
-  if comment_field == nil then return end
+  if comment_field == nil or comment_field() == nil then return end   -- most frames
   local node
   for _, c in ipairs({comment_field()}) do
     local text = tostring(c.value)
