@@ -408,3 +408,56 @@ def test_scapy_read_with_key_log():
     from dcpdissect.scapy import read
     pkts = read(str(SAMPLE), tls_keylog=SAMPLE_KEYS.read_text())
     assert [bytes(p["MCBP"]) for p in pkts] == [d for _, _, d in messages(PLAIN)]
+
+
+def test_evidence_bundle_ships_the_key_log_lines_of_its_connections(tmp_path, capsys):
+    """The problem capture's findings sit on connections 60003-60005 (and 60002, whose key
+    is missing): the bundle's keylog.txt holds exactly the lines of the decrypted ones it
+    carries, the report names them, and both commands of the README decrypt the bundle."""
+    out = tmp_path / "ev"
+    assert main(["analyze", str(PROBLEMS), "--tls-keylog", str(PROBLEM_KEYS), "--evidence",
+                 str(out)]) == 0
+    capsys.readouterr()
+    randoms = {e.client[1]: e.client_random for e in events(PROBLEMS, PROBLEM_KEYS)
+               if type(e) is TlsProblem}
+    shipped = (out / "keylog.txt").read_text().splitlines()
+    want = [line for line in PROBLEM_KEYS.read_text().splitlines()
+            if line.split()[1] in (randoms[60003], randoms[60004], randoms[60005])]
+    assert sorted(shipped) == sorted(want) and len(want) == 5 + 1 + 5   # 1.3, 1.2, 1.3
+    report = (out / "report.md").read_text()
+    assert "**Encrypted capture**" in report and f"`{randoms[60005][:16]}…`" in report
+    readme = (out / "README.txt").read_text()
+    assert "keylog.txt" in readme and "--tls-keylog keylog.txt" in readme
+    rc, rules, _ = analyze(out / "evidence.pcap", capsys, "--tls-keylog", str(out / "keylog.txt"))
+    assert rules == Counter({"tls-no-key": 1, "tls-auth-failed": 2, "tls-unsupported": 1,
+                             "tls-gap": 1, "capture-gap": 1, "semantics-suppressed": 1})
+    command = next(line.strip() for line in readme.splitlines() if line.strip().startswith("tshark"))
+    shown = subprocess.run(command, shell=True, cwd=out, capture_output=True, text=True)
+    assert shown.returncode == 0
+
+
+@pytest.mark.tshark
+def test_evidence_bundle_decodes_in_tshark_with_its_key_log(tmp_path, capsys):
+    out = tmp_path / "ev"
+    assert main(["analyze", str(SAMPLE), "--tls-keylog", str(SAMPLE_KEYS), "--evidence",
+                 str(out)]) == 1
+    capsys.readouterr()
+    readme = (out / "README.txt").read_text()
+    command = next(line.strip() for line in readme.splitlines() if line.strip().startswith("tshark"))
+    assert "-o tls.keylog_file:keylog.txt" in command and "dcp.tcp_ports:11207" not in command
+    shown = subprocess.run(command + " -T fields -e dcp.opcode", shell=True, cwd=out,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["0x53"]          # the resume's stream request, decrypted by tshark
+
+
+def test_redacted_evidence_of_a_decrypted_capture_ships_no_key(tmp_path, capsys):
+    out = tmp_path / "ev"
+    assert main(["analyze", str(SAMPLE), "--tls-keylog", str(SAMPLE_KEYS), "--evidence",
+                 str(out), "--redact"]) == 1
+    capsys.readouterr()
+    assert not (out / "keylog.txt").exists()
+    payloads = [bytes(p[TCP].payload) for p in rdpcap(str(out / "evidence.pcap"))]
+    payloads = [p for p in payloads if p]
+    assert payloads and all(p == b"x" * len(p) for p in payloads)
+    assert "no key log is shipped" in (out / "report.md").read_text()
+    assert "no key log is shipped" in (out / "README.txt").read_text()

@@ -23,7 +23,7 @@ from ..codec.header import peek
 from ..protocol import HEADER_SIZE, REQUEST_MAGICS, opcode_code
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu, Resync
-from ..reassembly.pdus import Options, iter_events
+from ..reassembly.pdus import Options, Summary, iter_events
 from ..reassembly.tcp import ACK, FIN, MASK, RST, SYN
 from .markdown import finding_frames
 from .redact import PLACEHOLDER, document_ranges
@@ -87,8 +87,9 @@ class CaptureIndex:
 
     def _events(self) -> None:
         conns = self.conns
+        summary = Summary()
         try:
-            for ev in iter_events(self.path, self.options):
+            for ev in iter_events(self.path, self.options, summary):
                 kind = type(ev)
                 if kind is ConnectionOpened:
                     self.opened[ev.conn] = ev
@@ -108,6 +109,9 @@ class CaptureIndex:
                             (lo, min(lo + HEADER_SIZE, ev.offset), None))
         except CaptureError:
             pass
+        self.tls_randoms = summary.tls_randoms          # decrypted connections
+        for key in [k for k in self.clear if k[0] in self.tls_randoms]:
+            del self.clear[key]         # their payload is ciphertext: none of it stays clear
         for spans in self.clear.values():
             spans.sort(key=lambda s: s[0])
 

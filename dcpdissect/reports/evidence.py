@@ -43,11 +43,12 @@ from ..samples.pcapwrite import PcapngWriter, PcapWriter
 from .capture_index import CaptureIndex, payload_pos
 from .markdown import finding_frames, frame_filter, markdown_report
 from .redact import document_ranges, redact_finding  # noqa: F401  (document_ranges: API)
+from .tls_evidence import KEYLOG, tls_bundle
 
 MAX_PER_RULE = 25          # findings of one rule carried into a bundle
 PLUGIN = "dcpdissect.lua"
 BUNDLE_FILES = ("evidence.pcap", "evidence.pcapng", "report.md", "frames.tsv", "README.txt",
-                PLUGIN)
+                PLUGIN, KEYLOG)
 STEPS = ("context", "connections up to the finding", "whole connections", "whole capture")
 
 
@@ -264,10 +265,14 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     (out / PLUGIN).write_text(render(), encoding="utf-8")
 
     conns = set().union(*(cap.involved(f) for f in chosen))
-    ports = {cap.opened[c].server[1] for c in conns if c in cap.opened} | set(DCP_PORTS)
+    tls = tls_bundle(cap.tls_randoms, conns, cap.opened, options.tls_keylog if options else "",
+                     redact)
+    ports = ({cap.opened[c].server[1] for c in conns if c in cap.opened} - tls.ports
+             | set(DCP_PORTS))
     offending = sorted({frame_map[n] for f in chosen for n in finding_frames(f) if n in frame_map})
-    command = tshark_command(name, offending or sorted(frame_map.values())[:1], ports)
-    reanalyze = analyze_command(name, ports)
+    command = (tshark_command(name, offending or sorted(frame_map.values())[:1], ports)
+               + tls.tshark_args)
+    reanalyze = analyze_command(name, ports) + tls.analyze_args
     connections = {c: f"{o.client[0]}:{o.client[1]} → {o.server[0]}:{o.server[1]}"
                    for c, o in cap.opened.items() if c in conns}
     notes = [f"Evidence capture `{name}`: {len(frame_map)} of {summary.frames} frames of "
@@ -294,6 +299,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
                      "in the capture, the messages and the hexdumps below; headers, extras "
                      "(seqnos, CAS) and lengths are unchanged; TCP/IP checksums were not "
                      "recomputed.")
+    notes += tls.notes(connections)
     omitted = len(findings) - len(chosen)
     if omitted:
         notes.append(f"{omitted} further findings (beyond {MAX_PER_RULE} per rule) are not "
@@ -317,6 +323,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         "report.md        findings, decoded fields, hexdumps, Wireshark filters",
         "frames.tsv       evidence frame number -> frame number in the original capture",
         f"{PLUGIN:<16} the Wireshark plugin (Lua dissector) the command below loads",
+        *tls.readme(),
         "",
         "Show the offending PDUs, from this directory:",
         "",
@@ -339,6 +346,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         "",
     ]
     (out / "README.txt").write_text("\n".join(readme), encoding="utf-8")
+    tls.write(out)
     return Bundle(out, pcap, len(frame_map), STEPS[step], missing)
 
 
