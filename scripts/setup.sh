@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Set up a development environment from a clean clone: a virtual environment in .venv with
-# dcpdissect and its test dependencies, tshark (Debian package) for the cross-checks and
-# chromium (Debian package) for the HTML report's browser test.
+# dcpdissect and its test dependencies, and tshark (Debian package) for the cross-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,10 +20,3 @@ if ! command -v tshark >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
 fi
 
-if ! command -v chromium >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    echo "installing chromium (Debian package)..." >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-fi
