@@ -164,3 +164,25 @@ def test_bundle_keeps_its_frames_bytes_and_order(tmp_path):
     assert sorted(fmap.values()) == list(range(1, len(kept) + 1))
     for old, new in fmap.items():
         assert kept[new] == original[old]
+
+
+@pytest.mark.parametrize("sample", ["tls13-resume-collapsed", "tls-problems"])
+def test_bundle_of_a_decrypted_capture_reproduces_with_its_key_log(tmp_path, sample):
+    """The TLS rules and the findings inside decrypted connections come back when the
+    bundle's capture is analysed with the key log lines the bundle ships."""
+    original = SAMPLES / "tls" / f"{sample}.pcap"
+    keylog = original.with_suffix(".keylog")
+    first = cli("analyze", str(original), "--tls-keylog", str(keylog), "--format", "jsonl",
+                "--fail-on", "never", "--evidence", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    before = [json.loads(line) for line in first.stdout.splitlines()]
+    assert before and (tmp_path / "keylog.txt").is_file()
+    shipped = (tmp_path / "keylog.txt").read_text().splitlines()
+    assert set(shipped) <= set(keylog.read_text().splitlines())
+    fmap = frame_map(tmp_path)
+    again = cli("analyze", str(tmp_path / "evidence.pcap"), "--tls-keylog",
+                str(tmp_path / "keylog.txt"), "--format", "jsonl", "--fail-on", "never")
+    got = {(r["rule"], r["frame"]) for r in map(json.loads, again.stdout.splitlines())}
+    lost = [(r["rule"], r["frame"]) for r in before
+            if r["frame"] is not None and (r["rule"], fmap.get(r["frame"])) not in got]
+    assert not lost, f"not reproduced by the bundle: {lost}"
