@@ -698,10 +698,27 @@ local function check_passes(c, m)
 end
 
 -- Negotiation (HELLO, DcpOpen) per connection. A context is never changed in place: a new
--- one replaces it, and each frame keeps the one in force when it was first dissected, so a
--- later re-dissection (Wireshark's GUI) judges it the same way.
-local contexts = {}   -- "client-server" -> {ctx = ..., pending = {}}
-local ctx_at = {}     -- frame number -> context at the start of the frame
+-- one replaces it and joins the connection's history ({frame that changed it, context}),
+-- so that a later re-dissection (Wireshark's GUI) judges each frame by the context in force
+-- when it was first dissected.
+local contexts = {}   -- "client-server" -> {ctx = ..., first = ..., history = {...}, pending = {}}
+local changed_in = 0  -- the frame being dissected (set by connection())
+
+local function set_ctx(conn, ctx)
+  conn.ctx = ctx
+  local history = conn.history
+  if history then history[#history + 1] = {changed_in, ctx} end
+end
+
+-- The context in force at the start of `frame`'s first dissection.
+local function ctx_before(conn, frame)
+  local ctx, history = conn.first, conn.history
+  for i = 1, #history do
+    if history[i][1] >= frame then break end
+    ctx = history[i][2]
+  end
+  return ctx
+end
 
 local function ctx_with(ctx, key, value)
   local new = {}
@@ -743,7 +760,7 @@ local function negotiate(conn, m, from_client)
       conn.pending[key] = {}
     elseif m.opcode == 0x50 then
       conn.pending[key] = {flags = m.f.flags, dcp = conn.ctx.dcp}
-      conn.ctx = ctx_with(conn.ctx, "dcp", true)
+      set_ctx(conn, ctx_with(conn.ctx, "dcp", true))
     end
   elseif not m.request and not from_client then
     local info = conn.pending[key]
@@ -752,12 +769,12 @@ local function negotiate(conn, m, from_client)
     if m.opcode == 0x1f and m.status == 0 then
       local features, v = {}, m.value_bytes or ""
       for i = 1, #v - 1, 2 do features[sbyte(v, i) * 256 + sbyte(v, i + 1)] = true end
-      conn.ctx = ctx_with(conn.ctx, "features", features)
+      set_ctx(conn, ctx_with(conn.ctx, "features", features))
     elseif m.opcode == 0x50 then
       if m.status == 0 then
-        conn.ctx = ctx_with(conn.ctx, "open_flags", info.flags)
+        set_ctx(conn, ctx_with(conn.ctx, "open_flags", info.flags))
       else
-        conn.ctx = ctx_with(conn.ctx, "dcp", info.dcp)
+        set_ctx(conn, ctx_with(conn.ctx, "dcp", info.dcp))
       end
     end
   end
@@ -1161,6 +1178,28 @@ local function connection_rules(m, spec, ctx, add)
   end
 end
 
+-- verify_header without a negotiation, skipped for a header like one that passed: what it
+-- judges then is the shape, the lengths' classes, datatype, CAS and layout (the message has
+-- no frame infos, no xattr and no decoding problem).
+local passed, n_passed = {}, 0   -- shape -> layout -> header signature -> true
+local MAX_PASSED = 4096
+
+local function verify_header_seen(m, shape, add)
+  local sig = (m.extlen * 256 + m.datatype) * 32 + (m.keylen == 0 and 1 or 0)
+      + (m.keylen > MAX_COLLECTIONS_KEY_LENGTH and 2 or 0) + (m.value_len == 0 and 4 or 0)
+      + (m.value_len < shape.value_min and 8 or 0) + (m.cas_zero and 16 or 0)
+  local by_layout = passed[shape]
+  if by_layout == nil then by_layout = {} passed[shape] = by_layout end
+  local sigs = by_layout[m.layout or ""]
+  if sigs == nil then sigs = {} by_layout[m.layout or ""] = sigs end
+  if sigs[sig] then return end
+  local found = 0
+  verify_header(m, shape, nil, function(rule, text) found = found + 1 add(rule, text) end)
+  if found == 0 and n_passed < MAX_PASSED then
+    sigs[sig], n_passed = true, n_passed + 1
+  end
+end
+
 local function check_message(m, ctx, from_client, add)
   if m.overrun then
     add("header-invariant", fmt("framing extras %d + extras %d + key %d exceed body length %d",
@@ -1179,7 +1218,12 @@ local function check_message(m, ctx, from_client, add)
   local rctx = nil
   if from_client then rctx = ctx end
   if m.request and shape.validated then
-    verify_header(m, shape, rctx, add)
+    if rctx == nil and #m.infos == 0 and band(m.datatype, 4) == 0 and m.opcode ~= 0x50
+        and not m.value_problem and not m.frame_error then
+      verify_header_seen(m, shape, add)
+    else
+      verify_header(m, shape, rctx, add)
+    end
     if from_client then connection_rules(m, spec, ctx, add) end
   else
     if m.extras_problem then add("extras-length", spec.name .. ": " .. m.extras_problem) end
@@ -1585,15 +1629,15 @@ connection = function(pinfo, from_client)
     local start = tcp_completeness()
     local dcp_state = nil
     if start and band(start.value, 1) ~= 0 then dcp_state = false end
-    conn = {ctx = {dcp = dcp_state}, pending = {}}
+    local ctx = {dcp = dcp_state}
+    conn = {ctx = ctx, first = ctx, history = {}, pending = {}}
     contexts[key] = conn
   end
   local frame = pinfo.number
-  if pinfo.visited and ctx_at[frame] then
-    conn = {ctx = ctx_at[frame], pending = {}}
-  elseif ctx_at[frame] == nil then
-    ctx_at[frame] = conn.ctx
+  if pinfo.visited then
+    conn = {ctx = ctx_before(conn, frame), pending = {}}
   end
+  changed_in = frame
   call_conn = conn
   return conn
 end
@@ -1644,7 +1688,7 @@ end
 
 function dcp.init()
   info_text = nil
-  contexts, ctx_at, stream_keys = {}, {}, {}
+  contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end
 

@@ -408,15 +408,15 @@ connection = function(pinfo, from_client)
     local start = tcp_completeness()
     local dcp_state = nil
     if start and band(start.value, 1) ~= 0 then dcp_state = false end
-    conn = {ctx = {dcp = dcp_state}, pending = {}}
+    local ctx = {dcp = dcp_state}
+    conn = {ctx = ctx, first = ctx, history = {}, pending = {}}
     contexts[key] = conn
   end
   local frame = pinfo.number
-  if pinfo.visited and ctx_at[frame] then
-    conn = {ctx = ctx_at[frame], pending = {}}
-  elseif ctx_at[frame] == nil then
-    ctx_at[frame] = conn.ctx
+  if pinfo.visited then
+    conn = {ctx = ctx_before(conn, frame), pending = {}}
   end
+  changed_in = frame
   call_conn = conn
   return conn
 end
@@ -467,7 +467,7 @@ end
 
 function dcp.init()
   info_text = nil
-  contexts, ctx_at, stream_keys = {}, {}, {}
+  contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end
 
