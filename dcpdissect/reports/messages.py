@@ -143,6 +143,12 @@ _U64_SEEN: dict = {}                 # name -> is_u64_name(name), for the names 
 _PLAIN = frozenset((str, bool, float, type(None)))
 _SCALAR = _PLAIN | {int}
 _ENCODER = _json.JSONEncoder(separators=(",", ":"))
+try:                                 # the encoder's C core, made once rather than per line
+    from json.encoder import c_make_encoder as _c_make_encoder
+    _ONE_SHOT = _c_make_encoder({}, _ENCODER.default, _json.encoder.encode_basestring_ascii,
+                                None, ":", ",", False, False, True)
+except (ImportError, TypeError):
+    _ONE_SHOT = None
 
 
 def _u64(name) -> bool:
@@ -189,7 +195,9 @@ def json_safe(value, name=None):
 def jsonl_line(record: dict) -> str:
     """One JSON-lines line (with its newline) of a message, finding or flow_control
     record, 64-bit integers as decimal strings."""
-    return _ENCODER.encode(json_safe(record)) + "\n"
+    if _ONE_SHOT is None:
+        return _ENCODER.encode(json_safe(record)) + "\n"
+    return "".join(_ONE_SHOT(json_safe(record), 0)) + "\n"
 
 
 def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
@@ -224,12 +232,12 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
         "value_len": msg.value_len,
         "stream_id": msg.stream_id,
         "frame_infos": [{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
-                        for fi in msg.frame_infos],
+                        for fi in msg.frame_infos] if msg.frame_infos else [],
         "key": key_text(msg.key) if msg.key else None,
         "layout": msg.layout,
         "fields": fields,
         "names": field_names(msg),
-        "problems": [p.text for p in msg.problems],
+        "problems": [p.text for p in msg.problems] if msg.problems else [],
     }
     if doc_key is not None:
         record["key"] = key_text(doc_key.key)
