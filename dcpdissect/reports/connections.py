@@ -13,7 +13,6 @@ from tabulate import tabulate
 
 from ..analysis.negotiation import DCP_OPEN, DCP_CONTROL, HELLO, SELECT_BUCKET, Negotiation
 from ..codec import decode
-from ..codec.header import peek
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import Pdu
 from .messages import iso_time
@@ -49,7 +48,7 @@ class ConnectionLegend:
             neg = self.negotiated.get(ev.conn)
             if neg is None:
                 return
-            if peek(ev.data).opcode in _NAMING:
+            if ev.data[1] in _NAMING:          # the opcode byte
                 neg.on_message(decode(ev.data), ev.direction == 0)
         elif kind is ConnectionOpened:
             self.opened[ev.conn] = ev

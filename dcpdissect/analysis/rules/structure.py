@@ -127,11 +127,15 @@ _PLACEHOLDER = re.compile(r"\{(\w+)(:x)?\}")
 
 
 def _value(m: Message, name: str):
-    if name in m.fields:
-        return m.fields[name]
+    v = m.fields.get(name, _MISSING)
+    if v is not _MISSING:
+        return v
     if name in _HEADER_NAMES:
         return getattr(m, name)
     return None
+
+
+_MISSING = object()
 
 
 def render_text(text: str, m: Message) -> str:
@@ -163,8 +167,10 @@ def check_passes(check: Check, m: Message) -> bool:
     for cond in check.when:
         if not _holds(cond, m):
             return True
-    kind, name, *args = check.test
-    v = _value(m, name)
+    test = check.test
+    kind = test[0]
+    args = test[2:]
+    v = _value(m, test[1])
     if v is None:
         return True
     if kind == "le":

@@ -37,6 +37,7 @@ OP = {n: opcode_code(n) for n in (
     "DcpStreamReq", "DcpAddStream", "DcpControl", "DcpNoop", "DcpStreamEnd",
     "DcpSnapshotMarker", "DcpExpiration", "DcpCommit", "DcpAbort", "DcpSeqnoAdvanced",
     "DcpOsoSnapshot", "DcpCacheTransfer", "DcpCacheTransferEnd")}
+ADD_STREAM, CONTROL, NOOP = OP["DcpAddStream"], OP["DcpControl"], OP["DcpNoop"]
 KEY_ENOENT, KEY_EEXISTS, NOT_MY_VBUCKET = (status_code(n) for n in ("KeyEnoent", "KeyEexists",
                                                                    "NotMyVbucket"))
 STREAM_NOT_FOUND, OPAQUE_NO_MATCH, ENOMEM = (status_code(n) for n in ("DcpStreamNotFound",
@@ -162,23 +163,23 @@ class Controls:
         rec = self._record(c)
         op = msg.opcode
         if msg.is_request:
-            if op == OP["DcpAddStream"]:
+            if op == ADD_STREAM:
                 return
             if from_consumer:
-                if op == OP["DcpControl"]:
+                if op == CONTROL:
                     if len(rec.pending) >= 64:
                         del rec.pending[next(iter(rec.pending))]
                     rec.pending[msg.opaque] = (_text(msg.key), _text(msg.value))
                 elif op == OP["DcpStreamReq"]:
                     self._stream_request(c, rec, pdu, msg, out)
-            elif op == OP["DcpNoop"]:
+            elif op == NOOP:
                 rec.noop_opaque = msg.opaque
             elif op in STREAM_OPCODES:
                 self._producer_message(c, rec, pdu, msg, out)
-        elif op == OP["DcpAddStream"]:
+        elif op == ADD_STREAM:
             return
         elif not from_consumer:
-            if op == OP["DcpControl"]:
+            if op == CONTROL:
                 kv = rec.pending.pop(msg.opaque, None)
                 if kv is not None and msg.status == STATUS_SUCCESS and len(rec.controls) < 256:
                     rec.controls[kv[0]] = kv[1]

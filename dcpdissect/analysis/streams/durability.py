@@ -34,6 +34,8 @@ OP = {n: opcode_code(n) for n in (
 SYNC_OPCODES = frozenset({OP["DcpPrepare"], OP["DcpCommit"], OP["DcpAbort"]})
 COMMITTED_OPCODES = frozenset({OP["DcpMutation"], OP["DcpDeletion"], OP["DcpExpiration"]})
 JUDGED = SYNC_OPCODES | COMMITTED_OPCODES | {OP["DcpSnapshotMarker"]}
+MARKER, PREPARE = OP["DcpSnapshotMarker"], OP["DcpPrepare"]
+COMPLETIONS = (OP["DcpCommit"], OP["DcpAbort"])
 MAX_TRACKED = 65536          # streams whose durability state is remembered
 UNKNOWN = object()
 
@@ -86,18 +88,18 @@ class Durability:
         ds = self._state(c, st, msg)
         if ds is None:
             return
-        if op == OP["DcpSnapshotMarker"]:
+        if op == MARKER:
             self._marker(st, ds, pdu, msg, out)
             return
         if st.snap is None and not st.in_oso:
             return                           # no valid snapshot: the stream rules say why
-        if "by_seqno" not in msg.fields and op not in (OP["DcpCommit"], OP["DcpAbort"]):
+        if "by_seqno" not in msg.fields and op not in COMPLETIONS:
             return
         disk = st.in_oso or bool(st.snap.flags & SNAPSHOT_DISK)
         key = bytes(msg.key)
         if op in SYNC_OPCODES:
             self._negotiated(c, st, pdu, msg, out)
-        if op == OP["DcpPrepare"]:
+        if op == PREPARE:
             self._prepare(st, ds, key, disk, pdu, msg, out)
         elif op in COMMITTED_OPCODES:
             self._committed(st, ds, key, disk, pdu, msg, out)

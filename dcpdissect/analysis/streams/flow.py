@@ -45,6 +45,7 @@ from .state import Conn
 OP = {n: opcode_code(n) for n in ("DcpControl", "DcpNoop", "DcpBufferAcknowledgement",
                                   "DcpStreamEnd", "DcpSeqnoAdvanced", "DcpOsoSnapshot",
                                   "DcpSetVbucketState")}
+NOOP, STREAM_END = OP["DcpNoop"], OP["DcpStreamEnd"]
 HEADER = 24
 DEFAULT_NOOP_NS = 20_000_000_000        # producer.cc defaultDcpNoopTxInterval (20 s)
 NOOP_MARGIN_NS = 5_000_000_000          # the connection manager's pace, and the network
@@ -172,7 +173,7 @@ class Flow:
 
     def _producer_request(self, rec: ConnFlow, pdu, msg, out) -> None:
         op, t = msg.opcode, pdu.ts_ns
-        if rec.noop is None and op == OP["DcpNoop"]:
+        if rec.noop is None and op == NOOP:
             self._undecided(rec, pdu, msg, out, "a noop")
         if rec.noop and rec.judged and not rec.noop_pending and rec.idle_since is not None:
             limit = 2 * rec.noop_interval + NOOP_MARGIN_NS
@@ -184,14 +185,14 @@ class Flow:
                              {"idle_s": round((t - rec.idle_since) / 1e9, 3),
                               "noop_interval_s": rec.noop_interval / 1e9})
         rec.idle_since = t
-        if op == OP["DcpNoop"]:
+        if op == NOOP:
             rec.noop_pending = True
             return
         if op not in COUNTED:
             return
         if rec.judged and rec.window and not rec.broken:
             outstanding = rec.sent - rec.acked
-            if outstanding >= rec.window and op != OP["DcpStreamEnd"]:
+            if outstanding >= rec.window and op != STREAM_END:
                 self._report(rec, out, "flow-control-window-exceeded", f"{msg.name} sent with "
                              f"{outstanding} bytes unacknowledged, the consumer's window "
                              f"(connection_buffer_size) being {rec.window}: the producer "
