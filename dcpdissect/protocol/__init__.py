@@ -68,9 +68,9 @@ def shape_fields(shape: Shape) -> dict[str, Field]:
 
 def opcode_name(magic: int, code: int) -> str:
     """Name of an opcode as the magic interprets it (server magics use their own table)."""
-    if magic in SERVER_MAGICS:  # noqa: F405
-        return SERVER_OPCODES.values.get(code, f"unknown:{code:#04x}")  # noqa: F405
-    return OPCODE_NAMES.get(code, f"unknown:{code:#04x}")
+    names = SERVER_OPCODES.values if magic in SERVER_MAGICS else OPCODE_NAMES  # noqa: F405
+    got = names.get(code)
+    return f"unknown:{code:#04x}" if got is None else got
 
 
 def is_known_opcode(magic: int, code: int) -> bool:

@@ -73,7 +73,8 @@ class ValueNames:
     values: dict[int, str]
 
     def text(self, value: int) -> str:
-        return self.values.get(value, f"unknown:{value:#x}")
+        got = self.values.get(value)
+        return f"unknown:{value:#x}" if got is None else got
 
 
 @dataclass(frozen=True)

@@ -169,16 +169,15 @@ def json_safe(value, name=None):
     if t in _PLAIN:
         return value
     if isinstance(value, dict):
-        out = {}
+        out = dict(value)                  # then only the values that change
         seen = _U64_SEEN
         for k, v in value.items():         # scalars inline: most values of a record are
             t = type(v)
             if t is int:
                 u = seen.get(k)
-                out[k] = str(v) if (u if u is not None else _u64(k)) else v
-            elif t in _PLAIN or not v:     # empty containers: nothing to convert
-                out[k] = v
-            else:
+                if u or (u is None and _u64(k)):
+                    out[k] = str(v)
+            elif t not in _PLAIN and v:    # empty containers: nothing to convert
                 out[k] = json_safe(v, k)
         return out
     if isinstance(value, (list, tuple)):
@@ -200,6 +199,27 @@ def jsonl_line(record: dict) -> str:
     return "".join(_ONE_SHOT(json_safe(record), 0)) + "\n"
 
 
+_HEAD_NAMES: dict = {}      # magic << 8 | opcode -> (magic name, opcode name)
+_STATUS_NAMES: dict = {}    # status -> its name
+
+
+def _head_names(msg: Message) -> tuple[str, str]:
+    key = msg.magic << 8 | msg.opcode
+    got = _HEAD_NAMES.get(key)
+    if got is None:
+        got = _HEAD_NAMES[key] = (MAGICS.text(msg.magic), msg.name)
+    return got
+
+
+def _status_name(status: int | None) -> str | None:
+    if status is None:
+        return None
+    got = _STATUS_NAMES.get(status)
+    if got is None:
+        got = _STATUS_NAMES[status] = STATUS.text(status)
+    return got
+
+
 def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     """The object of one message: ``dissect --format jsonl`` writes it with
     :func:`jsonl_line`; also the source of the table row and the pipeline's ``messages``
@@ -207,6 +227,7 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     adds ``collection_id`` and ``collection_name`` and makes ``key`` the logical key;
     ``stream_filter`` (a stream request's ``StreamFilter``) adds ``collection_filter``."""
     fields = dict(msg.fields)
+    magic_name, opcode_name = _head_names(msg)
     record = {
         "frame": pdu.frame,
         "frames": list(pdu.frames),
@@ -215,13 +236,13 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
         "connection": pdu.conn,
         "direction": DIRECTIONS[pdu.direction],
         "magic": msg.magic,
-        "magic_name": MAGICS.text(msg.magic),
+        "magic_name": magic_name,
         "opcode": msg.opcode,
-        "opcode_name": msg.name,
+        "opcode_name": opcode_name,
         "request": msg.is_request,
         "vbucket": msg.vbucket,
         "status": msg.status,
-        "status_name": None if msg.status is None else STATUS.text(msg.status),
+        "status_name": _status_name(msg.status),
         "opaque": msg.opaque,
         "cas": msg.cas,
         "datatype": msg.datatype,
