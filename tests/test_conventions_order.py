@@ -6,7 +6,7 @@ import pytest
 from dcpdissect.analysis.conventions import InCaptureOrder, classify_file, marker_key
 from dcpdissect.analysis.engine import Analyzer
 from dcpdissect.codec import decode
-from dcpdissect.reassembly.pdus import Pdu, iter_events
+from dcpdissect.reassembly.pdus import CaptureError, Pdu, iter_events
 from dcpdissect.reports.messages import message_record
 
 SAMPLES = ("stream-markers.pcap", "clean-replication.pcap", "stream-oso.pcap",
@@ -42,3 +42,28 @@ def test_records_in_capture_order_with_their_conventions(samples_dir, name):
         got = ordered_records(path, max_held)
         assert [(r["frame"], r["opcode"]) for r in got] == [(r["frame"], r["opcode"]) for r in want]
         assert [r.get("convention") for r in got] == [r.get("convention") for r in want], max_held
+
+
+def _labels(path, **options):
+    labels = []
+    analyzer = Analyzer(on_marker=lambda pdu, label: labels.append((marker_key(pdu), label)),
+                        **options)
+    try:
+        for ev in iter_events(path):
+            analyzer.feed(ev)
+    except CaptureError:            # a damaged sample: compare what was read before the fault
+        labels.append("fault")
+    analyzer.finish()
+    return labels
+
+
+def test_conventions_only_labels_every_sample_like_the_full_analyzer(samples_dir):
+    """dissect runs the analyzer with ``conventions_only``: the full one is the reference."""
+    paths = sorted(p for p in samples_dir.iterdir() if p.suffix in (".pcap", ".pcapng", ".gz"))
+    assert len(paths) > 50
+    labelled = 0
+    for path in paths:
+        full = _labels(str(path))
+        assert _labels(str(path), conventions_only=True) == full, path.name
+        labelled += sum(1 for _, label in full if label is not None)
+    assert labelled > 50

@@ -26,12 +26,16 @@ MAX_FINDINGS_PER_RULE = 1000
 
 class Analyzer:
     """``on_marker(pdu, label)``, when given, gets the start-seqno convention of every
-    snapshot marker request fed (see :class:`.streams.StreamTracker`)."""
+    snapshot marker request fed (see :class:`.streams.StreamTracker`). ``conventions_only``
+    runs just what those conventions depend on (negotiation, stream bookkeeping, snapshot
+    rules): for a caller that wants the conventions and not the findings."""
 
-    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE, on_marker=None):
+    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE, on_marker=None,
+                 conventions_only: bool = False):
         self.connections: dict[int, ConnectionOpened] = {}
         self.negotiated: dict[int, Negotiation] = {}     # what each connection negotiated
-        self.streams = StreamTracker(on_marker)
+        self.all_rules = not conventions_only
+        self.streams = StreamTracker(on_marker, all_rules=self.all_rules)
         self.rollback = RollbackTracker()
         self.messages = 0
         self.max_per_rule = max_per_rule
@@ -138,13 +142,15 @@ class Analyzer:
         out = []
         neg = self.negotiated.get(pdu.conn)
         from_client = pdu.direction == 0
-        for rid, text, fields in check_message(msg, neg, from_client):
-            out.append(finding_for(rid, text, pdu, msg, fields))
+        if self.all_rules:
+            for rid, text, fields in check_message(msg, neg, from_client):
+                out.append(finding_for(rid, text, pdu, msg, fields))
         if neg is not None:
             neg.on_message(msg, from_client)
         opened = self.connections.get(pdu.conn)
         out += self.streams.on_message(pdu, msg, opened, neg)
-        out += self.rollback.on_message(pdu, msg, opened, neg)
+        if self.all_rules:
+            out += self.rollback.on_message(pdu, msg, opened, neg)
         return out
 
     def _lost_bytes(self, conn: int) -> None:

@@ -111,7 +111,7 @@ def cmd_dissect(args) -> int:
         from ..analysis.conventions import InCaptureOrder
         from ..analysis.engine import Analyzer
         ordered = InCaptureOrder(emit)
-        analyzer = Analyzer(on_marker=ordered.label)
+        analyzer = Analyzer(on_marker=ordered.label, conventions_only=True)
     status = EXIT_OK
     # The rows go to stdout: by default no bar when they scroll on the same terminal.
     progress = Progress.from_option(f"dissecting {args.file}", args.progress

@@ -54,7 +54,8 @@ class StreamTracker:
     or as soon as the data after the marker decides it (at the latest in :meth:`finish`).
     """
 
-    def __init__(self, on_marker=None):
+    def __init__(self, on_marker=None, all_rules: bool = True):
+        self.all_rules = all_rules   # False: the bookkeeping and snapshot rules only
         self.conns: dict[int, Conn] = {}
         self.names: dict[tuple, int] = {}   # (DcpOpen name, server, bucket) -> connection
         self.snapshots = Snapshots(on_marker)
@@ -90,13 +91,16 @@ class StreamTracker:
         if (msg.opcode == DCP_OPEN and not msg.is_request and pdu.direction == 1
                 and msg.status == STATUS_SUCCESS):
             self._name_taken(c, pdu, out)
-        self.relay.on_message(c, pdu, msg, out)
+        all_rules = self.all_rules
+        if all_rules:
+            self.relay.on_message(c, pdu, msg, out)
         # Roles come from DcpOpen, not from TCP: on a producer connection the DCP consumer
         # is the TCP client; on a consumer connection (ns_server's proxy leg to the consumer
         # memcached) it is the TCP server, which sends the stream request and receives the
         # data. Add Stream always goes from ns_server to the consumer memcached.
         from_consumer = pdu.direction == (1 if c.negotiation.consumer else 0)
-        self.lifecycle.on_message(c, pdu, msg, from_consumer, out)   # before the end is recorded
+        if all_rules:
+            self.lifecycle.on_message(c, pdu, msg, from_consumer, out)   # before the end is recorded
         op = msg.opcode
         if msg.is_request:
             if op == ADD_STREAM:
@@ -114,9 +118,10 @@ class StreamTracker:
             self._producer_response(c, pdu, msg, out)
         elif not c.suppressed_because:
             self.correlation.on_consumer_response(c, pdu, msg, out)
-        self.controls.on_message(c, pdu, msg, from_consumer, out)
-        self.durability.on_message(c, pdu, msg, from_consumer, out)
-        self.flow.on_message(c, pdu, msg, from_consumer, out)
+        if all_rules:
+            self.controls.on_message(c, pdu, msg, from_consumer, out)
+            self.durability.on_message(c, pdu, msg, from_consumer, out)
+            self.flow.on_message(c, pdu, msg, from_consumer, out)
         return out
 
     def on_gap(self, ev) -> list[Finding]:
