@@ -12,7 +12,7 @@ from ..codec import decode
 from ..protocol import opcode_code
 from ..reassembly.pdus import Pdu, Summary, iter_events
 from ..reports.connections import ConnectionLegend
-from ..reports.messages import TABLE_HEADERS, Clock, jsonl_line, message_record, table_row
+from ..reports.messages import TABLE_HEADERS, Clock, message_line, message_record, table_row
 from ..reports.progress import Progress
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
@@ -96,7 +96,7 @@ def cmd_dissect(args) -> int:
             record = redact_record(record)
         shown.add(record["connection"])
         if args.format == "jsonl":
-            out.write(jsonl_line(record))
+            out.write(message_line(record))
         elif live_table is not None:
             live_table.row(table_row(record, clock))
         else:

@@ -191,12 +191,36 @@ def json_safe(value, name=None):
     return value
 
 
+def _line(safe: dict) -> str:
+    if _ONE_SHOT is None:
+        return _ENCODER.encode(safe) + "\n"
+    return "".join(_ONE_SHOT(safe, 0)) + "\n"
+
+
 def jsonl_line(record: dict) -> str:
     """One JSON-lines line (with its newline) of a message, finding or flow_control
     record, 64-bit integers as decimal strings."""
-    if _ONE_SHOT is None:
-        return _ENCODER.encode(json_safe(record)) + "\n"
-    return "".join(_ONE_SHOT(json_safe(record), 0)) + "\n"
+    return _line(json_safe(record))
+
+
+MESSAGE_U64 = ("ts_ns", "cas")                                  # 64-bit top-level values
+MESSAGE_NESTED = ("frame_infos", "fields", "collection_filter")  # values that hold more
+
+
+def message_line(record: dict) -> str:
+    """:func:`jsonl_line` of a :func:`message_record` (the same line), without walking
+    every value: of a message record's top-level values only :data:`MESSAGE_U64` are
+    64-bit and only :data:`MESSAGE_NESTED` may hold 64-bit integers."""
+    out = dict(record)
+    for k in MESSAGE_U64:
+        v = out[k]
+        if type(v) is int:
+            out[k] = str(v)
+    for k in MESSAGE_NESTED:
+        v = out.get(k)
+        if v:
+            out[k] = json_safe(v, k)
+    return _line(out)
 
 
 _HEAD_NAMES: dict = {}      # magic << 8 | opcode -> (magic name, opcode name)

@@ -1,0 +1,47 @@
+"""dissect's JSON lines: message_line writes every record of every sample exactly as the
+generic jsonl_line does (the reference), redacted or not, with a convention or not."""
+
+from dcpdissect.analysis.collections import CollectionsView
+from dcpdissect.codec import decode
+from dcpdissect.reassembly.pdus import CaptureError, Pdu, iter_events
+from dcpdissect.reports.messages import (MESSAGE_NESTED, MESSAGE_U64, is_u64_name, jsonl_line,
+                                         message_line, message_record)
+from dcpdissect.reports.redact import redact_record
+
+
+def records(path):
+    view = CollectionsView()
+    try:
+        for ev in iter_events(path):
+            if type(ev) is not Pdu:
+                view.feed(ev)
+                continue
+            msg = decode(ev.data)
+            yield message_record(ev, msg, view.feed(ev, msg), view.stream_filter(ev.conn, msg))
+    except CaptureError:
+        return
+
+
+def test_message_line_equals_jsonl_line_on_every_sample(samples_dir):
+    paths = sorted(p for p in samples_dir.iterdir() if p.suffix in (".pcap", ".pcapng", ".gz"))
+    seen_keys, n, nested = set(), 0, 0
+    for path in paths:
+        for record in records(str(path)):
+            seen_keys |= set(record)
+            nested += any(record.get(k) for k in MESSAGE_NESTED)
+            for variant in (record, redact_record(record), {**record, "convention": "checkpoint"}):
+                assert message_line(variant) == jsonl_line(variant), (path.name, record["frame"])
+            n += 1
+    assert n > 1000 and nested > 500
+    assert {"collection_id", "collection_filter", "frame_infos"} <= seen_keys
+    # the premise of message_line: no other top-level key is a 64-bit name
+    assert {k for k in seen_keys if is_u64_name(k)} == set(MESSAGE_U64)
+
+
+def test_message_line_writes_64_bit_values_as_strings():
+    record = {"frame": 1, "ts_ns": 1 << 62, "cas": (1 << 64) - 1, "frame_infos": [],
+              "fields": {"by_seqno": 7, "flags": 3}, "names": {}, "problems": []}
+    assert message_line(record) == ('{"frame":1,"ts_ns":"4611686018427387904",'
+                                    '"cas":"18446744073709551615","frame_infos":[],'
+                                    '"fields":{"by_seqno":"7","flags":3},"names":{},'
+                                    '"problems":[]}\n')
