@@ -35,7 +35,7 @@ from dcpdissect.samples.netsynth import (
     write_pcap,
     write_pcapng,
 )
-from dcpdissect.samples.pcapwrite import PcapngWriter, PcapWriter
+from dcpdissect.capture.pcapwrite import PcapngWriter, PcapWriter
 
 TSHARK = shutil.which("tshark") or "/usr/bin/tshark"
 needs_tshark = pytest.mark.skipif(not shutil.which(TSHARK), reason="tshark not available")

@@ -11,7 +11,7 @@ from dcpdissect.analysis.conventions import LABELS, classify_file
 from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.analysis.streams.snapshots import classify
-from dcpdissect.samples.pcapwrite import PcapWriter
+from dcpdissect.capture.pcapwrite import PcapWriter
 from feed import feed
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

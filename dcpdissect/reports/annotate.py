@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..analysis.findings import Finding
 from ..capture.readers import open_capture
-from ..samples.pcapwrite import PcapngWriter
+from ..capture.pcapwrite import PcapngWriter
 from .markdown import finding_frames
 
 NS_RESOLUTION = 9          # if_tsresol: 10^-9 s, so every input timestamp is kept exactly

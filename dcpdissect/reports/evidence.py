@@ -39,7 +39,7 @@ from ..capture.readers import CaptureError, open_capture
 from ..protocol import DCP_PORTS
 from ..reassembly.pdus import Options
 from ..reassembly.tcp import MASK
-from ..samples.pcapwrite import PcapngWriter, PcapWriter
+from ..capture.pcapwrite import PcapngWriter, PcapWriter
 from .capture_index import CaptureIndex, payload_pos
 from .markdown import finding_frames, frame_filter, markdown_report
 from .redact import document_ranges, redact_finding  # noqa: F401  (document_ranges: API)

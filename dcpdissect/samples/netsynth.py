@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Sequence
 
-from .pcapwrite import PcapngWriter, PcapWriter
+from ..capture.pcapwrite import PcapngWriter, PcapWriter
 
 __all__ = [
     "Endpoint",
