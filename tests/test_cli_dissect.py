@@ -75,7 +75,7 @@ def test_extra_port_and_tls_port(samples_dir, tmp_path):
     path = tmp_path / "ports.pcap"
     ns.write_pcap(str(path), [moved.conv, tls.conv])
     code, out, err = run("dissect", str(path), "--format", "jsonl")
-    # one DcpOpen and no answer: nothing confirms it as MCBP (issue 15: exit 2, name --port)
+    # one DcpOpen and no answer: nothing confirms it as MCBP (exit 2, name --port)
     assert code == 2 and out == "" and "1 TLS connections skipped" in err and "--port" in err
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--port", "12000")
     assert code == 0 and json.loads(out)["fields"]["flags"] == 1
@@ -137,7 +137,7 @@ def test_bad_input_exits_2_with_one_clear_message(case, samples_dir, tmp_path):
 def test_usage_errors_exit_2():
     code, out, err = run("dissect")
     assert code == 2 and err.startswith("dcpdissect: error: ") and "--help" in err
-    assert err.count("\n") == 1            # one line (issue 15, item 7)
+    assert err.count("\n") == 1            # one line
     code, out, err = run("dissect", "x.pcap", "--opcode", "NoSuchThing")
     assert code == 2 and "unknown opcode" in err
 

@@ -1,4 +1,4 @@
-"""Issue 15, items 4 and 7: every bad path or argument is one ``dcpdissect: error:`` line
+"""Every bad path or argument is one ``dcpdissect: error:`` line
 and exit 2, never a traceback; live input (stdin) streams its results, stops on SIGINT with
 everything found so far, and ends quietly on a broken pipe."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 item 5: every jsonl record keeps every bit of its 64-bit integers (decimal
+"""Every jsonl record keeps every bit of its 64-bit integers (decimal
 strings) and matches docs/jsonl-schema.json (JSON Schema draft 2020-12)."""
 
 import json

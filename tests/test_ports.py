@@ -1,4 +1,4 @@
-"""Issue 15 "never silently clean": MCBP on any port found by its first bytes, TLS reported,
+"""Never silently clean: MCBP on any port found by its first bytes, TLS reported,
 other TCP left alone, and a capture without MCBP is an error that names --port."""
 
 from __future__ import annotations

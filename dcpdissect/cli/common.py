@@ -53,7 +53,7 @@ parse_connection = _int_in(1, (1 << 31) - 1, "connection")
 
 
 def live_output(path: str) -> None:
-    """Live input (stdin): every line of output leaves at once (issue 15, item 4)."""
+    """Live input (stdin): every line of output leaves at once."""
     if path == "-":
         try:
             sys.stdout.reconfigure(line_buffering=True)
@@ -164,7 +164,7 @@ def capture_options(args) -> Options:
 
 
 def ports_report(summary) -> int:
-    """Issue 15: name the ports found by the heuristic; exit 2 when no MCBP was found."""
+    """Name the ports found by the heuristic; exit 2 when no MCBP was found."""
     if summary.port_note():
         print(summary.port_note(), file=sys.stderr)
     if summary.no_mcbp:
@@ -182,7 +182,7 @@ def os_error(exc: OSError) -> str:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one ``dcpdissect: error:`` line and exit 2 (issue 15, item 7);
+    """Usage errors as one ``dcpdissect: error:`` line and exit 2;
     subcommand parsers are of the same class."""
 
     def error(self, message):

@@ -27,7 +27,7 @@ def install(path: Path | None = None) -> Path:
 
 
 def _io_error(exc: OSError, path) -> int:
-    """Every I/O error is one line and exit 2 (issue 15, item 7)."""
+    """Every I/O error is one line and exit 2."""
     reason = exc.strerror or str(exc)
     print(f"dcpdissect: error: {exc.filename or path}: {reason}", file=sys.stderr)
     return 2

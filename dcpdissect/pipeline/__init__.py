@@ -108,7 +108,7 @@ def cmd_pipeline(args) -> int:
     if not paths:
         print(f"dcpdissect: error: no capture files in {' '.join(args.inputs)}", file=err)
         return EXIT_BAD_INPUT
-    # Issue 15, item 6: a missing input fails here, before Spark starts (URIs are left
+    # A missing input fails here, before Spark starts (URIs are left
     # to Spark).
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:

@@ -1,5 +1,5 @@
 """Connections on other ports, as the heuristic of :mod:`dcpdissect.reassembly.pdus` finds
-them (issue 15 "never silently clean").
+them (never silently clean).
 
 ``ports-heuristic``: a stream-id connector's DCP conversation on port 12000 (not a DCP port:
 decoded because its first bytes are MCBP), an HTTP conversation on 8080 beside it (not
