@@ -5,7 +5,7 @@
 
 Needs GNU time (`apt-get install time`) for the peak RSS and CPU time of each child.
 
-Every issue target is measured in this one run, each tool in its own child process, one
+Every performance target is measured in this one run, each tool in its own child process, one
 after the other on the same machine and files:
 
 * per capture (replication shape at each ``--sizes``, and the many-vbuckets shape):
