@@ -15,7 +15,7 @@ from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamG
 from ..reassembly.pdus import TlsConnection, TlsProblem
 from ..reassembly.framing import ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, LostPdu, Pdu, Resync
 from .findings import Finding, finding_for
-from .negotiation import Negotiation
+from .negotiation import NEGOTIATING, Negotiation
 from .rollback_checks import RollbackTracker
 from .streams import StreamTracker
 from .rules.structure import check_message
@@ -43,7 +43,7 @@ class Analyzer:
         self._dropped: dict[str, list] = {}     # rule -> [count, first Finding, last frame]
 
     def feed(self, ev) -> list[Finding]:
-        out = self._feed(ev)
+        out = self._pdu(ev) if type(ev) is Pdu else self._feed(ev)
         return self._cap(out) if out else out
 
     def feed_message(self, pdu: Pdu, msg) -> list[Finding]:
@@ -145,7 +145,7 @@ class Analyzer:
         if self.all_rules:
             for rid, text, fields in check_message(msg, neg, from_client):
                 out.append(finding_for(rid, text, pdu, msg, fields))
-        if neg is not None:
+        if neg is not None and msg.opcode in NEGOTIATING:
             neg.on_message(msg, from_client)
         opened = self.connections.get(pdu.conn)
         out += self.streams.on_message(pdu, msg, opened, neg)

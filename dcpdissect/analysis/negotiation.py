@@ -16,6 +16,7 @@ from ..protocol import (
 
 HELLO, DCP_OPEN = opcode_code("Hello"), opcode_code("DcpOpen")
 DCP_CONTROL, SELECT_BUCKET = opcode_code("DcpControl"), opcode_code("SelectBucket")
+NEGOTIATING = frozenset({HELLO, DCP_OPEN, DCP_CONTROL, SELECT_BUCKET})  # all the others change nothing
 _PRODUCER = DCP_OPEN_FLAGS.bit("producer")
 _DELETE_TIMES = DCP_OPEN_FLAGS.bit("include_delete_times")
 MAX_UNANSWERED = 64      # requests of the kinds above remembered until answered

@@ -22,16 +22,12 @@ class Message:
     __slots__ = (
         "magic", "opcode", "framing_len", "keylen", "extlen", "datatype", "vbucket", "status",
         "bodylen", "opaque", "cas", "frame_infos", "stream_id", "extras", "key", "value",
-        "fields", "layout", "problems", "spec", "is_request",
+        "fields", "layout", "problems", "spec", "is_request", "value_len",
     )
 
     @property
     def name(self) -> str:
         return opcode_name(self.magic, self.opcode)
-
-    @property
-    def value_len(self) -> int:
-        return self.bodylen - self.framing_len - self.extlen - self.keylen
 
     @property
     def key_range(self) -> tuple[int, int]:
@@ -110,32 +106,23 @@ def decode(buf) -> Message:
     m.problems = problems = []
     m.fields = fields = {}
     m.layout = None
-    m.frame_infos = []
     m.stream_id = None
+    m.value_len = bodylen - framing_len - extlen - keylen
     if not request and magic not in RESPONSE_MAGICS:
         problems.append(Problem(UNKNOWN_MAGIC, f"unknown magic {magic:#04x}"))
 
     end = HEADER_SIZE + bodylen
-    complete = len(buf) >= end
-    if not complete:
-        problems.append(Problem(TRUNCATED, f"frame truncated: body has {len(buf) - HEADER_SIZE}"
-                                           f" of {bodylen} bytes"))
     e_start = HEADER_SIZE + framing_len
     k_start = e_start + extlen
     v_start = k_start + keylen
-    if v_start > end:
-        problems.append(Problem(HEADER_OVERRUN, f"framing extras {framing_len} + extras {extlen}"
-                                                f" + key {keylen} exceed body length {bodylen}"))
-    if framing_len:
-        try:
-            m.frame_infos = parse_frame_infos(buf[HEADER_SIZE:min(e_start, end)], request)
-        except FrameInfoError as exc:
-            problems.append(Problem(FRAME_INFO, f"bad framing extras: {exc}"))
-        m.stream_id = stream_id_of(m.frame_infos)
-    m.extras = extras = bytes(buf[min(e_start, end):min(k_start, end)])
-    m.key = bytes(buf[min(k_start, end):min(v_start, end)])
-    m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
-    if v_start <= end and complete:
+    if v_start <= end <= len(buf):          # the common case: whole, and the lengths agree
+        m.extras = extras = bytes(buf[e_start:k_start])
+        m.key = bytes(buf[k_start:v_start])
+        m.value = memoryview(buf)[v_start:end]
+        if framing_len:
+            _frame_infos(m, buf[HEADER_SIZE:e_start], request)
+        else:
+            m.frame_infos = []
         if extlen:
             hit = plan.extras.get(extlen)
             if hit is not None:
@@ -146,7 +133,30 @@ def decode(buf) -> Message:
                 problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
         if plan.values:
             _decode_value(m, plan.values)
+        return m
+    m.frame_infos = []
+    if len(buf) < end:
+        problems.append(Problem(TRUNCATED, f"frame truncated: body has {len(buf) - HEADER_SIZE}"
+                                           f" of {bodylen} bytes"))
+    if v_start > end:
+        problems.append(Problem(HEADER_OVERRUN, f"framing extras {framing_len} + extras {extlen}"
+                                                f" + key {keylen} exceed body length {bodylen}"))
+    if framing_len:
+        _frame_infos(m, buf[HEADER_SIZE:min(e_start, end)], request)
+    m.extras = bytes(buf[min(e_start, end):min(k_start, end)])
+    m.key = bytes(buf[min(k_start, end):min(v_start, end)])
+    m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
     return m
+
+
+def _frame_infos(m: Message, raw, request: bool) -> None:
+    """The framing extras ``raw`` of ``m``: its frame infos and stream id."""
+    try:
+        m.frame_infos = parse_frame_infos(raw, request)
+    except FrameInfoError as exc:
+        m.frame_infos = []
+        m.problems.append(Problem(FRAME_INFO, f"bad framing extras: {exc}"))
+    m.stream_id = stream_id_of(m.frame_infos)
 
 
 def _decode_value(m: Message, layouts: tuple[Layout, ...]) -> None:

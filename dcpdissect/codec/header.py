@@ -65,6 +65,8 @@ _BODYLEN_FIELD = header_field(CLASSIC_HEADER, "bodylen")
 _BODYLEN_OFFSET = _BODYLEN_FIELD.offset
 _unpack = HEADER.unpack_from
 _bodylen = struct.Struct(">" + _CODES[_BODYLEN_FIELD.width]).unpack_from
+# for loops that cannot afford a call per header: bodylen = unpack_bodylen(buf, pos + BODYLEN_OFFSET)[0]
+unpack_bodylen, BODYLEN_OFFSET = _bodylen, _BODYLEN_OFFSET
 _new = tuple.__new__
 _FLEXIBLE = FLEXIBLE_MAGICS
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ..codec.header import frame_size, peek, unpack
+from ..codec.header import BODYLEN_OFFSET, frame_size, peek, unpack, unpack_bodylen
 from ..protocol import DATATYPE_MAX, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, is_known_opcode
 
 _LEGAL_MAGICS = frozenset(MAGICS.values)
 MAX_PDU_SEGMENTS = 65536           # chunks held for one unfinished PDU (30 MiB in 480-byte segments)
 _MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
+
+
+_new = tuple.__new__     # Pdu(...) without the Python-level __new__ of a NamedTuple
 
 
 class Pdu(NamedTuple):
@@ -246,9 +249,10 @@ class PduFramer:
         now_frame, now_ts = self.now
         bad = False
         view = memoryview(buf)
+        new, legal = _new, _LEGAL_MAGICS
         while n - pos >= HEADER_SIZE:
-            size = frame_size(buf, pos)
-            if buf[pos] not in _LEGAL_MAGICS or size > MAX_FRAME_SIZE:   # buf[pos]: the magic
+            size = HEADER_SIZE + unpack_bodylen(buf, pos + BODYLEN_OFFSET)[0]
+            if buf[pos] not in legal or size > MAX_FRAME_SIZE:   # buf[pos]: the magic
                 self.in_sync = False
                 self.resync_reason = "garbage"
                 self._garbage_cause, text = header_problem(buf, pos)
@@ -280,7 +284,7 @@ class PduFramer:
                         break
                 frames = tuple(sorted(seen))
             done, ts = (now_frame, now_ts) if now_frame >= last else (last, last_ts)
-            out.append(Pdu(conn, direction, base + pos, bytes(view[pos:end]), frames, done, ts))
+            out.append(new(Pdu, (conn, direction, base + pos, bytes(view[pos:end]), frames, done, ts)))
             pos = end
         view.release()
         if pos:

@@ -167,22 +167,22 @@ def check_passes(check: Check, m: Message) -> bool:
     for cond in check.when:
         if not _holds(cond, m):
             return True
-    test = check.test
-    kind = test[0]
-    args = test[2:]
-    v = _value(m, test[1])
+    kind, name, *args = check.test
+    v = m.fields.get(name, _MISSING)
+    if v is _MISSING:
+        v = _value(m, name)
     if v is None:
         return True
+    if kind == "in":
+        return v in args[0]
     if kind == "le":
         other = _value(m, args[0])
         return other is None or v <= other
+    if kind == "ne":
+        return v != args[0]
     if kind == "range":
         x, hi = _value(m, args[0]), _value(m, args[1])
         return x is None or hi is None or v <= x <= hi
-    if kind == "ne":
-        return v != args[0]
-    if kind == "in":
-        return v in args[0]
     if kind == "mask":
         return not v & ~args[0]
     if kind == "only_with":
@@ -219,9 +219,10 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
         return out
     if HEADER_OVERRUN in codes or TRUNCATED in codes:
         return out
-    shape = m.shape
+    request = m.is_request
+    shape = spec.request if request else spec.response
     ctx = negotiated if from_client else None
-    if m.is_request and shape.validated:
+    if request and shape.validated:
         if (ctx is None and not codes and not m.frame_infos and not m.datatype & XATTR
                 and m.opcode != DCP_OPEN):
             _verify_header_seen(m, shape, add)

@@ -160,7 +160,9 @@ class Controls:
         if c.suppressed_because:
             self.conns.pop(c.id, None)
             return
-        rec = self._record(c)
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            rec = self._record(c)
         op = msg.opcode
         if msg.is_request:
             if op == ADD_STREAM:
@@ -174,7 +176,7 @@ class Controls:
                     self._stream_request(c, rec, pdu, msg, out)
             elif op == NOOP:
                 rec.noop_opaque = msg.opaque
-            elif op in STREAM_OPCODES:
+            elif op in STREAM_OPCODES and rec.streams:     # else no stream's controls known
                 self._producer_message(c, rec, pdu, msg, out)
         elif op == ADD_STREAM:
             return

@@ -85,12 +85,15 @@ class Durability:
         st = c.streams.get((msg.vbucket, msg.stream_id))
         if st is None or not st.active or st.suppressed or st.opaque != msg.opaque:
             return
-        ds = self._state(c, st, msg)
+        entry = self.states.get((c.id, st.vb, st.sid))
+        ds = entry[1] if entry is not None and entry[0] is st else self._state(c, st, msg)
         if ds is None:
             return
         if op == MARKER:
             self._marker(st, ds, pdu, msg, out)
             return
+        if op in COMMITTED_OPCODES and not ds.pending:
+            return                           # nothing outstanding for it to complete
         if st.snap is None and not st.in_oso:
             return                           # no valid snapshot: the stream rules say why
         if "by_seqno" not in msg.fields and op not in COMPLETIONS:

@@ -119,7 +119,9 @@ class Flow:
     # --- the hook (called by the tracker for every message it is fed) --------------------
 
     def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
-        rec = self._record(c)
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            rec = self._record(c)
         if c.suppressed_because:
             rec.judged = False
         op = msg.opcode

@@ -84,6 +84,8 @@ class Lifecycle:
         if not msg.is_request or from_consumer or op not in STREAM_OPCODES:
             return
         life = self.conns.get(c.id)
+        if op in _KEYED and (life is None or not life.ended and not life.dropped):
+            return                  # no end, close, takeover or drop on the connection yet
         key = (msg.vbucket, msg.stream_id)
         st = c.streams.get(key)
         live = (st is not None and st.active and not st.suppressed and msg.opaque == st.opaque)

@@ -54,10 +54,10 @@ class Snapshots:
     def on_stream_message(self, st: Stream, pdu, msg, out) -> None:
         """A message the server sent on an active stream, with the stream's opaque."""
         op = msg.opcode
-        if op == MARKER:
-            self._marker(st, pdu, msg, out)
-        elif op in ITEM_OPCODES:
+        if op in ITEM_OPCODES:
             self._item(st, pdu, msg, out)
+        elif op == MARKER:
+            self._marker(st, pdu, msg, out)
         elif op == SEQNO_ADVANCED:
             self._seqno_advanced(st, pdu, msg, out)
         elif op == OSO_SNAPSHOT:
@@ -152,7 +152,8 @@ class Snapshots:
             snap.seen_keys = None
 
     def _item(self, st: Stream, pdu, msg, out) -> None:
-        field = msg.spec.seqno_field if msg.spec else None
+        spec = msg.spec
+        field = spec.seqno_field if spec else None
         seq = msg.fields.get(field) if field else None
         if seq is None:
             return
@@ -162,32 +163,36 @@ class Snapshots:
             self._check_duplicate_key(st, st.oso_seen_keys, pdu, msg, out, None)
             return
         snap = st.snap
+        highest = st.highest_seqno
         if snap is None:
             self._before_marker(st, out, f"{msg.name} seqno {seq}", pdu, msg, seq,
                                 frames_of(st.request_pdu))
-            st.highest_seqno = max(st.highest_seqno, seq)
+            st.highest_seqno = max(highest, seq)
             st.last_received = seq
             return
         outside = not snap.start <= seq <= snap.end
-        self._decide_convention(st, out, seq)
+        if snap.convention_undecided:
+            self._decide_convention(st, out, seq)
         if st.advanced_to is not None and seq <= st.advanced_to:
             report_on_stream(st, out, "data-after-seqno-advanced", f"seqno {seq} after "
                              f"SeqnoAdvanced({st.advanced_to})", pdu, msg,
                              {**_item_fields(seq, snap), "advanced": st.advanced_to})
-        elif seq <= st.highest_seqno:
+        elif seq <= highest:
             report_on_stream(st, out, "data-seqno-not-increasing", f"seqno {seq} after seqno "
-                             f"{st.highest_seqno}", pdu, msg,
-                             {**_item_fields(seq, snap), "last_seqno": st.highest_seqno})
+                             f"{highest}", pdu, msg,
+                             {**_item_fields(seq, snap), "last_seqno": highest})
         if outside:
             report_on_stream(st, out, "data-outside-snapshot", f"seqno {seq} outside the "
                              f"snapshot [{snap.start},{snap.end}]", pdu, msg,
                              _item_fields(seq, snap), frames_of(snap.pdu))
-        if snap.seen_keys is not None:
-            self._check_duplicate_key(st, snap.seen_keys, pdu, msg, out, snap)
+        keys = snap.seen_keys
+        if keys is not None and msg.opcode in KEYED_OPCODES:
+            self._check_duplicate_key(st, keys, pdu, msg, out, snap)
         if seq == snap.end:
             snap.complete = True
             snap.seen_keys = None               # later items are outside it anyway
-        st.highest_seqno = max(st.highest_seqno, seq)
+        if seq > highest:
+            st.highest_seqno = seq
         st.last_received = seq
 
     def _before_marker(self, st: Stream, out, what: str, pdu, msg, seq, context) -> None:
