@@ -18,6 +18,10 @@ from dcpdissect.capture.readers import CaptureError, open_capture
 from dcpdissect.codec import decode
 from dcpdissect.pipeline import core
 from dcpdissect.pipeline.chunks import index_file, parse_size, read_piece
+from dcpdissect.pipeline.frames import index_chunk
+from dcpdissect.pipeline.groups import END, run_group
+from dcpdissect.pipeline.merge import FileMerge
+from dcpdissect.reassembly.connections import ConnectionClosed
 from dcpdissect.reassembly.pdus import Pdu, iter_events
 from dcpdissect.reports.findings import finding_record
 from dcpdissect.reports.messages import message_record
@@ -215,22 +219,27 @@ def test_lingering_fin_expires_on_other_connections_packets(tmp_path):
         got = core.run_local([path], chunk_size=chunk_size, block_frames=block,
                              keep_events=True)[path]
         assert got.events == ref
-    # without the file-wide clock the flushed PDUs would complete at the wrong frame
-    flows = [core.flow_events(((r.frame, r.ts_ns, core.segment_of(r)) for r in rows), core.Options(),
-                              None, []) for rows in _flows(path)]
-    no_clock = sorted(((tuple(k), ev) for fl in flows for *k, ev in fl), key=lambda t: t[0])
-    assert len(no_clock) == len(ref)
-    assert [type(e) for _k, e in no_clock] != [type(e) for e in ref] or \
-        [getattr(e, "frame", None) for _k, e in no_clock] != [getattr(e, "frame", None) for e in ref]
-
-
-def _flows(path):
-    idx = index_file(path)
-    flows: dict = {}
+    # each group alone: the lingering FINs of the first two connections expire on the
+    # file's other packets (the clock), not at the end of the capture
+    idx = index_file(path, 200, 2)
+    fm = FileMerge(idx, core.Options(), groups=8)
     for piece in idx.chunks:
-        for r in core.scan_chunk(piece, core.Options(), []):
-            flows.setdefault(r.flow, []).append(r)
-    return [sorted(v, key=lambda r: r.frame) for _k, v in sorted(flows.items())]
+        fm.add_chunk(*index_chunk(piece, core.Options()))
+    tasks = fm.plan()
+    assert len(tasks) == 4
+    for clock in (core.clock_for(idx), None):
+        moments = set()
+        for task in tasks:
+            got: list = []
+            for _cols in run_group(path, task.group, task.flows, core.Options(), task.numbers,
+                                   clock, got, keep_events=True):
+                pass
+            moments |= {m[0] for m, ev in got[0].events if type(ev) is ConnectionClosed
+                        and ev.reason == "fin" and ev.frame in (44, 94)}
+        if clock is None:
+            assert moments == {END}
+        else:                   # the untracked connection's late packet, before the next open
+            assert moments and max(moments) < 101
 
 
 def test_local_stages_on_bad_files(tmp_path):

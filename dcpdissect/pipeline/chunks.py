@@ -42,6 +42,7 @@ __all__ = [
     "index_file",
     "parse_size",
     "read_piece",
+    "read_piece_at",
 ]
 
 DEFAULT_CHUNK_SIZE = 256 << 20
@@ -228,9 +229,17 @@ def _index_pcapng(path, win, size, cutter):
 def read_piece(piece: Piece) -> Iterator[Frame]:
     """The frames of one piece, numbered as in the whole file. A fault raises
     :class:`CaptureError` after every earlier frame was yielded."""
+    for frame, _at in read_piece_at(piece):
+        yield frame
+
+
+def read_piece_at(piece: Piece) -> Iterator[tuple[Frame, int]]:
+    """(frame, file offset of its data) for the frames of one piece, as :func:`read_piece`
+    (offset -1 in an unsplittable piece)."""
     if piece.frames < 0:
         with open_capture(piece.path) as reader:
-            yield from reader
+            for frame in reader:
+                yield frame, -1
         return
     if piece.frames == 0:
         return
@@ -251,7 +260,7 @@ def _changed(piece: Piece, number: int, reason: str) -> CaptureError:
     return CaptureError(piece.path, number, f"{reason} (file changed after it was indexed?)")
 
 
-def _read_pcap(piece: Piece, win: _Window) -> Iterator[Frame]:
+def _read_pcap(piece: Piece, win: _Window) -> Iterator[tuple[Frame, int]]:
     _, order, nano, _snap, linktype = piece.ctx
     rec = _PCAP_REC[order].unpack_from
     frac_mul = 1 if nano else 1000
@@ -268,18 +277,20 @@ def _read_pcap(piece: Piece, win: _Window) -> Iterator[Frame]:
         if avail < 16 + caplen:
             raise _changed(piece, number + 1, _cut(number + 1, "record data", avail - 16, caplen))
         number += 1
-        pos += 16 + caplen
         yield new(Frame, (number, sec * 1_000_000_000 + frac * frac_mul, linktype,
-                          buf[off + 16:off + 16 + caplen], wirelen, 0))
+                          buf[off + 16:off + 16 + caplen], wirelen, 0)), pos + 16
+        pos += 16 + caplen
 
 
-def _read_pcapng(piece: Piece, win: _Window) -> Iterator[Frame]:
+def _read_pcapng(piece: Piece, win: _Window) -> Iterator[tuple[Frame, int]]:
     new = _new_tuple
     last = piece.first_frame - 1 + piece.frames
     try:
         for number, ts, linktype, buf, start, caplen, wirelen, ifid, _pos, _end, _ctx in \
                 walk_pcapng(piece.path, win.view, piece.offset, piece.first_frame - 1,
                             piece.ctx, last):
-            yield new(Frame, (number, ts, linktype, buf[start:start + caplen], wirelen, ifid))
+            # ``buf`` is the window's buffer, read from ``win.base``
+            yield (new(Frame, (number, ts, linktype, buf[start:start + caplen], wirelen, ifid)),
+                   win.base + start)
     except CaptureError as exc:
         raise _changed(piece, exc.frame, exc.reason) from None

@@ -1,26 +1,22 @@
 """Engine-agnostic stages of the pipeline: the local ``analyze`` run split so that an
-engine can run the stages in parallel and still produce the same result.
+engine can run its parts in parallel and still produce the same result.
 
 Stage A (per chunk, parallel)
-    :func:`scan_chunk`: frames of one :class:`~.chunks.Piece` → TCP segments of the
-    connections a ``ConnectionTable`` with the same options would look at, each with a
-    flow key (the unordered endpoint pair), plus a per-chunk count of frames, TCP segments
-    and read faults.
-Stage B (per flow, parallel; input grouped by flow, in frame order)
-    :func:`flow_events`: a fresh :class:`~dcpdissect.reassembly.pdus.PduStream` per flow
-    fed with that flow's segments → events, each with a sort key that places it where the
-    local run emits it: ``(frame, phase, sub, sub2, seq)``. Phase 1 holds the events of the
-    segment of ``frame``; phase 0 holds the lingering-FIN expiries that the local connection
-    table triggers *before* it (on any TCP segment of the file, so a flow asks a
-    :class:`TcpClock` for the first such segment); phase 2 with ``frame = END`` holds the
-    end-of-capture flush, ordered by connection like ``ConnectionTable.close()``.
-Stage C (per capture file, serial: the one step that needs every connection of a file)
-    :class:`FileAnalysis`: events in sort-key order, connection ids renumbered in order of
-    their ``ConnectionOpened`` (as the local table assigns them), fed to the
-    :class:`~dcpdissect.analysis.engine.Analyzer` → findings and per-connection rows.
+    :func:`~.frames.index_chunk`: where the frames of each TCP flow lie in one
+    :class:`~.chunks.Piece` (offsets, no payload), plus the chunk's counts.
+Driver
+    :class:`~.merge.FileMerge`: the flows of a file packed into analysis groups by bytes,
+    with the connection numbers it foresees.
+Stage B (per analysis group, parallel)
+    :func:`~.groups.run_group`: the group's frames read again by offset and analysed as
+    ``analyze`` does (:class:`FilePass`), each event and finding placed by its moment;
+    groups that share a coupling key, or whose numbers were not foreseen, run again
+    merged (:meth:`~.merge.FileMerge.again`); the results are merged in ``analyze``'s order.
 
-Departures from one shared connection table (documented in docs/pipeline.md): the
-``max_connections`` cap and the bounded memory of closed and TLS 4-tuples apply per flow.
+Departures from one shared connection table and analyzer: the ``max_connections`` cap,
+the bounded memory of closed and TLS 4-tuples and the analyzer's bounds on names, proxy
+pairs, pending requests and durability streams apply per analysis group (see
+:mod:`.groups`).
 
 :func:`run_local` chains the stages in one process (the reference for engine drivers and
 for tests). :func:`analyze_whole` is the path for a file read whole in one task: the
@@ -33,20 +29,17 @@ import glob
 import json
 import os
 import pickle
-from array import array
-from bisect import bisect_right
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import NamedTuple
 
-from ..analysis.engine import Analyzer
+from ..analysis.engine import MAX_FINDINGS_PER_RULE, Analyzer
 from ..analysis.findings import Finding
 from ..analysis.stream_summary import StreamSummary
-from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
-from ..protocol import HEADER_SIZE, TLS_PORTS
+from ..protocol import HEADER_SIZE
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
@@ -60,11 +53,12 @@ from ..reports.messages import (
 )
 from ..reports.streams import STREAM_COLUMNS as STREAM_RECORD_COLUMNS
 from ..reports.streams import stream_records
-from .chunks import FileIndex, Piece, index_file, read_piece
+from .chunks import FileIndex, index_file
+from .frames import ChunkStats, index_chunk
+from .groups import END, coupling_keys
 
-END = 1 << 62                    # sort-key frame of end-of-capture events
+NO_CAP = 1 << 62                 # findings per rule of a group: the driver caps the merged ones
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
-_TICK = Segment("", "", 0, 0, 0, 0, 0, b"", False)   # an untracked segment: only advances the clock
 
 
 # -- inputs ------------------------------------------------------------------------------
@@ -101,223 +95,7 @@ def index_inputs(paths: list[str], chunk_size: int) -> list[FileIndex]:
     return [index_file(p, chunk_size) for p in paths]
 
 
-# -- stage A -------------------------------------------------------------------------------
-
-class SegmentRow(NamedTuple):
-    flow: str
-    frame: int
-    ts_ns: int
-    src: str
-    dst: str
-    sport: int
-    dport: int
-    seq: int
-    ack: int
-    flags: int
-    payload: bytes
-    truncated: bool
-
-
-class ChunkStats(NamedTuple):
-    path: str
-    offset: int
-    first_frame: int
-    frames: int                 # frames read
-    tcp_segments: int           # of which decode to TCP
-    filtered: int               # TCP segments no connection table would track
-    error: CaptureError | None
-    first_ts_ns: int | None = None      # time of the chunk's first frame
-
-
-def flow_key(seg) -> str:
-    a = (seg.src, seg.sport)
-    b = (seg.dst, seg.dport)
-    if b < a:
-        a, b = b, a
-    return f"{a[0]} {a[1]} {b[0]} {b[1]}"
-
-
-class _Filter:
-    """Which segments a ConnectionTable built from ``options`` would look at."""
-
-    def __init__(self, options: Options):
-        # The heuristic (PduStream) looks at the first bytes of every connection.
-        self.any_port = options.any_port or options.heuristic
-        server = options.server_ports
-        self.ports = server | (frozenset(TLS_PORTS) - server)
-        self.tls = frozenset() if options.heuristic else frozenset(TLS_PORTS) - server
-
-    def keep(self, seg) -> bool:
-        return self.any_port or seg.sport in self.ports or seg.dport in self.ports
-
-
-def scan_chunk(piece: Piece, options: Options, result: list) -> Iterator[SegmentRow]:
-    """Stage A: the :class:`SegmentRow` of one chunk; its :class:`ChunkStats` is appended
-    to ``result`` when exhausted. Payloads of segments that only a TLS port makes
-    interesting are cut to one byte (the table only counts those connections)."""
-    filt = _Filter(options)
-    keep, tls, server = filt.keep, filt.tls, options.server_ports
-    frames = tcp = filtered = 0
-    error = first_ts = None
-    new = tuple.__new__
-    try:
-        for frame in read_piece(piece):
-            if not frames:
-                first_ts = frame.ts_ns
-            frames += 1
-            seg = decode_packet(frame.linktype, frame.data)
-            if seg is None:
-                continue
-            tcp += 1
-            if not keep(seg):
-                filtered += 1
-                continue
-            payload = seg.payload
-            if payload and (seg.sport in tls or seg.dport in tls) and not (
-                    seg.sport in server or seg.dport in server):
-                payload = payload[:1]
-            yield new(SegmentRow, (flow_key(seg), frame.number, frame.ts_ns, seg.src, seg.dst,
-                                   seg.sport, seg.dport, seg.seq, seg.ack, seg.flags,
-                                   payload, seg.truncated))
-    except CaptureError as exc:
-        error = exc
-    except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
-        error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
-    result.append(ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered,
-                             error, first_ts))
-
-
-# -- stage B -------------------------------------------------------------------------------
-
-class TcpClock:
-    """Answers "first TCP segment of the file after frame a and before frame b with a
-    timestamp of at least t" by re-reading the index blocks that may hold it."""
-
-    def __init__(self, blocks: list[Piece], cache: int = 8):
-        self.blocks = sorted(blocks, key=lambda p: p.first_frame)
-        self.starts = [p.first_frame for p in self.blocks]
-        self._cache: OrderedDict = OrderedDict()
-        self._size = cache
-
-    def _segments(self, i: int):
-        got = self._cache.get(i)
-        if got is None:
-            frames, stamps = array("q"), array("q")
-            try:
-                for f in read_piece(self.blocks[i]):
-                    if decode_packet(f.linktype, f.data) is not None:
-                        frames.append(f.number)
-                        stamps.append(f.ts_ns)
-            except CaptureError:
-                pass
-            got = self._cache[i] = (frames, stamps)
-            if len(self._cache) > self._size:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(i)
-        return got
-
-    def first(self, after: int, before: int, min_ts: int) -> tuple[int, int] | None:
-        i = max(0, bisect_right(self.starts, after + 1) - 1)
-        for j in range(i, len(self.blocks)):
-            p = self.blocks[j]
-            if p.first_frame >= before:
-                return None
-            if p.frames >= 0 and p.first_frame + p.frames <= after + 1:
-                continue
-            if p.max_ts is not None and p.max_ts < min_ts:
-                continue
-            frames, stamps = self._segments(j)
-            for k in range(bisect_right(frames, after), len(frames)):
-                f = frames[k]
-                if f >= before:
-                    return None
-                if stamps[k] >= min_ts:
-                    return f, stamps[k]
-        return None
-
-
-def clock_for(index: FileIndex) -> TcpClock:
-    return TcpClock(index.blocks if index.splittable else index.chunks)
-
-
-class _FlowStream(PduStream):
-    """A PduStream fed segment by segment."""
-
-    def feed_segment(self, frame: int, ts_ns: int, seg) -> Iterator:
-        self.now = (frame, ts_ns)
-        events = self.table.feed(frame, ts_ns, seg)
-        return self._route(events) if events else iter(())
-
-
-class FlowResult:
-    """Counters of one flow, merged per file into its :class:`Summary`."""
-
-    def __init__(self, stream: PduStream, ticks: int):
-        s = stream.summary
-        self.counts = {k: getattr(s, k) for k in ("connections", "pdus", "gaps", "gap_bytes",
-                                                   "resyncs", "lost_pdus", "tls_connections",
-                                                   "tls_decrypted")}
-        self.ports = (dict(s.heuristic_ports), dict(s.undecoded_ports))
-        self.tcp = dict(stream.table.stats)
-        self.tcp["segments"] -= ticks
-        self.tcp["ignored_segments"] -= ticks
-
-
-def flow_events(segments: Iterable, options: Options, clock: TcpClock | None,
-                result: list) -> Iterator[tuple]:
-    """Stage B for one flow: ``segments`` are (frame, ts_ns, Segment) in frame order; yields
-    ``(frame, phase, sub, sub2, seq, event)``; appends a :class:`FlowResult` to ``result``
-    when exhausted."""
-    stream = _FlowStream(options)
-    table = stream.table
-    closing = table._closing            # conn id -> lingering connection (the table's own)
-    entered: dict[int, int] = {}        # conn id -> frame it joined ``closing``
-    ticks = 0
-    prev = 0
-
-    def linger(frame: int, ts_ns: int):
-        nonlocal ticks
-        while closing:
-            conn = min(closing.values(), key=lambda c: c.deadline)
-            if frame != END and ts_ns >= conn.deadline:
-                at = (frame, ts_ns)
-            else:
-                at = clock.first(prev, frame, conn.deadline) if clock is not None else None
-                if at is None:
-                    return
-            key = entered.get(conn.id, 0)
-            ticks += 1
-            for seq, ev in enumerate(stream.feed_segment(at[0], at[1], _TICK)):
-                yield at[0], 0, key, 0, seq, ev
-            if conn.id in closing:      # pragma: no cover - expiry always removes it
-                return
-
-    for frame, ts_ns, seg in segments:
-        if closing:
-            yield from linger(frame, ts_ns)
-        before = set(closing) if closing else ()
-        for seq, ev in enumerate(stream.feed_segment(frame, ts_ns, seg)):
-            yield frame, 1, 0, 0, seq, ev
-        for cid in closing:
-            if cid not in before:
-                entered[cid] = frame
-        prev = frame
-    if closing:
-        yield from linger(END, 0)
-    opened = stream.connections
-    for seq, ev in enumerate(stream.finish()):
-        o = opened.get(ev.conn)
-        yield END, 2, o.frame if o else 0, ev.conn, seq, ev
-    result.append(FlowResult(stream, ticks))
-
-
-def segment_of(row) -> Segment:
-    return Segment(row.src, row.dst, row.sport, row.dport, row.seq, row.ack, row.flags,
-                   row.payload, row.truncated)
-
-
-# -- stage C -------------------------------------------------------------------------------
+# -- connection rows ---------------------------------------------------------------------------
 
 class ConnRow(NamedTuple):
     connection: int
@@ -357,59 +135,10 @@ def count_event(row: list, kind: type, ev) -> None:
         row[16] += 1
 
 
-class FileAnalysis:
-    """Stage C for one capture file: feed events (with their flow) in sort-key order."""
-
-    def __init__(self, path: str, keep_events: bool = False):
-        self.path = path
-        self.events: list | None = [] if keep_events else None
-        self.analyzer = Analyzer()
-        self.streams = StreamSummary(self.analyzer)
-        self.findings: list[Finding] = []
-        self.ids: dict[tuple[str, int], int] = {}
-        self.conns: dict[int, list] = {}
-        self.messages = 0
-
-    def feed(self, flow: str, ev) -> list[Finding]:
-        kind = type(ev)
-        if ev.conn is None:         # TlsConnection: not a numbered connection
-            pass
-        elif kind is ConnectionOpened:
-            gid = len(self.ids) + 1
-            self.ids[(flow, ev.conn)] = gid
-            ev = ev._replace(conn=gid)
-            self.conns[gid] = [gid, ev.client[0], ev.client[1], ev.server[0], ev.server[1],
-                               ev.mid_stream, ev.frame, ev.ts_ns, None, None, None, 0, 0, 0, 0, 0, 0]
-        else:
-            gid = self.ids[(flow, ev.conn)]
-            ev = ev._replace(conn=gid)
-            if kind is Pdu:
-                self.messages += 1
-            count_event(self.conns[gid], kind, ev)
-        if self.events is not None:
-            self.events.append(ev)
-        found = self.streams.feed(ev)
-        self.findings += found
-        return found
-
-    def finish(self) -> list[Finding]:
-        rest = self.streams.finish()
-        self.findings += rest
-        self.findings.sort(key=Finding.sort_key)
-        return rest
-
-    def connection_rows(self) -> list[ConnRow]:
-        return [ConnRow(*r) for r in self.conns.values()]
-
-    def stream_rows(self) -> list[tuple]:
-        """The ``streams`` rows, after :meth:`finish`."""
-        return stream_rows(self.path, self.streams.streams, self.findings)
-
-
 # -- summaries -------------------------------------------------------------------------------
 
 class FileTotals:
-    """Merges chunk counts and flow counters of one file into its :class:`Summary`."""
+    """Merges chunk counts and group counters of one file into its :class:`Summary`."""
 
     def __init__(self, path: str):
         self.path = path
@@ -418,6 +147,7 @@ class FileTotals:
         self.tcp: dict = dict.fromkeys(ConnectionTable().stats, 0)
         self.errors: list[CaptureError] = []
         self.ports: tuple[dict, dict] = ({}, {})     # heuristic_ports, undecoded_ports
+        self.tls_randoms: dict = {}
         self.first: tuple = (END, None)              # (first frame, its time)
 
     def add_chunk(self, c: ChunkStats) -> None:
@@ -429,7 +159,8 @@ class FileTotals:
         if c.error is not None:
             self.errors.append(c.error)
 
-    def add_flow(self, r: FlowResult) -> None:
+    def add_group(self, r) -> None:
+        """Counters of a :class:`~.groups.GroupResult`."""
         for k, v in r.counts.items():
             self.counts[k] += v
         for mine, theirs in zip(self.ports, r.ports):
@@ -437,6 +168,7 @@ class FileTotals:
                 mine[port] = mine.get(port, 0) + n
         for k, v in r.tcp.items():
             self.tcp[k] = self.tcp.get(k, 0) + v
+        self.tls_randoms.update(r.tls_randoms)
 
     def summary(self) -> Summary:
         s = Summary(path=self.path, frames=self.frames, tcp_segments=self.tcp_segments)
@@ -448,6 +180,7 @@ class FileTotals:
         tcp["ignored_segments"] += self.filtered
         s.tcp = tcp
         s.heuristic_ports, s.undecoded_ports = (dict(sorted(d.items())) for d in self.ports)
+        s.tls_randoms = dict(sorted(self.tls_randoms.items()))
         if self.errors:
             s.error = str(min(self.errors, key=lambda e: e.frame or 0))
         return s
@@ -538,14 +271,24 @@ STREAM_COLUMNS = ("capture_file",) + STREAM_RECORD_COLUMNS
 def stream_rows(path: str, streams: list, findings: list[Finding]) -> list[tuple]:
     """The file's ``streams`` rows (:data:`STREAM_COLUMNS`) from its per-stream accounting
     (``StreamSummary.streams``) and findings."""
+    return record_rows(path, stream_records(streams, findings))
+
+
+def record_rows(path: str, records: list[dict]) -> list[tuple]:
+    """``streams`` rows of stream records (:func:`~dcpdissect.reports.streams.stream_records`)."""
     def cell(column, value):
         if column == "items":
             return _json(value)
         if value is not None and is_u64_name(column):
             return Decimal(value)
         return value
-    return [(path,) + tuple(cell(c, r[c]) for c in STREAM_RECORD_COLUMNS)
-            for r in stream_records(streams, findings)]
+    return [(path,) + tuple(cell(c, r[c]) for c in STREAM_RECORD_COLUMNS) for r in records]
+
+
+def stream_records_in_order(streams: list) -> list[dict]:
+    """The record of each stream, in order of appearance, without finding counts (the
+    streams of a group; :func:`.merge.count_stream_findings` counts them)."""
+    return [stream_records([st])[0] for st in streams]
 
 
 HEADER_COLUMNS = ("magic", "magic_name", "opcode", "opcode_name", "request", "vbucket", "status",
@@ -642,6 +385,90 @@ class MessageColumns:
         }
 
 
+class FilePass:
+    """The analysis of a file's events as ``analyze`` runs it: :meth:`run` feeds them to
+    the Analyzer (through the per-stream accounting) and yields the ``messages`` rows
+    (:meth:`MessageColumns.columns`) every ``batch_rows`` messages, each message decoded
+    once for both. With ``moment`` (a function giving the moment of the event being fed,
+    see :mod:`.groups`) findings are not capped and :attr:`moments` holds each one's, and
+    the :func:`~.groups.coupling_keys` of the requests with an opcode in ``watch`` are
+    gathered in :attr:`coupling`."""
+
+    def __init__(self, path: str, batch_rows: int = 4096, time: bool = True,
+                 header: bool = True, moment=None, watch: frozenset = frozenset()):
+        self.path = path
+        self.analyzer = Analyzer(NO_CAP if moment is not None else MAX_FINDINGS_PER_RULE)
+        self.streams = StreamSummary(self.analyzer)
+        self.findings: list[Finding] = []
+        self.moment = moment
+        self.moments: list = []
+        self.watch = watch
+        self.coupling: set = set()
+        self.conns: dict[int, list] = {}
+        self.table = MessageColumns(path)
+        self.batch = (batch_rows, time, header)
+        self.pdus: list = []
+        self.msgs: list = []
+        self.count = 0
+
+    def run(self, events: Iterable) -> Iterator[dict]:
+        feed, feed_message = self.streams.feed, self.streams.feed_message
+        pdus, msgs, conns = self.pdus, self.msgs, self.conns
+        batch_rows = self.batch[0]
+        watch = self.watch
+        for ev in events:
+            kind = type(ev)
+            if kind is Pdu:
+                msg = decode(ev.data)
+                pdus.append(ev)
+                msgs.append(msg)
+                row = conns[ev.conn]
+                row[11 + ev.direction] += 1
+                self.count += 1
+                if watch and msg.opcode in watch:
+                    self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4])))
+                found = feed_message(ev, msg)
+                if found:
+                    self._found(found)
+                if len(pdus) >= batch_rows:
+                    yield from self.flush()
+                continue
+            if kind is ConnectionOpened:
+                conns[ev.conn] = [ev.conn, ev.client[0], ev.client[1], ev.server[0],
+                                  ev.server[1], ev.mid_stream, ev.frame, ev.ts_ns, None, None,
+                                  None, 0, 0, 0, 0, 0, 0]
+            elif kind in COUNTED_EVENTS:
+                count_event(conns[ev.conn], kind, ev)
+            found = feed(ev)
+            if found:
+                self._found(found)
+
+    def _found(self, found: list[Finding]) -> None:
+        self.findings += found
+        if self.moment is not None:
+            self.moments += [self.moment()] * len(found)
+
+    def flush(self) -> Iterator[dict]:
+        if self.pdus:
+            _rows, time, header = self.batch
+            yield self.table.columns(self.pdus, self.msgs, time, header)
+            self.pdus.clear()
+            self.msgs.clear()
+
+    def finish(self) -> None:
+        """The Analyzer's end-of-capture findings (capped and sorted like ``analyze``'s
+        without ``moment``)."""
+        found = self.streams.finish()
+        self.findings += found
+        if self.moment is None:
+            self.findings.sort(key=Finding.sort_key)
+        else:
+            self.moments += [(END, 4, f.connection or 0) for f in found]
+
+    def connection_rows(self) -> list[ConnRow]:
+        return [ConnRow(*r) for r in self.conns.values()]
+
+
 class WholeFile(NamedTuple):
     path: str
     findings: list
@@ -658,61 +485,22 @@ def analyze_whole(path: str, options: Options | None, result: list,
     """A file read whole in one pass, exactly as ``analyze`` reads it: yields the
     ``messages`` rows (:meth:`MessageColumns.columns`) every ``batch_rows`` messages and,
     when exhausted, appends a :class:`WholeFile` (findings, summary, connection and stream
-    rows) to ``result``. Each message is decoded once, for the Analyzer and the rows.
-    ``time`` and ``header``: see :meth:`MessageColumns.columns`."""
+    rows) to ``result``. ``time`` and ``header``: see :meth:`MessageColumns.columns`."""
     summary = Summary(path=path)
     stream = PduStream(options, summary)
-    streams = StreamSummary(Analyzer())
-    feed, feed_message = streams.feed, streams.feed_message
-    findings: list[Finding] = []
-    conns: dict[int, list] = {}
-    table = MessageColumns(path)
-    pdus: list = []
-    msgs: list = []
+    fp = FilePass(path, batch_rows, time, header)
     error = None
-    count = 0
-
-    def run(events):
-        nonlocal count
-        for ev in events:
-            kind = type(ev)
-            if kind is Pdu:
-                msg = decode(ev.data)
-                pdus.append(ev)
-                msgs.append(msg)
-                count_event(conns[ev.conn], kind, ev)
-                count += 1
-                found = feed_message(ev, msg)
-                if found:
-                    findings.extend(found)
-                if len(pdus) >= batch_rows:
-                    yield table.columns(pdus, msgs, time, header)
-                    pdus.clear()
-                    msgs.clear()
-                continue
-            if kind is ConnectionOpened:
-                conns[ev.conn] = [ev.conn, ev.client[0], ev.client[1], ev.server[0],
-                                  ev.server[1], ev.mid_stream, ev.frame, ev.ts_ns, None, None,
-                                  None, 0, 0, 0, 0, 0, 0]
-            elif kind in COUNTED_EVENTS:
-                count_event(conns[ev.conn], kind, ev)
-            found = feed(ev)
-            if found:
-                findings.extend(found)
-
     try:
         with open_capture(path) as reader:
-            yield from run(stream.feed_frames(reader))
+            yield from fp.run(stream.feed_frames(reader))
     except CaptureError as exc:
         summary.error = str(exc)
         error = exc
-    yield from run(stream.finish())
-    if pdus:
-        yield table.columns(pdus, msgs, time, header)
-    findings += streams.finish()
-    findings.sort(key=Finding.sort_key)
-    result.append(WholeFile(path, findings, summary, count, [ConnRow(*r) for r in conns.values()],
-                            stream_rows(path, streams.streams, findings), error))
+    yield from fp.run(stream.finish())
+    yield from fp.flush()
+    fp.finish()
+    result.append(WholeFile(path, fp.findings, summary, fp.count, fp.connection_rows(),
+                            stream_rows(path, fp.streams.streams, fp.findings), error))
 
 
 # -- the whole thing in one process ------------------------------------------------------------
@@ -725,46 +513,58 @@ class FileResult(NamedTuple):
     connections: list
     errors: list
     events: list | None = None
+    streams: list | None = None     # rows of STREAM_COLUMNS
+    reruns: int = 0                 # analysis groups run again (coupled or renumbered)
 
 
 def run_local(inputs: Iterable[str], options: Options | None = None,
               chunk_size: int = 256 << 20, block_frames: int | None = None,
-              keep_events: bool = False) -> dict[str, FileResult]:
-    """Every stage in this process, in the order an engine would run them."""
+              groups: int = 4, keep_events: bool = False,
+              clock: bool = True) -> dict[str, FileResult]:
+    """Every stage in this process, in the order an engine would run them: unsplittable
+    (compressed) files whole, the others indexed per chunk (stage A), their flows packed
+    into about ``groups`` analysis groups and analysed per group (stage B), groups run
+    again as :mod:`.merge` asks, the results merged. ``keep_events``: the merged events of
+    chunked files in :attr:`FileResult.events`; ``clock=False`` leaves the file-wide clock
+    out (lingering FINs then expire only on a group's own frames)."""
+    from .groups import run_group
+    from .merge import FileMerge
     options = options or Options()
-    paths = expand_inputs(inputs)
-    indexes = [index_file(p, chunk_size, block_frames) if block_frames else index_file(p, chunk_size)
-               for p in paths]
     results = {}
-    for idx in indexes:
-        totals = FileTotals(idx.path)
-        flows: dict[str, list] = defaultdict(list)
+    for path in expand_inputs(inputs):
+        idx = index_file(path, chunk_size, block_frames) if block_frames else \
+            index_file(path, chunk_size)
+        if not idx.splittable and idx.error is None:
+            got: list = []
+            for _cols in analyze_whole(path, options, got):
+                pass
+            w = got[0]
+            results[path] = FileResult(path, w.findings, w.summary, w.messages, w.connections,
+                                       [w.error] if w.error else [], None, w.streams)
+            continue
+        fm = FileMerge(idx, options, groups)
         for piece in idx.chunks:                        # stage A
-            stats: list = []
-            for r in scan_chunk(piece, options, stats):
-                flows[r.flow].append(r)
-            totals.add_chunk(stats[0])
-        clock = clock_for(idx)
-        keyed = []
-        flow_results: list = []
-        for flow in sorted(flows):                      # stage B
-            rows = sorted(flows[flow], key=lambda r: r.frame)
-            segs = ((r.frame, r.ts_ns, segment_of(r)) for r in rows)
-            for *key, ev in flow_events(segs, options, clock, flow_results):
-                keyed.append((tuple(key), flow, loads(dumps(ev))))
-        for r in flow_results:
-            totals.add_flow(r)
-        keyed.sort(key=lambda k: k[0])
-        fa = FileAnalysis(idx.path, keep_events)        # stage C
-        for _key, flow, ev in keyed:
-            fa.feed(flow, ev)
-        fa.finish()
-        if idx.error is not None:
-            totals.errors.append(idx.error)
-        summary = totals.summary()
-        results[idx.path] = FileResult(idx.path, fa.findings, summary, fa.messages,
-                                       fa.connection_rows(), totals.errors, fa.events)
+            fm.add_chunk(*index_chunk(piece, options))
+        todo = fm.plan()
+        while todo:                                     # stage B, then the runs again
+            for task in todo:
+                got = []
+                for _cols in run_group(path, task.group, task.flows, options, task.numbers,
+                                       clock_for(idx) if clock else None, got,
+                                       keep_events=keep_events):
+                    pass
+                fm.add_result(got[0])
+            todo = fm.again()
+        m = fm.merged()
+        results[path] = FileResult(path, m.findings, m.summary, m.messages, m.connections,
+                                   m.errors, m.events, m.streams, fm.reruns)
     return results
+
+
+def clock_for(index: FileIndex):
+    """The :class:`~.groups.TcpClock` of an indexed file."""
+    from .groups import TcpClock
+    return TcpClock(index.blocks if index.splittable else index.chunks)
 
 
 __all__ = [
@@ -777,13 +577,10 @@ __all__ = [
     "STREAM_COLUMNS",
     "ChunkStats",
     "ConnRow",
-    "FileAnalysis",
+    "FilePass",
     "FileResult",
     "FileTotals",
-    "FlowResult",
     "MessageColumns",
-    "SegmentRow",
-    "TcpClock",
     "WholeFile",
     "analyze_whole",
     "clock_for",
@@ -791,12 +588,11 @@ __all__ = [
     "expand_inputs",
     "finding_from_row",
     "finding_row",
-    "flow_events",
-    "flow_key",
     "index_inputs",
     "loads",
     "message_row",
+    "record_rows",
     "run_local",
-    "scan_chunk",
-    "segment_of",
+    "stream_records_in_order",
+    "stream_rows",
 ]

@@ -5,24 +5,21 @@ shuffle: :func:`core.analyze_whole` gives findings, summary, connection and stre
 and the messages rows. When ``--out`` is a local directory and the master local, the task
 writes the messages to Parquet itself (pyarrow) and returns the rest (a plain RDD job);
 otherwise Spark writes them and the rest comes back through an accumulator.
-Larger files go through the chunked stages:
+Larger files go through the chunked stages, where only a frame index travels:
 
 ::
 
     index    headers only → chunk descriptors (on the driver, or one task per file when
              there are many files)
-    stage A  mapInArrow over chunks        → TCP segment rows with a flow key
-    stage B  repartition(file, flow) + sortWithinPartitions(file, flow, frame)
-             + mapInArrow, one flow at a time → events with a sort key   (persisted)
-    stage C  repartition(file) + sortWithinPartitions(file, sort key)
-             + mapInArrow, one file at a time → findings and connections
-    messages events (Pdu) ⋈ connection ids → decoded rows, in parallel
+    stage A  one task per chunk → per flow: frame numbers, times, offsets (collected)
+    driver   flows packed into about 2 × defaultParallelism analysis groups by bytes
+    stage B  one task per group: its frames read by offset, analysed as ``analyze`` does;
+             messages rows written, findings, connections, streams and counts returned
+    again    coupled groups merged, groups with unforeseen connection numbers, run once
+             more (:mod:`.merge`); results merged in ``analyze``'s order
 
-The ``streams`` rows come from the per-stream accounting of the analysis (stage C, or the
-whole-file task), as ``dcpdissect streams`` prints them.
-
-Stage C is the one serial step per capture file: cross-connection rules (resume fidelity,
-rollback, add-stream correlation) need every connection of the file in capture order.
+The ``streams`` rows come from the per-stream accounting of the analysis, as
+``dcpdissect streams`` prints them.
 """
 
 from __future__ import annotations
@@ -39,11 +36,13 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from ..capture.readers import CaptureError, open_capture
-from ..codec import decode
 from ..reassembly.pdus import Options, Summary
 from ..reports.messages import is_u64_name, iso_time
 from . import core
 from .chunks import DEFAULT_CHUNK_SIZE, index_file
+from .frames import index_chunk
+from .groups import TcpClock, run_group
+from .merge import FileMerge
 
 __all__ = ["TABLES", "PipelineResult", "run_pipeline", "ship_package", "spark_session"]
 
@@ -181,13 +180,6 @@ def _schemas():
         return StructType(spark_fields), pa.schema(arrow_fields)
 
     LA, SA = ArrayType(L), ArrayType(S)
-    chunk = make([("capture_file", S), ("piece", Y)])
-    seg = make([("capture_file", S), ("flow", S), ("frame", L), ("ts_ns", L), ("src", S),
-                ("dst", S), ("sport", I), ("dport", I), ("seq", L), ("ack", L), ("flags", I),
-                ("payload", Y), ("truncated", B), ("meta", Y)])
-    event = make([("capture_file", S), ("flow", S), ("kind", S), ("k_frame", L), ("k_phase", I),
-                  ("k_sub", L), ("k_sub2", L), ("k_seq", L), ("conn", I), ("etype", S),
-                  ("frame", L), ("blob", Y)])
     finding_cols = [("capture_file", S), ("rule", S), ("severity", S), ("title", S),
                     ("message", S), ("frame", L), ("frames", LA), ("time", S), ("ts_ns", L),
                     ("connection", I), ("vbucket", I), ("opaque", L), ("fields", S),
@@ -197,7 +189,6 @@ def _schemas():
                  ("closed_frame", L), ("closed_ts_ns", L), ("close_reason", S),
                  ("messages_c2s", L), ("messages_s2c", L), ("gaps", L), ("gap_bytes", L),
                  ("resyncs", L), ("lost_pdus", L)]
-    analysis = make([("kind", S)] + finding_cols + conn_cols + [("flow", S), ("local_conn", I)])
     by_name = {"string": S, "long": L, "int": I, "bool": B, "u64": DecimalType(20, 0),
                "list<long>": LA, "list<string>": SA}
     message = make([(c, by_name[t]) for c, t in core.MESSAGE_SCHEMA])
@@ -208,9 +199,7 @@ def _schemas():
                          "duration": D})
     stream_types.update({c: DecimalType(20, 0) for c in core.STREAM_COLUMNS if is_u64_name(c)})
     types = {"string": S, "long": L}
-    return {"chunk": chunk, "seg": seg, "event": event, "analysis": analysis,
-            "message": message, "finding_cols": [c for c, _ in finding_cols],
-            "conn_cols": [c for c, _ in conn_cols], "finding": make(finding_cols),
+    return {"message": message, "finding": make(finding_cols),
             "connection": make([("capture_file", S), ("connection", I)] + conn_cols),
             "stream": make([(c, stream_types.get(c, L)) for c in core.STREAM_COLUMNS]),
             "error": make([(c, types[t]) for c, t in _ERROR_COLUMNS]),
@@ -486,14 +475,14 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
         _run_whole(spark, whole, out, local, options, sch, state, timings)
         timings["whole files"] = time.monotonic() - t1
     if split:
-        _run_chunked(spark, split, out, options, chunk_size, sch, state, say, timings,
+        _run_chunked(spark, split, out, local, options, chunk_size, sch, state, say, timings,
                      index_on_executors, append=bool(whole))
     if (not whole and not split) or (local is not None
                                      and not os.listdir(os.path.join(local, "messages"))):
         _write_table(spark, out, local, "messages", sch["message"], [])
 
     t2 = time.monotonic()
-    summaries = {p: state.whole[p].summary if p in state.whole else state.totals[p].summary()
+    summaries = {p: state.summaries[p] if p in state.summaries else state.totals[p].summary()
                  for p in paths}
     findings = {p: state.findings.get(p, []) for p in paths}
     counts = {p: state.counts.get(p, 0) for p in paths}
@@ -517,8 +506,8 @@ class _State:
     """What the driver gathers for the small tables and the CLI."""
 
     def __init__(self, paths: list[str]):
-        self.totals = {p: core.FileTotals(p) for p in paths}
-        self.whole: dict = {}
+        self.totals = {p: core.FileTotals(p) for p in paths}    # files not read at all
+        self.summaries: dict = {}
         self.errors: list = []
         self.findings: dict = defaultdict(list)
         self.counts: dict = defaultdict(int)
@@ -577,7 +566,7 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
     timings["task wall"] = sum(w for _b, _c, w in got)
     for blob, _cpu, _wall in got:
         w = core.loads(blob)
-        state.whole[w.path] = w
+        state.summaries[w.path] = w.summary
         state.findings[w.path] = w.findings
         state.counts[w.path] = w.messages
         state.finding_rows[w.path] = [core.finding_row(w.path, f) for f in w.findings]
@@ -587,13 +576,11 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
             state.errors.append(_error_row(w.error, "read", 0, 1))
 
 
-def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size: int,
-                 sch: dict, state: _State, say, timings: dict, index_on_executors: bool | None,
-                 append: bool) -> None:
-    """The chunked stages (index, A, B, C, messages, streams) for files larger than a chunk."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
+def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: Options,
+                 chunk_size: int, sch: dict, state: _State, say, timings: dict,
+                 index_on_executors: bool | None, append: bool) -> None:
+    """The chunked stages for files larger than a chunk: index, frame index per chunk
+    (stage A), analysis groups (stage B) and their runs again (:mod:`.merge`)."""
     sc = spark.sparkContext
     t0 = time.monotonic()
     if index_on_executors is None:
@@ -605,164 +592,175 @@ def _run_chunked(spark, paths: list[str], out: str, options: Options, chunk_size
     else:
         say(f"pipeline: indexing {len(paths)} capture file(s)")
         indexes = core.index_inputs(paths, chunk_size)
-    pieces = [(i.path, core.dumps(c)) for i in indexes for c in i.chunks]
-    clocks = {i.path: (i.blocks if i.splittable else i.chunks) for i in indexes}
+    pieces = [c for i in indexes for c in i.chunks]
+    merges = {i.path: FileMerge(i, options, 2 * sc.defaultParallelism) for i in indexes}
+    for idx in indexes:
+        if idx.error is not None:
+            state.errors.append(_error_row(idx.error, "index", None, None))
     timings["index"] = time.monotonic() - t0
     say(f"pipeline: {len(pieces)} chunk(s) of up to {chunk_size} bytes "
         f"({timings['index']:.1f} s)")
 
-    b_clocks = sc.broadcast(clocks)
-    seg_schema = sch["seg"][1]
-    event_schema = sch["event"][1]
-
-    def stage_a(batches):
-        out_b = _Batcher(seg_schema)
-        for path, blob in _rows(batches, ("capture_file", "piece")):
-            piece = core.loads(blob)
-            stats: list = []
-            for r in core.scan_chunk(piece, options, stats):
-                yield from out_b.add((path, r.flow, r.frame, r.ts_ns, r.src, r.dst, r.sport,
-                                      r.dport, r.seq, r.ack, r.flags, r.payload, r.truncated,
-                                      None), len(r.payload))
-            meta = core.dumps(stats[0])           # the chunk's counts, after its segments
-            yield from out_b.add((path, "") + (None,) * 11 + (meta,))
-        yield from out_b.flush()
-
-    def stage_b(batches):
-        from itertools import groupby
-
-        from ..capture.packets import Segment
-        out_b = _Batcher(event_schema)
-        made: dict = {}
-        cols = ("capture_file", "flow", "frame", "ts_ns", "src", "dst", "sport", "dport",
-                "seq", "ack", "flags", "payload", "truncated", "meta")
-        for (path, flow), group in groupby(_rows(batches, cols), key=lambda r: (r[0], r[1])):
-            if flow == "":
-                for r in group:
-                    yield from out_b.add((path, "", "meta", 0, 0, 0, 0, 0, None, None, None, r[13]))
-                continue
-            clock = made.get(path)
-            if clock is None:
-                clock = made[path] = core.TcpClock(b_clocks.value.get(path, []))
-            segs = ((r[2], r[3], Segment(r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12]))
-                    for r in group)
-            res: list = []
-            for kf, kp, ks, ks2, kq, ev in core.flow_events(segs, options, clock, res):
-                blob = core.dumps(ev)
-                yield from out_b.add((path, flow, "ev", kf, kp, ks, ks2, kq, ev.conn,
-                                      type(ev).__name__, ev.frame, blob), len(blob))
-            yield from out_b.add((path, flow, "flow", 0, 0, 0, 0, 0, None, None, None,
-                                  core.dumps(res[0])))
-        yield from out_b.flush()
-
-    analysis_schema = sch["analysis"][1]
-    n_find, n_conn = len(sch["finding_cols"]), len(sch["conn_cols"])
-
-    def stage_c(batches):
-        from itertools import groupby
-        out_b = _Batcher(analysis_schema, 1024)
-        for path, group in groupby(_rows(batches, ("capture_file", "flow", "blob")),
-                                   key=lambda r: r[0]):
-            fa = core.FileAnalysis(path)
-            for _p, flow, blob in group:
-                fa.feed(flow, core.loads(blob))
-            fa.finish()
-            for f in fa.findings:
-                yield from out_b.add(("finding",) + core.finding_row(path, f)
-                                     + (None,) * (n_conn + 2), len(f.pdu or b""))
-            for row in fa.stream_rows():
-                yield from out_b.add(("stream", path) + (None,) * (n_find - 2) + (core.dumps(row),)
-                                     + (None,) * (n_conn + 2))
-            local = {gid: key for key, gid in fa.ids.items()}
-            for c in fa.connection_rows():
-                row = [None] * n_find
-                row[0], row[9] = path, c.connection
-                yield from out_b.add(("connection",) + tuple(row) + tuple(c)[1:]
-                                     + local[c.connection])
-        yield from out_b.flush()
-
-    message_schema = sch["message"][1]
-
-    def messages(batches):
-        """The rows of the Pdu events, built as the whole-file pass builds them."""
-        from itertools import groupby
-        ids = b_ids.value
-        tables: dict = {}
-        for batch in batches:
-            rows = _rows([batch], ("capture_file", "flow", "conn", "blob"))
-            for path, group in groupby(rows, key=lambda r: r[0]):
-                pdus = [core.loads(blob)._replace(conn=ids[path, flow, conn])
-                        for _p, flow, conn, blob in group]
-                table = tables.get(path) or tables.setdefault(path, core.MessageColumns(path))
-                cols = table.columns(pdus, [decode(p.data) for p in pdus], False, False)
-                yield _message_batch(cols, message_schema)
-
-    n_files = max(1, len(paths))
-    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    results = state.totals
-    for idx in indexes:
-        if idx.error is not None:
-            state.errors.append(_error_row(idx.error, "index", None, None))
-            results[idx.path].errors.append(idx.error)
-
     t1 = time.monotonic()
-    say("pipeline: stages A+B (segments per chunk, events per flow)")
-    chunks_df = spark.createDataFrame(pieces, sch["chunk"][0]) if pieces else \
-        spark.createDataFrame([], sch["chunk"][0])
-    if pieces:
-        chunks_df = chunks_df.repartition(min(len(pieces), max(shuffle, sc.defaultParallelism)))
-    segs_df = chunks_df.mapInArrow(stage_a, sch["seg"][0])
-    events = (segs_df.repartition(shuffle, "capture_file", "flow")
-              .sortWithinPartitions("capture_file", "flow", "frame")
-              .mapInArrow(stage_b, sch["event"][0])
-              .persist(StorageLevel.MEMORY_AND_DISK))
-    for path, kind, blob in events.filter(F.col("kind") != "ev").select(
-            "capture_file", "kind", "blob").collect():
-        item = core.loads(blob)
-        if kind == "meta":
-            results[path].add_chunk(item)
-            if item.error is not None:
-                state.errors.append(_error_row(item.error, "read", item.offset, item.first_frame))
-        else:
-            results[path].add_flow(item)
-    timings["segments+events"] = time.monotonic() - t1
+    say("pipeline: stage A (frame index per chunk and flow)")
 
-    t2 = time.monotonic()
-    say(f"pipeline: stage C (analysis, one task per capture file: {n_files})")
-    analysis = (events.filter(F.col("kind") == "ev")
-                .select("capture_file", "flow", "blob", "k_frame", "k_phase", "k_sub", "k_sub2",
-                        "k_seq")
-                .repartition(min(n_files, max(shuffle, 1)), "capture_file")
-                .sortWithinPartitions("capture_file", "k_frame", "k_phase", "k_sub", "k_sub2",
-                                      "k_seq")
-                .select("capture_file", "flow", "blob")
-                .mapInArrow(stage_c, sch["analysis"][0]))
-    ids: dict = {}
-    finding_cols = sch["finding_cols"]
-    conn_cols = ["capture_file", "connection"] + sch["conn_cols"]
-    for row in analysis.collect():
-        path = row["capture_file"]
-        if row["kind"] == "finding":
-            state.findings[path].append(core.finding_from_row(row.asDict()))
-            state.finding_rows[path].append(tuple(row[c] for c in finding_cols))
-        elif row["kind"] == "stream":          # a streams row, pickled in ``pdu``
-            state.streams.append(core.loads(row["pdu"]))
-        else:
-            ids[path, row["flow"], row["local_conn"]] = row["connection"]
-            state.counts[path] += row["messages_c2s"] + row["messages_s2c"]
-            state.conn_rows[path].append(tuple(row[c] for c in conn_cols))
-    timings["analysis"] = time.monotonic() - t2
+    def stage_a(piece):
+        return core.dumps(index_chunk(piece, options))
+
+    if pieces:
+        for blob in sc.parallelize(pieces, len(pieces)).map(stage_a).collect():
+            stats, flows = core.loads(blob)
+            merges[stats.path].add_chunk(stats, flows)
+            if stats.error is not None:
+                state.errors.append(_error_row(stats.error, "read", stats.offset,
+                                               stats.first_frame))
+    timings["frame index"] = time.monotonic() - t1
+
+    b_clocks = sc.broadcast({i.path: (i.blocks if i.splittable else i.chunks) for i in indexes})
+    number = {p: i for i, p in enumerate(paths)}
+    stage = _StageB(spark, out, local, options, sch, b_clocks, number)
+    tasks = [t for m in merges.values() for t in m.plan()]
+    rounds = 0
+    while tasks:
+        rounds += 1
+        t2 = time.monotonic()
+        say(f"pipeline: stage B (analysis, {len(tasks)} group(s))" if rounds == 1 else
+            f"pipeline: stage B again for {len(tasks)} merged or renumbered group(s)")
+        for r in stage.run(tasks):
+            merges[r.path].add_result(r)
+        tasks = []
+        for m in merges.values():
+            before = set(m.results)
+            tasks += m.again()
+            stage.drop(m.index.path, before - set(m.results))
+        key = "analysis" if rounds == 1 else "analysis again"
+        timings[key] = timings.get(key, 0.0) + time.monotonic() - t2
+    timings.update(stage.timings)
 
     t3 = time.monotonic()
-    say("pipeline: messages")
-    b_ids = sc.broadcast(ids)
-    (events.filter(F.col("etype") == "Pdu").select("capture_file", "flow", "conn", "blob")
-     .mapInArrow(messages, sch["message"][0])
-     .write.mode("append" if append else "overwrite").parquet(f"{out}/messages"))
-    timings["messages"] = time.monotonic() - t3
-    events.unpersist()
-    b_ids.unpersist()
+    stage.finish(append, [(p, g) for p, m in merges.items() for g in m.results])
+    for path, m in merges.items():
+        got = m.merged()
+        state.summaries[path] = got.summary
+        state.findings[path] = got.findings
+        state.counts[path] = got.messages
+        state.finding_rows[path] = [core.finding_row(path, f) for f in got.findings]
+        state.conn_rows[path] = [(path,) + tuple(c) for c in got.connections]
+        state.streams += got.streams
+    timings["merge"] = time.monotonic() - t3
     b_clocks.unpersist()
+
+
+def _group_part(where: str, file_number: int, group: int) -> str:
+    return os.path.join(where, f"part-{file_number:05d}-group-{group:05d}.parquet")
+
+
+class _StageB:
+    """Runs analysis groups (:func:`.groups.run_group`), one task each. When ``out`` is a
+    local directory, each task writes its ``messages`` Parquet file and :meth:`drop`
+    deletes those of groups run again; otherwise the rows go to a staging table with
+    their group, and :meth:`finish` copies those of the final groups."""
+
+    def __init__(self, spark, out, local, options, sch, clocks, number):
+        self.spark, self.out, self.local, self.options = spark, out, local, options
+        self.schema = sch["message"]
+        self.clocks, self.number = clocks, number
+        self.where = os.path.join(local, "messages") if local is not None else None
+        self.staged: list[str] = []
+        self.timings = {"task CPU": 0.0, "task wall": 0.0}
+
+    def _part(self, path: str, group: int) -> str:
+        return _group_part(self.where, self.number[path], group)
+
+    def run(self, tasks: list) -> list:
+        options, clocks, schema = self.options, self.clocks, self.schema[1]
+        tasks = sorted(tasks, key=lambda t: -sum(f.nbytes for f in t.flows))
+
+        def one(task):
+            """Yields the message batches of ``task``; returns (GroupResult, CPU, wall)."""
+            import gc
+            gc.set_threshold(50_000, *gc.get_threshold()[1:])
+            cpu, wall = time.process_time(), time.monotonic()
+            got: list = []
+            for cols in run_group(task.path, task.group, task.flows, options, task.numbers,
+                                  TcpClock(clocks.value[task.path]), got, time=False,
+                                  header=False):
+                yield _message_batch(cols, schema)
+            return got[0], time.process_time() - cpu, time.monotonic() - wall
+
+        sc = self.spark.sparkContext
+        if self.where is not None:
+            where, number = self.where, self.number
+
+            def write_one(task):
+                writer = _PartWriter(_group_part(where, number[task.path], task.group), schema)
+                batches = one(task)
+                while True:
+                    try:
+                        writer.add(next(batches))
+                    except StopIteration as done:
+                        writer.close()
+                        return core.dumps(done.value)
+
+            got = [core.loads(b) for b in
+                   sc.parallelize(tasks, len(tasks)).map(write_one).collect()]
+        else:
+            import pyarrow as pa
+            collected = sc.accumulator([], _collector())
+            b_tasks = sc.broadcast(tasks)
+            staged = f"{self.out}/_staging/messages-{len(self.staged)}"
+            from pyspark.sql.types import StringType, StructField, StructType
+            spark_schema = StructType(self.schema[0].fields
+                                      + [StructField("group_key", StringType(), True)])
+
+            def per_task(batches):
+                for batch in batches:
+                    for i in batch.column(0).to_pylist():
+                        task = b_tasks.value[i]
+                        key = f"{task.path}\n{task.group}"
+                        gen = one(task)
+                        while True:
+                            try:
+                                b = next(gen)
+                            except StopIteration as done:
+                                collected.add([core.dumps(done.value)])
+                                break
+                            yield pa.RecordBatch.from_arrays(
+                                b.columns + [pa.array([key] * b.num_rows, pa.string())],
+                                names=b.schema.names + ["group_key"])
+
+            (self.spark.range(len(tasks), numPartitions=len(tasks))
+             .mapInArrow(per_task, spark_schema).write.mode("overwrite").parquet(staged))
+            self.staged.append(staged)
+            got = [core.loads(b) for b in collected.value]
+            b_tasks.unpersist()
+        for result, cpu, wall in got:
+            self.timings["task CPU"] += cpu
+            self.timings["task wall"] += wall
+        return [r for r, _c, _w in got]
+
+    def drop(self, path: str, groups) -> None:
+        """Forget the messages of ``path``'s groups that were run again."""
+        if self.where is not None:
+            for g in groups:
+                try:
+                    os.remove(self._part(path, g))
+                except FileNotFoundError:
+                    pass
+
+    def finish(self, append: bool, final: list) -> None:
+        """Staged rows of the ``final`` (path, group) runs → the ``messages`` table."""
+        if not self.staged:
+            return
+        from pyspark.sql import functions as F
+        keys = [f"{p}\n{g}" for p, g in final]
+        (self.spark.read.parquet(*self.staged).filter(F.col("group_key").isin(keys))
+         .drop("group_key").write.mode("append" if append else "overwrite")
+         .parquet(f"{self.out}/messages"))
+        jvm = self.spark.sparkContext._jvm
+        staging = jvm.org.apache.hadoop.fs.Path(f"{self.out}/_staging")
+        staging.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).delete(
+            staging, True)
 
 
 _ERROR_COLUMNS = (("capture_file", "string"), ("stage", "string"), ("chunk_offset", "long"),

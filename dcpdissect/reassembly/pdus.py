@@ -234,8 +234,7 @@ class PduStream:
         else:       # with a key log, a connection decoded at once may start TLS
             cand = self.pending[ev.conn] = _Candidate(ev, by_port=at_once)
             if at_once:             # numbered as if decoded at once
-                cand.number = self.next_public
-                self.next_public += 1
+                cand.number = self._new_number(ev.conn)
 
     def _hold(self, ev) -> Iterator:
         cand = self.pending[ev.conn]
@@ -293,7 +292,9 @@ class PduStream:
     def _accept_tls(self, cand: "_Candidate", random: bytes) -> Iterator:
         """Decode a TLS connection with the key log's secrets."""
         opened = cand.opened
-        conn = self.next_public if cand.number is None else cand.number
+        if cand.number is None:
+            cand.number = self._new_number(opened.conn)
+        conn = cand.number
         hello_dir = 0 if hello_random(cand.bufs[0]) else 1
         self.tls[conn] = TlsSession(conn, opened.client, opened.server, self.keylog, random,
                                     hello_dir)
@@ -305,8 +306,7 @@ class PduStream:
         """Decode connection ``cid`` (as connection ``number`` when it was reserved): replay
         its held (event, now) pairs."""
         if number is None:
-            number = self.next_public
-            self.next_public += 1
+            number = self._new_number(cid)
         self.public[cid] = number
         if heuristic:
             port = events[0][0].server[1]
@@ -316,6 +316,12 @@ class PduStream:
             self.now = then if then is not None else now
             yield from self._route((ev,))
         self.now = now
+
+    def _new_number(self, cid: int) -> int:
+        """The number of decoded connection ``cid`` (the table's id): the next one."""
+        number = self.next_public
+        self.next_public += 1
+        return number
 
     def _tally(self, events: list) -> None:
         summary = self.summary

@@ -1,0 +1,135 @@
+"""Stage A of the chunked pipeline: the frame index of one chunk, per TCP flow.
+
+A flow is a TCP 4-tuple in both directions (:func:`flow_key`). For each flow with frames
+in the chunk, :func:`index_chunk` gives a :class:`FlowFrames`: where each of its frames
+lies in the file (frame number, timestamp, data offset, captured length, link type; an
+``array('q')`` of :data:`FIELDS` per frame), plus what the driver needs to foresee the
+connection numbers (:mod:`.merge`): the flow's first segment that can open a connection
+and its SYNs. No payload leaves the chunk: stage B reads the frames again by offset.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import NamedTuple
+
+from ..capture.packets import decode_packet
+from ..capture.readers import CaptureError
+from ..protocol import TLS_PORTS
+from ..reassembly.pdus import Options
+from ..reassembly.tcp import ACK, RST, SYN
+from .chunks import Piece, read_piece_at
+
+FIELDS = 4            # per frame: number, ts_ns, data offset, captured length << 32 | link type
+_OPEN_NEVER = 0
+
+
+class ChunkStats(NamedTuple):
+    path: str
+    offset: int
+    first_frame: int
+    frames: int                 # frames read
+    tcp_segments: int           # of which decode to TCP
+    filtered: int               # TCP segments no connection table would track
+    error: CaptureError | None
+    first_ts_ns: int | None = None      # time of the chunk's first frame
+
+
+class FlowFrames(NamedTuple):
+    """The frames of one flow in one chunk (or, merged, in a whole file)."""
+    frames: array               # FIELDS values per frame, in frame order
+    first_open: int             # first frame that could open a connection (SYN or data), 0: none
+    syns: array                 # (frame, seq) of each SYN without ACK
+    nbytes: int                 # bytes captured
+
+
+def flow_key(seg) -> str:
+    a = (seg.src, seg.sport)
+    b = (seg.dst, seg.dport)
+    if b < a:
+        a, b = b, a
+    return f"{a[0]} {a[1]} {b[0]} {b[1]}"
+
+
+def flow_ports(flow: str) -> tuple[int, int]:
+    _a, pa, _b, pb = flow.split(" ")
+    return int(pa), int(pb)
+
+
+class _Filter:
+    """Which segments a ConnectionTable built from ``options`` would look at."""
+
+    def __init__(self, options: Options):
+        # The heuristic (PduStream) looks at the first bytes of every connection.
+        self.any_port = options.any_port or options.heuristic
+        server = options.server_ports
+        self.ports = server | (frozenset(TLS_PORTS) - server)
+
+    def keep(self, seg) -> bool:
+        return self.any_port or seg.sport in self.ports or seg.dport in self.ports
+
+
+def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, FlowFrames]]:
+    """Stage A: the chunk's counts and its :class:`FlowFrames` by flow key."""
+    keep = _Filter(options).keep
+    frames = tcp = filtered = 0
+    error = first_ts = None
+    flows: dict[str, list] = {}          # flow -> [frames, first_open, syns, nbytes]
+    try:
+        for frame, at in read_piece_at(piece):
+            if not frames:
+                first_ts = frame.ts_ns
+            frames += 1
+            seg = decode_packet(frame.linktype, frame.data)
+            if seg is None:
+                continue
+            tcp += 1
+            if not keep(seg):
+                filtered += 1
+                continue
+            key = flow_key(seg)
+            got = flows.get(key)
+            if got is None:
+                got = flows[key] = [array("q"), _OPEN_NEVER, array("q"), 0]
+            size = len(frame.data)
+            got[0].extend((frame.number, frame.ts_ns, at, size << 32 | frame.linktype))
+            got[3] += size
+            flags = seg.flags
+            if not got[1] and not flags & RST and (flags & SYN or seg.payload):
+                got[1] = frame.number
+            if flags & SYN and not flags & ACK:
+                got[2].extend((frame.number, seg.seq))
+    except CaptureError as exc:
+        error = exc
+    except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
+        error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
+    stats = ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered,
+                       error, first_ts)
+    return stats, {k: FlowFrames(*v) for k, v in flows.items()}
+
+
+def merge_flow(parts: list[FlowFrames]) -> FlowFrames:
+    """One flow's :class:`FlowFrames` of consecutive chunks, in chunk order, as one."""
+    if len(parts) == 1:
+        return parts[0]
+    frames, syns = array("q"), array("q")
+    first_open = nbytes = 0
+    for p in parts:
+        frames.extend(p.frames)
+        syns.extend(p.syns)
+        nbytes += p.nbytes
+        if not first_open:
+            first_open = p.first_open
+    return FlowFrames(frames, first_open, syns, nbytes)
+
+
+def pack(ff: FlowFrames) -> tuple:
+    """A :class:`FlowFrames` as plain bytes and ints (for Arrow rows and pickles)."""
+    return ff.frames.tobytes(), ff.first_open, ff.syns.tobytes(), ff.nbytes
+
+
+def unpack(frames: bytes, first_open: int, syns: bytes, nbytes: int) -> FlowFrames:
+    a, s = array("q"), array("q")
+    a.frombytes(frames)
+    s.frombytes(syns)
+    return FlowFrames(a, first_open, s, nbytes)

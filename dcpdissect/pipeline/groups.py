@@ -1,0 +1,297 @@
+"""Stage B of the chunked pipeline: the ``analyze`` run over one analysis group.
+
+An analysis group is a set of flows of one capture file (:mod:`.frames`). Its frames are
+read again by offset, in frame order, and go through the same path as ``analyze``: TCP
+reassembly, framing, decode, the Analyzer (:class:`.core.FilePass`). What ties the
+group's results to the whole file's:
+
+* Lingering FINs expire, as in one connection table, on the first TCP segment of the
+  *file* past their deadline: a :class:`TcpClock` finds it between the group's frames.
+* Every event and finding carries its **moment**, ``(frame, phase, sub, n)``, the place
+  where ``analyze`` meets it: phase 0 holds the expiries a frame triggers (``sub``: the
+  frame at which the connection started to linger, the order of the table's waiting
+  list), phase 1 the frame's own segment, phase 2 (frame ``END``) the end-of-capture
+  closes (``sub``: the frame that opened the connection, the table's id order), phase 4
+  the Analyzer's ``finish``. Sorting the moments of all groups gives ``analyze``'s order.
+* Connection numbers: ``analyze`` numbers connections in decision order, so the number
+  of a connection is the rank of the moment it was decided at among those of all groups.
+  The driver hands each group the numbers it foresees (``numbers``: moment → number); the
+  group reports the moments it actually numbered at (:attr:`GroupResult.numbered`), and
+  the driver runs a group again when one differs (:mod:`.merge`).
+* :func:`coupling_keys`: the ways a connection can meet another one in the Analyzer.
+"""
+
+from __future__ import annotations
+
+import heapq
+import mmap
+from array import array
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ..capture.packets import Segment, decode_packet
+from ..capture.readers import CaptureError
+from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
+from ..reassembly.connections import ConnectionOpened
+from ..reassembly.pdus import Options, PduStream
+from .chunks import Piece, read_piece
+from .frames import FIELDS, FlowFrames
+
+END = 1 << 62                    # moment frame of the end of the capture
+UNFORESEEN = 1 << 30             # numbers from here on: a connection the driver did not foresee
+_TICK = Segment("", "", 0, 0, 0, 0, 0, b"", False)   # an untracked segment: only a clock tick
+_LOW = 0xFFFFFFFF
+
+
+class TcpClock:
+    """Answers "first TCP segment of the file after frame a and before frame b with a
+    timestamp of at least t" by re-reading the index blocks that may hold it."""
+
+    def __init__(self, blocks: list[Piece], cache: int = 8):
+        self.blocks = sorted(blocks, key=lambda p: p.first_frame)
+        self.starts = [p.first_frame for p in self.blocks]
+        self._cache: OrderedDict = OrderedDict()
+        self._size = cache
+
+    def _segments(self, i: int):
+        got = self._cache.get(i)
+        if got is None:
+            frames, stamps = array("q"), array("q")
+            try:
+                for f in read_piece(self.blocks[i]):
+                    if decode_packet(f.linktype, f.data) is not None:
+                        frames.append(f.number)
+                        stamps.append(f.ts_ns)
+            except CaptureError:
+                pass
+            got = self._cache[i] = (frames, stamps)
+            if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(i)
+        return got
+
+    def first(self, after: int, before: int, min_ts: int) -> tuple[int, int] | None:
+        i = max(0, bisect_right(self.starts, after + 1) - 1)
+        for j in range(i, len(self.blocks)):
+            p = self.blocks[j]
+            if p.first_frame >= before:
+                return None
+            if p.frames >= 0 and p.first_frame + p.frames <= after + 1:
+                continue
+            if p.max_ts is not None and p.max_ts < min_ts:
+                continue
+            frames, stamps = self._segments(j)
+            for k in range(bisect_right(frames, after), len(frames)):
+                f = frames[k]
+                if f >= before:
+                    return None
+                if stamps[k] >= min_ts:
+                    return f, stamps[k]
+        return None
+
+
+class GroupStream(PduStream):
+    """A PduStream fed the frames of one analysis group; iterate :meth:`feed` and
+    :meth:`finish` for events, :attr:`moment` being the moment of the last one."""
+
+    def __init__(self, options: Options, numbers: dict, clock: TcpClock | None):
+        super().__init__(options)
+        self.numbers = numbers          # moment (frame, phase, sub) -> [numbers in order]
+        self.clock = clock
+        self.moment: tuple = (0, 1, 0)
+        self.numbered: list = []        # (moment, n, number): the numbers given
+        self.opened_at: dict[int, int] = {}     # table id -> frame that opened it
+        self.entered: dict[int, int] = {}       # table id -> frame it began to linger at
+        self.ticks = 0
+        self.prev = 0
+        self._ending = False
+
+    def _new_number(self, cid: int) -> int:
+        moment = self.moment
+        last = self.numbered[-1] if self.numbered else None
+        n = last[1] + 1 if last is not None and last[0] == moment else 0
+        foreseen = self.numbers.get(moment, ())
+        number = foreseen[n] if n < len(foreseen) else UNFORESEEN + len(self.numbered)
+        self.numbered.append((moment, n, number))
+        return number
+
+    def feed(self, number: int, ts_ns: int, seg) -> Iterator:
+        table = self.table
+        closing = table._closing
+        if closing:
+            yield from self._linger(number, ts_ns)
+        before = set(closing) if closing else ()
+        self.now = (number, ts_ns)
+        self.moment = (number, 1, 0)
+        events = table.feed(number, ts_ns, seg)
+        if events:
+            for ev in events:
+                if type(ev) is ConnectionOpened:
+                    self.opened_at[ev.conn] = ev.frame
+            yield from self._route(events)
+        if closing:
+            for cid in closing:
+                if cid not in before:
+                    self.entered[cid] = number
+        self.prev = number
+
+    def _linger(self, number: int, ts_ns: int) -> Iterator:
+        """Expire lingering FINs where the file's segments since the group's previous
+        frame, then this frame, would."""
+        closing = self.table._closing
+        after = self.prev
+        while closing:
+            deadline = min(c.deadline for c in closing.values())
+            at = self.clock.first(after, number, deadline) if self.clock else None
+            if at is None:
+                if number == END or ts_ns < deadline:
+                    return
+                at = (number, ts_ns)
+            after = at[0]
+            self.ticks += 1
+            self.now = at
+            for ev in self.table.feed(at[0], at[1], _TICK):
+                self.moment = (at[0], 0, self.entered.get(ev.conn, 0))
+                yield from self._route((ev,))
+
+    def finish(self) -> Iterator:
+        if self.table._closing:
+            yield from self._linger(END, 0)
+        self._ending = True
+        yield from super().finish()
+
+    def _route(self, events) -> Iterator:
+        if not self._ending:
+            return super()._route(events)
+        return self._route_end(events)
+
+    def _route_end(self, events) -> Iterator:
+        for ev in events:
+            self.moment = (END, 2, self.opened_at.get(ev.conn, 0))
+            yield from super()._route((ev,))
+
+
+# -- coupling ------------------------------------------------------------------------------
+#
+# Connections meet in the Analyzer only through state not keyed by connection. Audited in
+# dcpdissect/analysis (each entry: the state, its key, the coupling key that covers it):
+#   streams/tracker.py   StreamTracker.names (DcpOpen name, server, bucket)     -> name
+#   streams/resume.py    Resume.points (name, server, bucket, vb, sid)          -> name
+#   streams/relay.py     Relay.pairs by DcpOpen name (proxy legs on two servers) -> name
+#   rollback_checks.py   seen_purge (consumer name, server, bucket, vb)         -> name
+#                        tables, high, purge (server, bucket, vb)               -> vb
+#                        rollbacks (client ip, server, bucket, vb)              -> vb
+#   streams/correlation.py  Correlation.adds, across connections: an Add Stream's
+#                        consumer host and vb meet a stream request's client host and vb
+#                        -> add (host, vb); the list keeps the newest MAX_ADD_STREAMS of
+#                        all connections -> add-stream (every Add Stream connection)
+#   engine.py            the per-rule finding cap MAX_FINDINGS_PER_RULE: applied by the
+#                        driver to the merged findings, in analyze's order (merge.py)
+# Keyed by connection, so never shared: engine.py (connections, negotiated), negotiation.py,
+# streams/state.py Conn, controls.py, flow.py, lifecycle.py, durability.py (by connection,
+# vb, sid), snapshots.py (per stream), rollback_checks.py pending (connection, opaque),
+# stream_summary.py. Bounds shared by every connection (MAX_RESUME and MAX_PAIRS names,
+# rollback MAX_PENDING requests, durability MAX_TRACKED streams) and the connection
+# table's (max_connections, remembered closed and TLS 4-tuples) apply per group: they
+# only bind beyond tens of thousands of entries.
+# Names and vbuckets are taken from requests either way (the consumer's leg of the proxy
+# sends its stream requests server→client) and coarser than the state's keys (no bucket):
+# when unsure, couple.
+
+DCP_OPEN = opcode_code("DcpOpen")
+ADD_STREAM = opcode_code("DcpAddStream")
+STREAM_REQUEST = opcode_code("DcpStreamReq")
+VB_OPCODES = FAILOVER_LOG_OPCODES | STREAM_OPCODES
+COUPLING_OPCODES = VB_OPCODES | {DCP_OPEN, ADD_STREAM, STREAM_REQUEST}
+
+
+def coupling_keys(msg, client: tuple, server: tuple) -> list[tuple]:
+    """The keys through which the request ``msg`` of a connection (``client``, ``server``
+    endpoints) may meet other connections; responses carry none."""
+    if not msg.is_request:
+        return []
+    op = msg.opcode
+    out = []
+    if op == DCP_OPEN:
+        out.append(("name", bytes(msg.key)))
+    vb = msg.vbucket
+    if vb is None:
+        return out
+    if op in VB_OPCODES:
+        out.append(("vb", server, vb))
+    if op == ADD_STREAM:
+        out += [("add-stream",), ("add", server[0], vb)]
+    elif op == STREAM_REQUEST:
+        out.append(("add", client[0], vb))
+    return out
+
+
+# -- one group -----------------------------------------------------------------------------
+
+class GroupResult(NamedTuple):
+    path: str
+    group: int
+    findings: list              # uncapped, in emission order
+    moments: list               # the moment of each finding
+    connections: list           # [ConnRow]
+    streams: list               # stream records (no finding counts), in order of appearance
+    counts: dict                # Summary counters of the group
+    ports: tuple                # (heuristic_ports, undecoded_ports)
+    tcp: dict                   # connection table stats, clock ticks taken out
+    tls_randoms: dict
+    numbered: list              # (moment, n, number) of each connection number given
+    coupling: frozenset
+    messages: int
+    events: list | None = None  # (moment, event) of each event, when kept
+
+
+def frames_in_order(flows: list[FlowFrames]) -> Iterator[tuple]:
+    """(number, ts_ns, data offset, captured length << 32 | link type) of every frame of
+    the flows, in frame order."""
+    rows = [zip(*(f.frames[i::FIELDS] for i in range(FIELDS))) for f in flows]
+    return rows[0] if len(rows) == 1 else heapq.merge(*rows)
+
+
+def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, numbers: dict,
+              clock: TcpClock | None, result: list, batch_rows: int = 4096, time: bool = True,
+              header: bool = True, keep_events: bool = False) -> Iterator[dict]:
+    """Stage B: yields the group's ``messages`` rows in batches (as
+    :func:`.core.analyze_whole`) and appends its :class:`GroupResult` to ``result``
+    (with every event and its moment if ``keep_events``)."""
+    from .core import FilePass, stream_records_in_order
+    stream = GroupStream(options, numbers, clock)
+    fp = FilePass(path, batch_rows, time, header, moment=lambda: stream.moment,
+                  watch=COUPLING_OPCODES)
+    feed = stream.feed
+    events: list | None = [] if keep_events else None
+
+    def kept(evs):
+        for ev in evs:
+            events.append((stream.moment, ev))
+            yield ev
+
+    if keep_events:
+        feed = lambda *a: kept(stream.feed(*a))     # noqa: E731
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for number, ts_ns, at, packed in frames_in_order(flows):
+            seg = decode_packet(packed & _LOW, mm[at:at + (packed >> 32)])
+            if seg is None:          # pragma: no cover - stage A only lists TCP frames
+                continue
+            yield from fp.run(feed(number, ts_ns, seg))
+    yield from fp.run(kept(stream.finish()) if keep_events else stream.finish())
+    yield from fp.flush()
+    fp.finish()
+    s = stream.summary
+    counts = {k: getattr(s, k) for k in ("connections", "pdus", "gaps", "gap_bytes", "resyncs",
+                                          "lost_pdus", "tls_connections", "tls_decrypted")}
+    tcp = dict(s.tcp)
+    tcp["segments"] -= stream.ticks
+    tcp["ignored_segments"] -= stream.ticks
+    result.append(GroupResult(path, group, fp.findings, fp.moments, fp.connection_rows(),
+                              stream_records_in_order(fp.streams.streams), counts,
+                              (dict(s.heuristic_ports), dict(s.undecoded_ports)), tcp,
+                              dict(s.tls_randoms), stream.numbered, frozenset(fp.coupling),
+                              fp.count, events))
