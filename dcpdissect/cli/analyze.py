@@ -8,6 +8,7 @@ import sys
 from tabulate import tabulate
 
 from ..capture.readers import CaptureError
+from ..reassembly.batches import BATCH, in_batches
 from ..reassembly.pdus import Summary, iter_events
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
@@ -130,17 +131,21 @@ def _analyze(args, capture_copy: str) -> int:
     try:
         with StopOnSigint() as guard:
             try:
-                for n, ev in enumerate(iter_events(args.file, capture_options(args), summary,
-                                                   hook)):
+                n = 0
+                # a file is read a batch of events ahead; live input is analysed as it comes
+                for batch in in_batches(iter_events(args.file, capture_options(args), summary,
+                                                    hook), 1 if live else BATCH):
                     guard.busy = True
-                    legend.feed(ev)
-                    if timeline is not None:
-                        timeline.feed(ev)
-                    new = feed(ev)
-                    if new:
-                        found(new)
-                    if not n & 1023:
-                        progress.update()
+                    for ev in batch:
+                        legend.feed(ev)
+                        if timeline is not None:
+                            timeline.feed(ev)
+                        new = feed(ev)
+                        if new:
+                            found(new)
+                        if not n & 1023:
+                            progress.update()
+                        n += 1
                     guard.busy = False
                     if guard.hit:
                         break

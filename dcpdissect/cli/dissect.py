@@ -10,6 +10,7 @@ from ..analysis.collections import CollectionsView
 from ..capture.readers import CaptureError
 from ..codec import decode
 from ..protocol import opcode_code
+from ..reassembly.batches import BATCH, in_batches
 from ..reassembly.pdus import Pdu, Summary, iter_events
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import TABLE_HEADERS, Clock, message_line, message_record, table_row
@@ -21,6 +22,7 @@ from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigi
                      parse_follow, parse_instant, parse_vbucket, ports_report, with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
+JSONL_BLOCK = 256      # JSON lines per write
 SNAPSHOT_MARKER = opcode_code("DcpSnapshotMarker")     # carries a start-seqno convention
 
 
@@ -83,8 +85,14 @@ def cmd_dissect(args) -> int:
     live_table = (LiveTable(out, TABLE_HEADERS)
                   if args.file == "-" and args.format == "table" else None)
 
+    lines: list = []            # JSON lines not written yet (a file's are written in blocks)
+    line_block = 1 if args.file == "-" else JSONL_BLOCK
+
     def flush_rows():
         nonlocal first_block
+        if lines:
+            out.write("".join(lines))
+            lines.clear()
         if rows:
             out.write(tabulate(rows, headers=TABLE_HEADERS, disable_numparse=True,
                                tablefmt="simple") + "\n")
@@ -96,7 +104,9 @@ def cmd_dissect(args) -> int:
             record = redact_record(record)
         shown.add(record["connection"])
         if args.format == "jsonl":
-            out.write(message_line(record))
+            lines.append(message_line(record))
+            if len(lines) >= line_block:
+                flush_rows()
         elif live_table is not None:
             live_table.row(table_row(record, clock))
         else:
@@ -118,34 +128,39 @@ def cmd_dissect(args) -> int:
                                     if args.progress is not None or not out.isatty() else False)
     with StopOnSigint() as guard:
         try:
-            for n, ev in enumerate(iter_events(args.file, capture_options(args), summary,
-                                               progress.attach)):
-                if not n & 1023:
-                    progress.update()
+            n = 0
+            # a file is read a batch of events ahead; live input is shown as it comes
+            for batch in in_batches(iter_events(args.file, capture_options(args), summary,
+                                                progress.attach),
+                                    1 if args.file == "-" else BATCH):
                 guard.busy = True
-                legend.feed(ev)
-                msg = decode(ev.data) if type(ev) is Pdu else None
-                if analyzer is not None:        # decoded once, for the analyzer and the record
-                    if msg is None:
-                        analyzer.feed(ev)
+                for ev in batch:
+                    if not n & 1023:
+                        progress.update()
+                    n += 1
+                    legend.feed(ev)
+                    msg = decode(ev.data) if type(ev) is Pdu else None
+                    if analyzer is not None:    # decoded once, for the analyzer and the record
+                        if msg is None:
+                            analyzer.feed(ev)
+                        else:
+                            analyzer.feed_message(ev, msg)
+                    if msg is not None:
+                        doc_key = collections.feed(ev, msg)
+                        record = None
+                        if ((not streams or streams.wants(ev, msg))
+                                and (not opcodes or msg.opcode in opcodes)
+                                and (not window or window.contains(ev.ts_ns))):
+                            record = message_record(ev, msg, doc_key,
+                                                    collections.stream_filter(ev.conn, msg))
+                        if ordered is not None:
+                            ordered.add(ev, msg, record)
+                        elif record is not None:
+                            if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
+                                record["convention"] = None
+                            emit(record)
                     else:
-                        analyzer.feed_message(ev, msg)
-                if msg is not None:
-                    doc_key = collections.feed(ev, msg)
-                    record = None
-                    if ((not streams or streams.wants(ev, msg))
-                            and (not opcodes or msg.opcode in opcodes)
-                            and (not window or window.contains(ev.ts_ns))):
-                        record = message_record(ev, msg, doc_key,
-                                                collections.stream_filter(ev.conn, msg))
-                    if ordered is not None:
-                        ordered.add(ev, msg, record)
-                    elif record is not None:
-                        if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
-                            record["convention"] = None
-                        emit(record)
-                else:
-                    collections.feed(ev)
+                        collections.feed(ev)
                 guard.busy = False
                 if guard.hit:
                     break
