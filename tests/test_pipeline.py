@@ -15,7 +15,7 @@ import pytest
 
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.capture.readers import CaptureError, open_capture
-from dcpdissect.codec import decode
+from dcpdissect.codec import decode, encode
 from dcpdissect.pipeline import core
 from dcpdissect.pipeline.chunks import index_file, parse_size, read_piece
 from dcpdissect.pipeline.frames import index_chunk
@@ -30,9 +30,17 @@ from dcpdissect.samples.builder import (
     T0,
     Script,
     add_stream,
+    dcp_open,
+    doc,
+    failover,
+    marker,
+    mutation,
+    ok,
     replication,
     stream_id_connector,
+    stream_req,
 )
+from dcpdissect.samples.scenarios_streams import resume_collapsed
 from dcpdissect.samples.netsynth import Endpoint, Link
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
@@ -61,6 +69,51 @@ def linger_capture(path) -> None:
     d = replication(client=Endpoint("10.0.0.4", 50003), server=Endpoint("10.0.0.1", 11210),
                     start_ns=T0 + 2_600_000_000)
     ns.write_pcap(str(path), [pa, pb, c.conv.packets(), d.conv.packets()])
+
+
+def resume_across_groups(path) -> None:
+    """A consumer resumes on a new connection of the same DcpOpen name (collapsing its
+    snapshot) while two unrelated consumers (other names, other vbuckets or servers) open
+    between its connections: the two connections of the name start in different analysis
+    groups and must be analysed together, with analyze's connection numbers."""
+    first, second = resume_collapsed()
+    connector = stream_id_connector(client=Endpoint("10.0.2.7", 50700), start_ns=T0 + 20_000_000)
+    other = replication(client=Endpoint("10.0.2.8", 50800), start_ns=T0 + 30_000_000)
+    ns.write_pcap(str(path), [s.conv.packets() for s in (first, connector, other, second)])
+
+
+def buckets_capture(path) -> None:
+    """Three buckets on one node, two consumers each streaming interleaved vbuckets (even,
+    odd) at the same time, and one of them resuming beyond what it received."""
+    server = Endpoint("10.0.4.1", 11210)
+    scripts = []
+
+    def consumer(port, bucket, name, start_ns):
+        s = Script(Endpoint("10.0.4.2", port), server, start_ns=start_ns)
+        s.c2s(encode(0x89, key=bucket.encode(), opaque=0xB))
+        s.s2c(ok(0x89, 0xB))
+        s.c2s(dcp_open(name, 0x1, 1))
+        s.s2c(ok(0x50, 1))
+        return s
+
+    for b, bucket in enumerate(("alpha", "beta", "gamma")):
+        for parity in (0, 1):
+            s = consumer(51000 + 2 * b + parity, bucket, f"{bucket}-{parity}",
+                         T0 + (2 * b + parity) * 1_000)
+            vbs = range(parity, 8, 2)
+            for vb in vbs:
+                s.c2s(stream_req(vb, 0x100 + vb))
+                s.s2c(failover(0x100 + vb, (0xAB00 + vb, 0)))
+            for vb in vbs:
+                s.s2c(marker(vb, 0x100 + vb, 0, 3, "memory+checkpoint"),
+                      *[mutation(vb, 0x100 + vb, i, f"k{vb}-{i}", doc(i)) for i in (1, 2, 3)])
+            s.conv.close()
+            scripts.append(s)
+    again = consumer(51010, "beta", "beta-1", T0 + 50_000_000)
+    again.c2s(stream_req(3, 0x200, start=5, uuid=0xAB03, snap_start=1, snap_end=3))
+    again.s2c(failover(0x200, (0xAB03, 0)))
+    again.conv.close()
+    ns.write_pcap(str(path), [s.conv.packets() for s in scripts + [again]])
 
 
 def make_corpus(directory: Path) -> list[str]:
@@ -240,6 +293,28 @@ def test_lingering_fin_expires_on_other_connections_packets(tmp_path):
             assert moments == {END}
         else:                   # the untracked connection's late packet, before the next open
             assert moments and max(moments) < 101
+
+
+def test_coupled_groups_run_again_and_equal_analyze(tmp_path):
+    """Connections that meet in the analyzer (a DcpOpen name, a server's vbucket) are
+    analysed together however the flows were first grouped; the others are not run again."""
+    resume, buckets = str(tmp_path / "resume.pcap"), str(tmp_path / "buckets.pcap")
+    resume_across_groups(resume)
+    buckets_capture(buckets)
+    ref = [f for f in analyze_file(resume)[0] if f.rule == "resume-collapsed-snapshot"]
+    assert [f.connection for f in ref] == [4] and "(connection 1)" in ref[0].message
+    assert "resume-beyond-received" in {f.rule for f in analyze_file(buckets)[0]}
+    for chunk_size in (2000, 1 << 30):
+        res = core.run_local([resume, buckets], chunk_size=chunk_size, block_frames=3, groups=8)
+        check_equal({p: (r.findings, r.summary, r.messages) for p, r in res.items()},
+                    [resume, buckets])
+        assert res[resume].reruns == 2          # the two connections of the name, only
+        assert res[buckets].reruns == 2         # other names, buckets or vbuckets stay apart
+        whole: list = []
+        for _cols in core.analyze_whole(buckets, None, whole):
+            pass
+        assert res[buckets].streams == whole[0].streams
+        assert res[buckets].connections == whole[0].connections
 
 
 def test_local_stages_on_bad_files(tmp_path):
@@ -445,6 +520,35 @@ def test_spark_writes_the_tables_when_tasks_cannot(spark, tmp_path, monkeypatch)
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+@pytest.mark.parametrize("tasks_write", [True, False], ids=["tasks-write", "spark-writes"])
+def test_spark_coupled_groups(spark, tmp_path, monkeypatch, tasks_write):
+    """Groups run again replace their first run everywhere: findings as analyze's, and
+    every message once in the messages table (whoever writes it)."""
+    import pyarrow.parquet as pq
+
+    from dcpdissect.pipeline import spark as sp
+    if not tasks_write:
+        monkeypatch.setattr(sp, "_local_dir", lambda _spark, _out: None)
+    resume, buckets = str(tmp_path / "resume.pcap"), str(tmp_path / "buckets.pcap")
+    resume_across_groups(resume)
+    buckets_capture(buckets)
+    paths = [resume, buckets]
+    res, results = spark_results(spark, paths, tmp_path / "out", chunk_size=2000)
+    check_equal(results, paths)
+    assert res.reruns == {resume: 2, buckets: 2} and "analysis again" in res.timings
+    rows = pq.read_table(tmp_path / "out" / "messages").to_pylist()
+    for path in paths:
+        got = sorted((r["frame"], r["connection"], r["opcode"], r["opaque"]) for r in rows
+                     if r["capture_file"] == path)
+        ref = sorted((ev.frame, ev.conn, decode(ev.data).opcode, decode(ev.data).opaque)
+                     for ev in iter_events(path) if type(ev) is Pdu)
+        assert got == ref, path
+    assert not (tmp_path / "out" / "_staging").exists()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
 def test_cli_runs_the_pipeline(tmp_path):
     import pyarrow.parquet as pq
 
@@ -521,19 +625,6 @@ def test_register_cli_adds_the_subcommand():
                               "--port", "12000", "--conf", "spark.driver.memory=2g"])
     assert args.func is cmd_pipeline and args.inputs == ["a.pcap", "dir/"]
     assert args.chunk_size == 64 << 20 and args.port == [12000] and args.master is None
-
-
-def test_batches_are_bounded_by_rows_and_bytes():
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("pyspark")
-    from dcpdissect.pipeline import spark as sp
-    batcher = sp._Batcher(sp._schemas()["chunk"][1], size=10, max_bytes=100)
-    out = []
-    for _ in range(25):
-        out += batcher.add(("p", b"x" * 30), 30)
-    out += batcher.flush()
-    assert [b.num_rows for b in out] == [4, 4, 4, 4, 4, 4, 1]
-    assert batcher.flush() == []
 
 
 def test_message_batch_formats_time_like_iso_time():

@@ -425,11 +425,11 @@ class FilePass:
                 row = conns[ev.conn]
                 row[11 + ev.direction] += 1
                 self.count += 1
-                if watch and msg.opcode in watch:
-                    self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4])))
                 found = feed_message(ev, msg)
                 if found:
                     self._found(found)
+                if watch and msg.opcode in watch:
+                    self._couple(ev, msg, row)
                 if len(pdus) >= batch_rows:
                     yield from self.flush()
                 continue
@@ -442,6 +442,11 @@ class FilePass:
             found = feed(ev)
             if found:
                 self._found(found)
+
+    def _couple(self, pdu: Pdu, msg, row: list) -> None:
+        neg = self.analyzer.negotiated.get(pdu.conn)
+        self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4]),
+                                           neg.bucket if neg is not None else None))
 
     def _found(self, found: list[Finding]) -> None:
         self.findings += found

@@ -27,6 +27,7 @@ from ..reassembly.pdus import Options
 from ..reports.streams import SEVERITIES, _order
 from .chunks import FileIndex
 from .frames import ChunkStats, FlowFrames, flow_ports, merge_flow
+from .groups import ANSWERS_ADD
 
 
 class Task(NamedTuple):
@@ -147,11 +148,19 @@ class FileMerge:
             return g
 
         owner: dict = {}
+        answers = []
         for g in sorted(self.results):
             for key in self.results[g].coupling:
+                if key[0] == ANSWERS_ADD[0]:     # meets an Add Stream's key, not its like
+                    answers.append((("add",) + key[1:], g))
+                    continue
                 other = owner.setdefault(key, g)
                 if other != g:
                     parent[root(g)] = root(other)
+        for key, g in answers:
+            other = owner.get(key)
+            if other is not None and root(other) != root(g):
+                parent[root(g)] = root(other)
         sets: dict[int, list[int]] = {}
         for g in sorted(self.results):
             sets.setdefault(root(g), []).append(g)

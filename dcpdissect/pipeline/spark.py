@@ -206,43 +206,6 @@ def _schemas():
             "file": make([(c, types[t]) for c, t in _FILE_COLUMNS])}
 
 
-class _Batcher:
-    """Collects row tuples and turns them into Arrow record batches of at most ``size``
-    rows or about ``max_bytes`` of binary payload (large PDUs stay far from Arrow's 2 GiB
-    binary-column limit)."""
-
-    def __init__(self, schema, size: int = 4096, max_bytes: int = 64 << 20):
-        self.schema = schema
-        self.size = size
-        self.max_bytes = max_bytes
-        self.rows: list = []
-        self.nbytes = 0
-
-    def add(self, row: tuple, nbytes: int = 0) -> list:
-        """[] or [a full batch]: use with ``yield from``."""
-        self.rows.append(row)
-        self.nbytes += nbytes
-        if len(self.rows) >= self.size or self.nbytes >= self.max_bytes:
-            return self.flush()
-        return []
-
-    def flush(self) -> list:
-        import pyarrow as pa
-        rows, self.rows = self.rows, []
-        self.nbytes = 0
-        if not rows:
-            return []
-        cols = list(zip(*rows))
-        return [pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(cols, self.schema)], schema=self.schema)]
-
-
-def _rows(batches, names):
-    for batch in batches:
-        cols = [batch.column(n).to_pylist() for n in names]
-        yield from zip(*cols)
-
-
 # -- the job ----------------------------------------------------------------------------------
 
 class PipelineResult(NamedTuple):
@@ -254,6 +217,7 @@ class PipelineResult(NamedTuple):
     out: str
     timings: dict
     whole: frozenset = frozenset()   # files analysed whole, one task each
+    reruns: dict = {}                # path -> analysis groups run again (chunked files)
 
 
 def _stderr(text: str) -> None:
@@ -497,9 +461,11 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
         _write_table(spark, out, local, name, sch[key], rows)
     timings["tables"] = time.monotonic() - t2
     timings["total"] = time.monotonic() - t0
+    say("pipeline: timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()
+                                          if k != "total"))
     say(f"pipeline: done in {timings['total']:.1f} s; tables under {out}")
     return PipelineResult(paths, findings, summaries, counts, state.errors, out, timings,
-                          frozenset(whole))
+                          frozenset(whole), dict(state.reruns))
 
 
 class _State:
@@ -508,6 +474,7 @@ class _State:
     def __init__(self, paths: list[str]):
         self.totals = {p: core.FileTotals(p) for p in paths}    # files not read at all
         self.summaries: dict = {}
+        self.reruns: dict = {}
         self.errors: list = []
         self.findings: dict = defaultdict(list)
         self.counts: dict = defaultdict(int)
@@ -642,6 +609,7 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
     for path, m in merges.items():
         got = m.merged()
         state.summaries[path] = got.summary
+        state.reruns[path] = m.reruns
         state.findings[path] = got.findings
         state.counts[path] = got.messages
         state.finding_rows[path] = [core.finding_row(path, f) for f in got.findings]
