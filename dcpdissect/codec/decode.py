@@ -81,6 +81,8 @@ def decode(buf) -> Message:
     """
     if len(buf) < HEADER_SIZE:
         raise ValueError(f"need {HEADER_SIZE} header bytes, got {len(buf)}")
+    if type(buf) is not bytes:
+        buf = bytes(buf)                    # then its slices are the bytes of extras and key
     m = Message()
     (magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque,
      cas) = unpack_header(buf)
@@ -116,8 +118,8 @@ def decode(buf) -> Message:
     k_start = e_start + extlen
     v_start = k_start + keylen
     if v_start <= end <= len(buf):          # the common case: whole, and the lengths agree
-        m.extras = extras = bytes(buf[e_start:k_start])
-        m.key = bytes(buf[k_start:v_start])
+        m.extras = extras = buf[e_start:k_start]
+        m.key = buf[k_start:v_start]
         m.value = memoryview(buf)[v_start:end]
         if framing_len:
             _frame_infos(m, buf[HEADER_SIZE:e_start], request)
@@ -143,8 +145,8 @@ def decode(buf) -> Message:
                                                 f" + key {keylen} exceed body length {bodylen}"))
     if framing_len:
         _frame_infos(m, buf[HEADER_SIZE:min(e_start, end)], request)
-    m.extras = bytes(buf[min(e_start, end):min(k_start, end)])
-    m.key = bytes(buf[min(k_start, end):min(v_start, end)])
+    m.extras = buf[min(e_start, end):min(k_start, end)]
+    m.key = buf[min(k_start, end):min(v_start, end)]
     m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
     return m
 

@@ -84,14 +84,33 @@ _NAMED: dict = {}                    # id(shape) -> (shape, its named fields)
 
 
 def _named_fields(shape: Shape) -> tuple:
-    """(name, text function) of every flag or enum field of the shape's layouts, in order."""
+    """(name, text function) of every flag or enum field of the shape's layouts, in order
+    of first appearance (a name in several layouts: the last layout's text function)."""
     got = _NAMED.get(id(shape))
     if got is None or got[0] is not shape:
-        named = tuple((f.name, f.flags.text if f.flags else f.names.text)
-                      for layout in shape.extras + shape.values for f in layout.fields
-                      if f.flags or f.names)
-        got = _NAMED[id(shape)] = (shape, named)
+        named = {}
+        for layout in shape.extras + shape.values:
+            for f in layout.fields:
+                if f.flags or f.names:
+                    named[f.name] = _remembered(f.flags.text if f.flags else f.names.text)
+        got = _NAMED[id(shape)] = (shape, tuple(named.items()))
     return got[1]
+
+
+def _remembered(text):
+    """``text`` (a flag or enum table's value -> name) with the names it gave kept."""
+    seen: dict = {}
+
+    def remembered(value):
+        if type(value) is not int:
+            return text(value)
+        got = seen.get(value)
+        if got is None:
+            if len(seen) >= 1024:
+                seen.clear()
+            got = seen[value] = text(value)
+        return got
+    return remembered
 
 
 def field_names(msg: Message) -> dict[str, str]:

@@ -164,10 +164,15 @@ def _holds(cond: tuple, m: Message) -> bool | None:
 
 def check_passes(check: Check, m: Message) -> bool:
     """False when ``m`` breaks ``check`` (a check whose fields are missing passes)."""
-    for cond in check.when:
+    test = check.test
+    return _passes(check.when, test[0], test[1], test[2:], m)
+
+
+def _passes(when: tuple, kind: str, name: str, args: tuple, m: Message) -> bool:
+    """check_passes of a check given as its conditions and its test in parts."""
+    for cond in when:
         if not _holds(cond, m):
             return True
-    kind, name, *args = check.test
     v = m.fields.get(name, _MISSING)
     if v is _MISSING:
         v = _value(m, name)
@@ -238,10 +243,22 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
                 add(("value-length", f"{spec.name}: {p.text}", _sizes(m)))
         if m.is_request and from_client and spec.server_rejects:
             _connection(m, spec, negotiated, add)
-    for check in shape.checks:
-        if not check_passes(check, m):
+    for check, when, kind, name, args in _split_checks(shape):
+        if not _passes(when, kind, name, args, m):
             add((check.rule, render_text(check.text, m), {n: _value(m, n) for n in sorted(check.fields)}))
     return out
+
+
+_CHECKS: dict[int, tuple] = {}      # id(shape) -> its checks, each with its parts for _passes
+
+
+def _split_checks(shape: Shape) -> tuple:
+    """(check, when, kind, field, arguments) of each check of ``shape``, split once."""
+    got = _CHECKS.get(id(shape))
+    if got is None:
+        got = _CHECKS[id(shape)] = tuple((c, c.when, c.test[0], c.test[1], c.test[2:])
+                                         for c in shape.checks)
+    return got
 
 
 _PASSED: set[tuple] = set()     # header signatures that passed _verify_header without a context
