@@ -48,21 +48,23 @@ TIME = "/usr/bin/time"          # GNU time (Debian package "time"): peak RSS and
 TSHARK_OPTS = ["-o", "tcp.reassemble_out_of_order:TRUE", "-d", "tcp.port==11209,couchbase"]
 ANALYSIS = "<!-- ANALYSIS: written by hand below this line, kept by bench/run.py -->"
 CLI = [PY, "-m", "dcpdissect.cli"]
+PURE = "Python source only: "     # rows run with DCPDISSECT_PURE=1 (no compiled modules)
 
 
 def load() -> float:
     return os.getloadavg()[0]
 
 
-def measure(cmd: list[str]) -> dict:
+def measure(cmd: list[str], env: dict | None = None) -> dict:
     """Wall and CPU seconds, peak RSS (MiB), exit code, stderr and the 1-minute load
-    average before and after, of one child process."""
+    average before and after, of one child process (``env``: added to the environment)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf, \
             tempfile.TemporaryFile("w+") as err:
         before = load()
         t0 = time.perf_counter()
         proc = subprocess.run([TIME, "-q", "-f", "%M %U %S", "-o", tf.name, *cmd],
-                              stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+                              stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT,
+                              env={**os.environ, **(env or {})})
         wall = time.perf_counter() - t0
         fields = (tf.read().strip().splitlines() or ["0 0 0"])[-1].split()
         err.seek(0)
@@ -83,8 +85,11 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     tshark_v = subprocess.run([TSHARK, "-v"], capture_output=True, text=True).stdout.splitlines()[0]
+    status = subprocess.run([PY, "-m", "dcpdissect.compiled", "status"], capture_output=True,
+                            text=True, cwd=ROOT).stderr.strip().splitlines()
     return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}, {tshark_v.rstrip('.')}")
+            f"{platform.release()}, Python {platform.python_version()}, {tshark_v.rstrip('.')}; "
+            f"{status[-1] if status else 'compiled modules: unknown'}")
 
 
 def scapy_slice(path: Path, frames: int) -> list[str]:
@@ -120,6 +125,10 @@ def per_capture(path: Path, lua: bool, scapy: bool) -> list[dict]:
         ("dcpdissect analyze", [*CLI, "analyze", str(path), "--format", "jsonl",
                                 "--fail-on", "never", "--no-progress"]),
         ("dcpdissect dissect --format jsonl", [*CLI, "dissect", str(path), "--format", "jsonl"]),
+        (PURE + "dcpdissect analyze", [*CLI, "analyze", str(path), "--format", "jsonl",
+                                       "--fail-on", "never", "--no-progress"]),
+        (PURE + "dcpdissect dissect --format jsonl", [*CLI, "dissect", str(path), "--format",
+                                                      "jsonl"]),
     ]
     if lua:
         runs.append(("tshark + dcpdissect.lua", [TSHARK, "-r", str(path), "-o",
@@ -129,7 +138,7 @@ def per_capture(path: Path, lua: bool, scapy: bool) -> list[dict]:
     rows, base, msgs = [], None, 0
     for name, cmd in runs:
         print(f"  {path.name}: {name} ...", file=sys.stderr)
-        r = measure(cmd)
+        r = measure(cmd, {"DCPDISSECT_PURE": "1"} if name.startswith(PURE) else None)
         if name == "dcpdissect analyze":
             m = re.search(r"(\d+) PDUs", r["stderr"])
             msgs = int(m.group(1)) if m else 0
@@ -165,7 +174,8 @@ def profile(path: Path, workdir: Path, wall: float, msgs: int) -> list[str]:
     out = workdir / f"{path.stem}.prof"
     subprocess.run([PY, "-m", "cProfile", "-o", str(out), "-m", "dcpdissect.cli", "analyze",
                     str(path), "--format", "jsonl", "--fail-on", "never", "--no-progress"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, check=False)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, check=False,
+                   env={**os.environ, "DCPDISSECT_PURE": "1"})
     st = pstats.Stats(str(out))
     total = st.total_tt
     cum = {}
@@ -175,6 +185,7 @@ def profile(path: Path, workdir: Path, wall: float, msgs: int) -> list[str]:
                 cum[stage] = cum.get(stage, 0.0) + ct
     us = wall / msgs * 1e6 if msgs else 0
     lines = [f"### `analyze` profile: {path.name} ({msgs} messages)", "",
+             "Python source only (cProfile does not see inside compiled modules). "
              f"Unprofiled: {wall:.2f} s wall = {us:.1f} µs per message "
              f"({msgs / wall:,.0f} messages/s). Under cProfile: {total:.1f} s; each stage's "
              "share of it, and that share of the unprofiled µs per message:", "",
@@ -314,7 +325,7 @@ def main(argv=None) -> int:
     for path in ([many] if many else []) + [max((q for q in paths if q.stat().st_size <= 330e6),
                                                key=lambda q: q.stat().st_size, default=None)]:
         if path is not None:
-            a = _find(rows, path.name, "dcpdissect analyze")
+            a = _find(rows, path.name, PURE + "dcpdissect analyze")
             print(f"  profiling analyze on {path.name} ...", file=sys.stderr)
             prof += profile(path, args.workdir, a["seconds"], a["msgs"])
     chunked = None

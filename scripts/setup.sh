@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >&2
-.venv/bin/python -m pip install --quiet -e ".[test,spark]" >&2
+.venv/bin/python -m pip install --quiet -e ".[test,spark,compiled]" >&2
 
 if ! command -v tshark >/dev/null 2>&1; then
     SUDO=""
@@ -20,3 +20,18 @@ if ! command -v tshark >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
 fi
 
+# Compiled copies of the hot modules (Cython; without them the Python source runs, slower).
+if ! command -v cc >/dev/null 2>&1 || ! .venv/bin/python -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "installing a C compiler and the Python headers (Debian packages)..." >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev >&2
+fi
+echo "building the compiled modules if needed (Cython; a few minutes the first time)..." >&2
+if ! .venv/bin/python -m dcpdissect.compiled build --if-needed > .venv/compiled-build.log 2>&1; then
+    tail -n 5 .venv/compiled-build.log >&2
+    echo "warning: the compiled modules could not be built (.venv/compiled-build.log);" \
+         "dcpdissect runs from its Python source" >&2
+fi

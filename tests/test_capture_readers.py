@@ -587,7 +587,7 @@ def test_open_failures_mapped(tmp_path, monkeypatch, exc, reason):
     def fail(*a, **k):
         raise exc
 
-    monkeypatch.setattr(readers, "open", fail, raising=False)
+    monkeypatch.setattr(io, "open", fail)
     with pytest.raises(CaptureError) as ei:
         open_capture(str(tmp_path / "f.pcap"))
     assert ei.value.frame is None and ei.value.reason == reason

@@ -10,6 +10,7 @@ frame has been yielded.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import stat
 import sys
@@ -176,7 +177,7 @@ class CaptureReader:
             raw = getattr(stdin, "buffer", stdin)
         else:
             try:
-                raw = open(self.path, "rb", buffering=0)
+                raw = io.open(self.path, "rb", buffering=0)
             except FileNotFoundError:
                 raise self._error(None, "no such file") from None
             except IsADirectoryError:
