@@ -268,14 +268,17 @@ def _read_pcap(piece: Piece, win: _Window) -> Iterator[tuple[Frame, int]]:
     pos = piece.offset
     number = piece.first_frame - 1
     last = number + piece.frames
+    view = win.view
     while number < last:
-        buf, off, avail = win.view(pos, 16)
+        buf, off, avail = view(pos, 16)
         if avail < 16:
             raise _changed(piece, number + 1, _cut(number + 1, "record header", avail, 16))
         sec, frac, caplen, wirelen = rec(buf, off)
-        buf, off, avail = win.view(pos, 16 + caplen)
-        if avail < 16 + caplen:
-            raise _changed(piece, number + 1, _cut(number + 1, "record data", avail - 16, caplen))
+        if off + 16 + caplen > len(buf):
+            buf, off, avail = view(pos, 16 + caplen)
+            if avail < 16 + caplen:
+                raise _changed(piece, number + 1,
+                               _cut(number + 1, "record data", avail - 16, caplen))
         number += 1
         yield new(Frame, (number, sec * 1_000_000_000 + frac * frac_mul, linktype,
                           buf[off + 16:off + 16 + caplen], wirelen, 0)), pos + 16

@@ -40,6 +40,7 @@ from ..analysis.stream_summary import StreamSummary
 from ..capture.readers import CaptureError, open_capture
 from ..codec import decode
 from ..protocol import HEADER_SIZE
+from ..reassembly.batches import in_batches
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
@@ -404,6 +405,7 @@ class FilePass:
         self.moments: list = []
         self.watch = watch
         self.coupling: set = set()
+        self._coupled: set = set()      # (connection, opcode, vbucket, bucket) looked at
         self.conns: dict[int, list] = {}
         self.table = MessageColumns(path)
         self.batch = (batch_rows, time, header)
@@ -445,8 +447,11 @@ class FilePass:
 
     def _couple(self, pdu: Pdu, msg, row: list) -> None:
         neg = self.analyzer.negotiated.get(pdu.conn)
-        self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4]),
-                                           neg.bucket if neg is not None else None))
+        bucket = neg.bucket if neg is not None else None
+        seen = (pdu.conn, msg.opcode, msg.vbucket, bucket)
+        if seen not in self._coupled:
+            self._coupled.add(seen)
+            self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4]), bucket))
 
     def _found(self, found: list[Finding]) -> None:
         self.findings += found
@@ -497,7 +502,8 @@ def analyze_whole(path: str, options: Options | None, result: list,
     error = None
     try:
         with open_capture(path) as reader:
-            yield from fp.run(stream.feed_frames(reader))
+            for batch in in_batches(stream.feed_frames(reader)):
+                yield from fp.run(batch)
     except CaptureError as exc:
         summary.error = str(exc)
         error = exc

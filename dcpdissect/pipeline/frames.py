@@ -75,6 +75,7 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
     frames = tcp = filtered = 0
     error = first_ts = None
     flows: dict[str, list] = {}          # flow -> [frames, first_open, syns, nbytes]
+    by_tuple: dict[tuple, list] = {}     # (src, sport, dst, dport) -> its flow's list
     try:
         for frame, at in read_piece_at(piece):
             if not frames:
@@ -87,10 +88,14 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
             if not keep(seg):
                 filtered += 1
                 continue
-            key = flow_key(seg)
-            got = flows.get(key)
+            four = (seg.src, seg.sport, seg.dst, seg.dport)
+            got = by_tuple.get(four)
             if got is None:
-                got = flows[key] = [array("q"), _OPEN_NEVER, array("q"), 0]
+                key = flow_key(seg)
+                got = flows.get(key)
+                if got is None:
+                    got = flows[key] = [array("q"), _OPEN_NEVER, array("q"), 0]
+                by_tuple[four] = got
             size = len(frame.data)
             got[0].extend((frame.number, frame.ts_ns, at, size << 32 | frame.linktype))
             got[3] += size

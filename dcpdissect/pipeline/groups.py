@@ -34,6 +34,7 @@ from typing import NamedTuple
 from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError
 from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
+from ..reassembly.batches import in_batches
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.pdus import Options, PduStream
 from .chunks import Piece, read_piece
@@ -118,25 +119,32 @@ class GroupStream(PduStream):
         self.numbered.append((moment, n, number))
         return number
 
-    def feed(self, number: int, ts_ns: int, seg) -> Iterator:
+    def feed(self, number: int, ts_ns: int, seg):
+        """The events of the group's frame ``number`` (its segment ``seg``)."""
+        if self.table._closing:
+            return self._feed_lingering(number, ts_ns, seg)
+        return self._feed(number, ts_ns, seg)
+
+    def _feed(self, number: int, ts_ns: int, seg, lingering=()):
+        """``lingering``: the connections that lingered before this frame."""
         table = self.table
-        closing = table._closing
-        if closing:
-            yield from self._linger(number, ts_ns)
-        before = set(closing) if closing else ()
         self.now = (number, ts_ns)
         self.moment = (number, 1, 0)
-        events = table.feed(number, ts_ns, seg)
-        if events:
-            for ev in events:
-                if type(ev) is ConnectionOpened:
-                    self.opened_at[ev.conn] = ev.frame
-            yield from self._route(events)
-        if closing:
-            for cid in closing:
-                if cid not in before:
-                    self.entered[cid] = number
         self.prev = number
+        events = table.feed(number, ts_ns, seg)
+        for cid in table._closing:
+            if cid not in lingering:
+                self.entered[cid] = number
+        if not events:
+            return ()
+        for ev in events:
+            if type(ev) is ConnectionOpened:
+                self.opened_at[ev.conn] = ev.frame
+        return self._route(events)
+
+    def _feed_lingering(self, number: int, ts_ns: int, seg) -> Iterator:
+        yield from self._linger(number, ts_ns)
+        yield from self._feed(number, ts_ns, seg, set(self.table._closing))
 
     def _linger(self, number: int, ts_ns: int) -> Iterator:
         """Expire lingering FINs where the file's segments since the group's previous
@@ -265,25 +273,32 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
     (with every event and its moment if ``keep_events``)."""
     from .core import FilePass, stream_records_in_order
     stream = GroupStream(options, numbers, clock)
-    fp = FilePass(path, batch_rows, time, header, moment=lambda: stream.moment,
+    now: list = [None]          # the moment of the event being analysed
+    fp = FilePass(path, batch_rows, time, header, moment=lambda: now[0],
                   watch=COUPLING_OPCODES)
-    feed = stream.feed
-    events: list | None = [] if keep_events else None
+    kept: list | None = [] if keep_events else None
 
-    def kept(evs):
-        for ev in evs:
-            events.append((stream.moment, ev))
+    def events() -> Iterator[tuple]:
+        """(moment, event) of every event of the group, in order."""
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            for number, ts_ns, at, packed in frames_in_order(flows):
+                seg = decode_packet(packed & _LOW, mm[at:at + (packed >> 32)])
+                if seg is None:      # pragma: no cover - stage A only lists TCP frames
+                    continue
+                for ev in stream.feed(number, ts_ns, seg):
+                    yield stream.moment, ev
+        for ev in stream.finish():
+            yield stream.moment, ev
+
+    def replay(batch: list) -> Iterator:
+        if kept is not None:
+            kept.extend(batch)
+        for moment, ev in batch:
+            now[0] = moment
             yield ev
 
-    if keep_events:
-        feed = lambda *a: kept(stream.feed(*a))     # noqa: E731
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        for number, ts_ns, at, packed in frames_in_order(flows):
-            seg = decode_packet(packed & _LOW, mm[at:at + (packed >> 32)])
-            if seg is None:          # pragma: no cover - stage A only lists TCP frames
-                continue
-            yield from fp.run(feed(number, ts_ns, seg))
-    yield from fp.run(kept(stream.finish()) if keep_events else stream.finish())
+    for batch in in_batches(events()):      # reassembly, then analysis (see in_batches)
+        yield from fp.run(replay(batch))
     yield from fp.flush()
     fp.finish()
     s = stream.summary
@@ -296,4 +311,4 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
                               stream_records_in_order(fp.streams.streams), counts,
                               (dict(s.heuristic_ports), dict(s.undecoded_ports)), tcp,
                               dict(s.tls_randoms), stream.numbered, frozenset(fp.coupling),
-                              fp.count, events))
+                              fp.count, kept))
