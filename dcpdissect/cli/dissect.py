@@ -99,11 +99,13 @@ def cmd_dissect(args) -> int:
             rows.clear()
             first_block = False
 
+    jsonl, redact = args.format == "jsonl", args.redact
+
     def emit(record: dict) -> None:
-        if args.redact:
+        if redact:
             record = redact_record(record)
         shown.add(record["connection"])
-        if args.format == "jsonl":
+        if jsonl:
             lines.append(message_line(record))
             if len(lines) >= line_block:
                 flush_rows()
@@ -129,6 +131,7 @@ def cmd_dissect(args) -> int:
     with StopOnSigint() as guard:
         try:
             n = 0
+            by_stream, by_time = bool(streams), bool(window)     # the filters asked for
             # a file is read a batch of events ahead; live input is shown as it comes
             for batch in in_batches(iter_events(args.file, capture_options(args), summary,
                                                 progress.attach),
@@ -148,9 +151,9 @@ def cmd_dissect(args) -> int:
                     if msg is not None:
                         doc_key = collections.feed(ev, msg)
                         record = None
-                        if ((not streams or streams.wants(ev, msg))
+                        if ((not by_stream or streams.wants(ev, msg))
                                 and (not opcodes or msg.opcode in opcodes)
-                                and (not window or window.contains(ev.ts_ns))):
+                                and (not by_time or window.contains(ev.ts_ns))):
                             record = message_record(ev, msg, doc_key,
                                                     collections.stream_filter(ev.conn, msg))
                         if ordered is not None:

@@ -115,9 +115,12 @@ def _remembered(text):
 
 def field_names(msg: Message) -> dict[str, str]:
     """Symbolic text for every decoded flag or enum field (``{"flags": "memory+ack"}``)."""
+    return _names(_named_fields(msg.shape), msg.fields)
+
+
+def _names(named: tuple, fields: dict) -> dict[str, str]:
     out = {}
-    fields = msg.fields
-    for name, text in _named_fields(msg.shape):
+    for name, text in named:
         if name in fields:
             out[name] = text(fields[name])
     return out
@@ -242,15 +245,17 @@ def message_line(record: dict) -> str:
     return _line(out)
 
 
-_HEAD_NAMES: dict = {}      # magic << 8 | opcode -> (magic name, opcode name)
+_HEADS: dict = {}       # magic << 8 | opcode -> (magic name, opcode name, named fields)
 _STATUS_NAMES: dict = {}    # status -> its name
 
 
-def _head_names(msg: Message) -> tuple[str, str]:
+def _head(msg: Message) -> tuple[str, str, tuple]:
+    """The names of the message's magic and opcode, and the named fields of its shape
+    (:func:`_named_fields`): magic and opcode decide the shape."""
     key = msg.magic << 8 | msg.opcode
-    got = _HEAD_NAMES.get(key)
+    got = _HEADS.get(key)
     if got is None:
-        got = _HEAD_NAMES[key] = (MAGICS.text(msg.magic), msg.name)
+        got = _HEADS[key] = (MAGICS.text(msg.magic), msg.name, _named_fields(msg.shape))
     return got
 
 
@@ -270,7 +275,7 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     adds ``collection_id`` and ``collection_name`` and makes ``key`` the logical key;
     ``stream_filter`` (a stream request's ``StreamFilter``) adds ``collection_filter``."""
     fields = dict(msg.fields)
-    magic_name, opcode_name = _head_names(msg)
+    magic_name, opcode_name, named = _head(msg)
     record = {
         "frame": pdu.frame,
         "frames": list(pdu.frames),
@@ -300,7 +305,7 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
         "key": key_text(msg.key) if msg.key else None,
         "layout": msg.layout,
         "fields": fields,
-        "names": field_names(msg),
+        "names": _names(named, fields) if named else {},
         "problems": [p.text for p in msg.problems] if msg.problems else [],
     }
     if doc_key is not None:
