@@ -164,8 +164,14 @@ def _frame_infos(m: Message, raw, request: bool) -> None:
 def _decode_value(m: Message, layouts: tuple[Layout, ...]) -> None:
     n = len(m.value)
     facts = m.fields
-    candidates = [lay for lay in layouts
-                  if all((m.status if k == "status" else facts.get(k)) == v for k, v in lay.when)]
+    status = m.status
+    candidates = []                     # the layouts whose conditions hold
+    for lay in layouts:
+        for k, v in lay.when:
+            if (status if k == "status" else facts.get(k)) != v:
+                break
+        else:
+            candidates.append(lay)
     for lay in candidates:
         if lay.repeated:
             if n % lay.size == 0 and (n or lay.when):
