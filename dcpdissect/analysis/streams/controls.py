@@ -68,11 +68,13 @@ def tolerated(opcode: int, status: int, v7: bool | None) -> bool | None:
 
 
 class Negotiated:
-    """What a stream (or the connection, when ``stream`` is None) may receive."""
-    __slots__ = ("controls", "collections", "open_flags")
+    """What a stream (or the connection, when ``stream`` is None) may receive (fixed
+    when made: ``controls`` is a copy of the controls accepted by then)."""
+    __slots__ = ("controls", "collections", "open_flags", "stream_ids")
 
     def __init__(self, controls: dict, collections: bool, open_flags: int):
         self.controls, self.collections, self.open_flags = controls, collections, open_flags
+        self.stream_ids = self.on("enable_stream_id")     # read on every producer message
 
     def on(self, key: str, value: str = "true") -> bool:
         return self.controls.get(key) == value
@@ -93,10 +95,6 @@ class Negotiated:
     def oso(self) -> bool:
         return self.controls.get("enable_out_of_order_snapshots") in (
             "true", "true_with_seqno_advanced")
-
-    @property
-    def stream_ids(self) -> bool:
-        return self.on("enable_stream_id")
 
     @property
     def expiry_opcode(self) -> bool | None:
