@@ -249,12 +249,6 @@ def finding_row(path: str, f: Finding) -> tuple:
             list(f.context), f.pdu)
 
 
-def finding_from_row(r: dict) -> Finding:
-    return Finding(r["rule"], r["message"], r["frame"], tuple(r["frames"] or ()), r["ts_ns"],
-                   r["connection"], r["vbucket"], r["opaque"], json.loads(r["fields"] or "{}"),
-                   r["pdu"], tuple(r["context"] or ()))
-
-
 def dumps(ev) -> bytes:
     return pickle.dumps(ev, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -597,7 +591,6 @@ __all__ = [
     "clock_for",
     "dumps",
     "expand_inputs",
-    "finding_from_row",
     "finding_row",
     "index_inputs",
     "loads",

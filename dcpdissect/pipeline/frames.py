@@ -126,15 +126,3 @@ def merge_flow(parts: list[FlowFrames]) -> FlowFrames:
         if not first_open:
             first_open = p.first_open
     return FlowFrames(frames, first_open, syns, nbytes)
-
-
-def pack(ff: FlowFrames) -> tuple:
-    """A :class:`FlowFrames` as plain bytes and ints (for Arrow rows and pickles)."""
-    return ff.frames.tobytes(), ff.first_open, ff.syns.tobytes(), ff.nbytes
-
-
-def unpack(frames: bytes, first_open: int, syns: bytes, nbytes: int) -> FlowFrames:
-    a, s = array("q"), array("q")
-    a.frombytes(frames)
-    s.frombytes(syns)
-    return FlowFrames(a, first_open, s, nbytes)
