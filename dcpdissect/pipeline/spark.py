@@ -572,11 +572,15 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
     say("pipeline: stage A (frame index per chunk and flow)")
 
     def stage_a(piece):
-        return core.dumps(index_chunk(piece, options))
+        cpu = time.process_time()
+        got = index_chunk(piece, options)
+        return core.dumps((got, time.process_time() - cpu))
 
+    timings["frame index CPU"] = 0.0
     if pieces:
         for blob in sc.parallelize(pieces, len(pieces)).map(stage_a).collect():
-            stats, flows = core.loads(blob)
+            (stats, flows), cpu = core.loads(blob)
+            timings["frame index CPU"] += cpu
             merges[stats.path].add_chunk(stats, flows)
             if stats.error is not None:
                 state.errors.append(_error_row(stats.error, "read", stats.offset,
