@@ -25,7 +25,9 @@ SUFFIX = EXTENSION_SUFFIXES[0]
 
 # The modules every message passes through (paths relative to the package, glob patterns).
 HOT = ("capture/*.py", "codec/*.py", "reassembly/*.py", "analysis/*.py", "analysis/streams/*.py",
-       "analysis/rules/*.py", "reports/messages.py", "cli/analyze.py", "cli/dissect.py")
+       "analysis/rules/*.py", "reports/messages.py", "cli/analyze.py", "cli/dissect.py",
+       "pipeline/chunks.py", "pipeline/core.py", "pipeline/frames.py", "pipeline/groups.py",
+       "pipeline/merge.py")
 
 
 def module_name(path: str) -> str:
