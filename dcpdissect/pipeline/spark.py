@@ -381,6 +381,16 @@ class _PartWriter:
             self.writer.close()
 
 
+def _drain(writer: _PartWriter, batches):
+    """Write every batch of a generator to ``writer``, close it, return the generator's value."""
+    while True:
+        try:
+            writer.add(next(batches))
+        except StopIteration as done:
+            writer.close()
+            return done.value
+
+
 def _write_table(spark, out: str, local: str | None, name: str, table, rows: list) -> None:
     """Replace table ``name`` under ``out`` with ``rows`` (tuples in the order of the
     table's columns): written here with pyarrow when ``out`` is local, else by Spark."""
@@ -506,15 +516,8 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
 
     if where is not None:
         def write_one(i):
-            writer = _PartWriter(os.path.join(where, f"part-{i:05d}-whole.parquet"),
-                                 message_schema)
-            batches = one(i)
-            while True:
-                try:
-                    writer.add(next(batches))
-                except StopIteration as done:
-                    writer.close()
-                    return done.value
+            return _drain(_PartWriter(os.path.join(where, f"part-{i:05d}-whole.parquet"),
+                                      message_schema), one(i))
 
         got = sc.parallelize(range(len(files)), len(files)).map(write_one).collect()
     else:
@@ -665,14 +668,8 @@ class _StageB:
             where, number = self.where, self.number
 
             def write_one(task):
-                writer = _PartWriter(_group_part(where, number[task.path], task.group), schema)
-                batches = one(task)
-                while True:
-                    try:
-                        writer.add(next(batches))
-                    except StopIteration as done:
-                        writer.close()
-                        return core.dumps(done.value)
+                return core.dumps(_drain(_PartWriter(
+                    _group_part(where, number[task.path], task.group), schema), one(task)))
 
             got = [core.loads(b) for b in
                    sc.parallelize(tasks, len(tasks)).map(write_one).collect()]
