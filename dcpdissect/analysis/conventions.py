@@ -67,9 +67,15 @@ def classify_file(path: str) -> dict[tuple[int, int, int], str]:
 _UNDECIDED = object()
 
 
+def _with_convention(record: dict, label: str | None) -> dict:
+    record["convention"] = label
+    return record
+
+
 class InCaptureOrder:
     """Hands message records to ``emit`` in capture order, each snapshot marker's with its
-    ``"convention"``.
+    ``"convention"`` (``labelled(record, label)`` gives the labelled record; by default
+    it sets the dict's ``"convention"``).
 
     Feed the analyzer first, with :meth:`label` as its ``on_marker``, then :meth:`add`
     the message's record. A marker the analyzer has not labelled yet holds back its record
@@ -79,8 +85,10 @@ class InCaptureOrder:
     at the end (after the analyzer's ``finish()``) hands on the rest.
     """
 
-    def __init__(self, emit: Callable[[dict], None], max_held: int = MAX_HELD):
+    def __init__(self, emit: Callable[[dict], None], max_held: int = MAX_HELD,
+                 labelled: Callable | None = None):
         self._emit = emit
+        self._labelled = labelled or _with_convention
         self._max_held = max_held
         self._held: deque = deque()                  # (record, marker key or None)
         self._undecided: dict[tuple, object] = {}    # key -> label, of held markers
@@ -108,7 +116,7 @@ class InCaptureOrder:
                 key = k
                 self._undecided[k] = _UNDECIDED
             else:
-                record["convention"] = label
+                record = self._labelled(record, label)
         if self._early:
             self._early.clear()              # labels of markers that are not shown
         if record is None:
@@ -140,7 +148,7 @@ class InCaptureOrder:
                     if label is _UNDECIDED:
                         return
                     del undecided[key]
-                    record["convention"] = label
+                    record = self._labelled(record, label)
                 held.popleft()
                 self._emit(record)
             if not self._in_file:

@@ -13,7 +13,8 @@ from ..protocol import opcode_code
 from ..reassembly.batches import BATCH, in_batches
 from ..reassembly.pdus import Pdu, Summary, iter_events
 from ..reports.connections import ConnectionLegend
-from ..reports.messages import TABLE_HEADERS, Clock, message_line, message_record, table_row
+from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
+                                message_record, table_row)
 from ..reports.progress import Progress
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
@@ -100,8 +101,16 @@ def cmd_dissect(args) -> int:
             first_block = False
 
     jsonl, redact = args.format == "jsonl", args.redact
+    # unredacted JSON lines are written straight from the message, without a record
+    as_text = jsonl and not redact
+    make_record = message_json if as_text else message_record
 
-    def emit(record: dict) -> None:
+    def emit(record) -> None:
+        if as_text:
+            lines.append(record + "}\n")
+            if len(lines) >= line_block:
+                flush_rows()
+            return
         if redact:
             record = redact_record(record)
         shown.add(record["connection"])
@@ -122,7 +131,7 @@ def cmd_dissect(args) -> int:
     if args.file != "-" and not args.no_conventions:
         from ..analysis.conventions import InCaptureOrder
         from ..analysis.engine import Analyzer
-        ordered = InCaptureOrder(emit)
+        ordered = InCaptureOrder(emit, labelled=labelled_json if as_text else None)
         analyzer = Analyzer(on_marker=ordered.label, conventions_only=True)
     status = EXIT_OK
     # The rows go to stdout: by default no bar when they scroll on the same terminal.
@@ -154,13 +163,16 @@ def cmd_dissect(args) -> int:
                         if ((not by_stream or streams.wants(ev, msg))
                                 and (not opcodes or msg.opcode in opcodes)
                                 and (not by_time or window.contains(ev.ts_ns))):
-                            record = message_record(ev, msg, doc_key,
-                                                    collections.stream_filter(ev.conn, msg))
+                            record = make_record(ev, msg, doc_key,
+                                                 collections.stream_filter(ev.conn, msg))
                         if ordered is not None:
                             ordered.add(ev, msg, record)
                         elif record is not None:
                             if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
-                                record["convention"] = None
+                                if as_text:
+                                    record = labelled_json(record, None)
+                                else:
+                                    record["convention"] = None
                             emit(record)
                     else:
                         collections.feed(ev)

@@ -400,3 +400,107 @@ def table_row(record: dict, clock: Clock | None = None) -> list:
         f"{record['opaque']:#010x}", "" if record["stream_id"] is None else record["stream_id"],
         details(record),
     ]
+
+
+# -- JSON lines straight from the message ----------------------------------------------
+#
+# ``dissect --format jsonl`` writes most lines without building the record: the keys of a
+# message's line, its head (magic, opcode and their names, request), its layout and the
+# names and 64-bit types of its fields are the same for every message of one magic, opcode,
+# layout and set of fields, so each such shape gets one precompiled format (a
+# :class:`_Template`) filled with the message's values.
+
+_encode_text = _json.encoder.encode_basestring_ascii
+_TEMPLATES: dict = {}   # (magic << 8 | opcode, layout, field names) -> _Template or None
+
+
+def _json_value(value, name: str) -> str:
+    """The JSON text of one value of a message record, as :func:`message_line` writes it."""
+    return _line(json_safe(value, name))[:-1]
+
+
+class _Template:
+    """The line of every message of one shape (see above); ``named`` lists the (position
+    in the fields, text function) of the names written under ``"names"``."""
+
+    __slots__ = ("format", "named")
+
+    def __init__(self, msg: Message, names: tuple):
+        magic_name, opcode_name, named = _head(msg)
+
+        def const(text: str) -> str:
+            return text.replace("%", "%%")
+        fields = ",".join(const(_encode_text(k)) + (':"%d"' if _u64(k) else ":%d")
+                          for k in names)
+        shown = [(k, text) for k, text in named if k in names]
+        self.named = tuple((names.index(k), text) for k, text in shown)
+        labels = ",".join(const(_encode_text(k)) + ":%s" for k, _ in shown)
+        self.format = (
+            '{"frame":%d,"frames":%s,"time":"%s","ts_ns":"%d","connection":%d,'
+            '"direction":"%s","magic":' + str(msg.magic) + ',"magic_name":'
+            + const(_encode_text(magic_name)) + ',"opcode":' + str(msg.opcode)
+            + ',"opcode_name":' + const(_encode_text(opcode_name))
+            + (',"request":true,"vbucket":%d,"status":null,"status_name":null,'
+               if msg.is_request else
+               ',"request":false,"vbucket":null,"status":%d,"status_name":%s,')
+            + '"opaque":%d,"cas":"%d","datatype":%d,"framing_len":%d,"extlen":%d,'
+            '"keylen":%d,"bodylen":%d,"value_len":%d,"stream_id":%s,"frame_infos":%s,'
+            '"key":%s,"layout":' + const(_json_value(msg.layout, "layout"))
+            + ',"fields":{' + fields + '},"names":{' + labels + '},"problems":%s')
+
+
+def _template(msg: Message, names: tuple) -> _Template | None:
+    key = (msg.magic << 8 | msg.opcode, msg.layout, names)
+    got = _TEMPLATES.get(key, False)
+    if got is False:
+        got = None
+        if all(type(v) is int for v in msg.fields.values()):
+            got = _Template(msg, names)
+        if len(_TEMPLATES) > 4096:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = got
+    return got
+
+
+def message_json(pdu, msg: Message, doc_key=None, stream_filter=None) -> str:
+    """:func:`message_line` of :func:`message_record` with the same arguments, without its
+    closing ``}`` and newline (a convention may follow: :func:`labelled_json`)."""
+    fields = msg.fields
+    names = tuple(fields)
+    t = _template(msg, names)
+    if t is None:
+        return message_line(message_record(pdu, msg, doc_key, stream_filter))[:-2]
+    frames = pdu.frames
+    values = tuple(fields.values())
+    if doc_key is not None:
+        key = _encode_text(key_text(doc_key.key))
+    else:
+        key = _encode_text(key_text(msg.key)) if msg.key else "null"
+    head = (pdu.frame,
+            f"[{frames[0]}]" if len(frames) == 1 else "[" + ",".join(map(str, frames)) + "]",
+            iso_time(pdu.ts_ns), pdu.ts_ns, pdu.conn, DIRECTIONS[pdu.direction])
+    if msg.is_request:
+        head += (msg.vbucket,)
+    else:
+        head += (msg.status, _encode_text(_status_name(msg.status)))
+    sid, infos, problems = msg.stream_id, msg.frame_infos, msg.problems
+    line = t.format % (
+        head + (msg.opaque, msg.cas, msg.datatype, msg.framing_len, msg.extlen, msg.keylen,
+                msg.bodylen, msg.value_len, "null" if sid is None else sid,
+                _json_value([{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
+                             for fi in infos], "frame_infos") if infos else "[]",
+                key)
+        + values + tuple(_encode_text(text(values[i])) for i, text in t.named)
+        + (_json_value([p.text for p in problems], "problems") if problems else "[]",))
+    if doc_key is not None:
+        line += (f',"collection_id":{_json_value(doc_key.collection_id, "collection_id")},'
+                 f'"collection_name":{_json_value(doc_key.name, "collection_name")}')
+    if stream_filter is not None:
+        line += ',"collection_filter":' + _json_value(stream_filter._asdict(),
+                                                      "collection_filter")
+    return line
+
+
+def labelled_json(line: str, convention: str | None) -> str:
+    """A :func:`message_json` text with the marker's ``"convention"`` last."""
+    return f'{line},"convention":{_json_value(convention, "convention")}'
