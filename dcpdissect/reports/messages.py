@@ -420,8 +420,9 @@ def _json_value(value, name: str) -> str:
 
 
 class _Template:
-    """The line of every message of one shape (see above); ``named`` lists the (position
-    in the fields, text function) of the names written under ``"names"``."""
+    """The line of every message of one shape (see above): ``format`` takes the values of
+    :func:`message_json`; ``named`` lists the (field name, text function) of the names
+    written under ``"names"``."""
 
     __slots__ = ("format", "named")
 
@@ -432,17 +433,16 @@ class _Template:
             return text.replace("%", "%%")
         fields = ",".join(const(_encode_text(k)) + (':"%d"' if _u64(k) else ":%d")
                           for k in names)
-        shown = [(k, text) for k, text in named if k in names]
-        self.named = tuple((names.index(k), text) for k, text in shown)
-        labels = ",".join(const(_encode_text(k)) + ":%s" for k, _ in shown)
-        self.format = (
+        self.named = tuple((k, text) for k, text in named if k in names)
+        labels = ",".join(const(_encode_text(k)) + ":%s" for k, _ in self.named)
+        self.format = (     # %.0s: a value given to every shape and written by none of this
             '{"frame":%d,"frames":%s,"time":"%s","ts_ns":"%d","connection":%d,'
             '"direction":"%s","magic":' + str(msg.magic) + ',"magic_name":'
             + const(_encode_text(magic_name)) + ',"opcode":' + str(msg.opcode)
             + ',"opcode_name":' + const(_encode_text(opcode_name))
-            + (',"request":true,"vbucket":%d,"status":null,"status_name":null,'
+            + (',"request":true,"vbucket":%d,"status":null%.0s,"status_name":null%.0s,'
                if msg.is_request else
-               ',"request":false,"vbucket":null,"status":%d,"status_name":%s,')
+               ',"request":false,"vbucket":null%.0s,"status":%d,"status_name":%s,')
             + '"opaque":%d,"cas":"%d","datatype":%d,"framing_len":%d,"extlen":%d,'
             '"keylen":%d,"bodylen":%d,"value_len":%d,"stream_id":%s,"frame_infos":%s,'
             '"key":%s,"layout":' + const(_json_value(msg.layout, "layout"))
@@ -450,15 +450,23 @@ class _Template:
 
 
 def _template(msg: Message, names: tuple) -> _Template | None:
-    key = (msg.magic << 8 | msg.opcode, msg.layout, names)
-    got = _TEMPLATES.get(key, False)
-    if got is False:
-        got = None
-        if all(type(v) is int for v in msg.fields.values()):
-            got = _Template(msg, names)
-        if len(_TEMPLATES) > 4096:
-            _TEMPLATES.clear()
-        _TEMPLATES[key] = got
+    """The template of the message's shape (None: a field is not an integer)."""
+    got = None
+    if all(type(v) is int for v in msg.fields.values()):
+        got = _Template(msg, names)
+    if len(_TEMPLATES) > 4096:
+        _TEMPLATES.clear()
+    _TEMPLATES[msg.magic << 8 | msg.opcode, msg.layout, names] = got
+    return got
+
+
+_STATUS_JSON: dict = {None: "null"}     # status -> the JSON text of its name
+
+
+def _status_json(status: int | None) -> str:
+    got = _STATUS_JSON.get(status)
+    if got is None:
+        got = _STATUS_JSON[status] = _encode_text(_status_name(status))
     return got
 
 
@@ -467,31 +475,30 @@ def message_json(pdu, msg: Message, doc_key=None, stream_filter=None) -> str:
     closing ``}`` and newline (a convention may follow: :func:`labelled_json`)."""
     fields = msg.fields
     names = tuple(fields)
-    t = _template(msg, names)
+    t = _TEMPLATES.get((msg.magic << 8 | msg.opcode, msg.layout, names), False)
+    if t is False:
+        t = _template(msg, names)
     if t is None:
         return message_line(message_record(pdu, msg, doc_key, stream_filter))[:-2]
     frames = pdu.frames
-    values = tuple(fields.values())
     if doc_key is not None:
         key = _encode_text(key_text(doc_key.key))
     else:
         key = _encode_text(key_text(msg.key)) if msg.key else "null"
-    head = (pdu.frame,
-            f"[{frames[0]}]" if len(frames) == 1 else "[" + ",".join(map(str, frames)) + "]",
-            iso_time(pdu.ts_ns), pdu.ts_ns, pdu.conn, DIRECTIONS[pdu.direction])
-    if msg.is_request:
-        head += (msg.vbucket,)
-    else:
-        head += (msg.status, _encode_text(_status_name(msg.status)))
-    sid, infos, problems = msg.stream_id, msg.frame_infos, msg.problems
+    sid, infos, problems, named, status = (msg.stream_id, msg.frame_infos, msg.problems,
+                                           t.named, msg.status)
     line = t.format % (
-        head + (msg.opaque, msg.cas, msg.datatype, msg.framing_len, msg.extlen, msg.keylen,
-                msg.bodylen, msg.value_len, "null" if sid is None else sid,
-                _json_value([{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
-                             for fi in infos], "frame_infos") if infos else "[]",
-                key)
-        + values + tuple(_encode_text(text(values[i])) for i, text in t.named)
-        + (_json_value([p.text for p in problems], "problems") if problems else "[]",))
+        pdu.frame,
+        f"[{frames[0]}]" if len(frames) == 1 else "[" + ",".join(map(str, frames)) + "]",
+        iso_time(pdu.ts_ns), pdu.ts_ns, pdu.conn, DIRECTIONS[pdu.direction],
+        msg.vbucket, status, "null" if status is None else _status_json(status),
+        msg.opaque, msg.cas, msg.datatype, msg.framing_len, msg.extlen, msg.keylen,
+        msg.bodylen, msg.value_len, "null" if sid is None else sid,
+        _json_value([{"id": fi.id, "name": fi.name, "data": fi.data.hex()} for fi in infos],
+                    "frame_infos") if infos else "[]",
+        key, *fields.values(),
+        *([_encode_text(text(fields[k])) for k, text in named] if named else ()),
+        _json_value([p.text for p in problems], "problems") if problems else "[]")
     if doc_key is not None:
         line += (f',"collection_id":{_json_value(doc_key.collection_id, "collection_id")},'
                  f'"collection_name":{_json_value(doc_key.name, "collection_name")}')
