@@ -32,8 +32,9 @@ OSO_START, OSO_END = OSO_FLAGS.bit("start"), OSO_FLAGS.bit("end")
 class Snapshots:
     """Judges the messages of each stream against its snapshots."""
 
-    def __init__(self, on_marker=None):
+    def __init__(self, on_marker=None, duplicate_keys: bool = True):
         self.on_marker = on_marker      # on_marker(pdu, label) per snapshot marker request
+        self.duplicate_keys = duplicate_keys    # False: keys not kept (no convention needs them)
 
     # --- hooks (called by the tracker) ----------------------------------------------------
 
@@ -148,8 +149,8 @@ class Snapshots:
         st.prev_marker_end, st.prev_marker_flags = end, flags
         st.advanced_to = None
         st.reported_before_marker = st.after_invalid_marker = False
-        if flags & SNAPSHOT_MAY_DUPLICATE:    # History alone: history-duplicate-key (lifecycle)
-            snap.seen_keys = None
+        if flags & SNAPSHOT_MAY_DUPLICATE or not self.duplicate_keys:
+            snap.seen_keys = None   # (History alone: history-duplicate-key, in lifecycle)
 
     def _item(self, st: Stream, pdu, msg, out) -> None:
         spec = msg.spec
@@ -251,7 +252,8 @@ class Snapshots:
             if st.snap is not None:
                 self._check_complete(st, pdu, msg, out, "the OSO snapshot")
                 self._decide_convention(st, out, None)
-            st.in_oso, st.oso_highest, st.oso_seen_keys = True, st.highest_seqno, set()
+            st.in_oso, st.oso_highest = True, st.highest_seqno
+            st.oso_seen_keys = set() if self.duplicate_keys else None
             st.oso_resume_seqno = st.highest_seqno
             st.snap, st.after_invalid_marker = None, False
         elif flags & OSO_END:

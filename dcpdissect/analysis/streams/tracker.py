@@ -58,7 +58,7 @@ class StreamTracker:
         self.all_rules = all_rules   # False: the bookkeeping and snapshot rules only
         self.conns: dict[int, Conn] = {}
         self.names: dict[tuple, int] = {}   # (DcpOpen name, server, bucket) -> connection
-        self.snapshots = Snapshots(on_marker)
+        self.snapshots = Snapshots(on_marker, duplicate_keys=all_rules)
         self.correlation = Correlation()
         self.resume = Resume()
         self.controls = Controls()
