@@ -7,21 +7,22 @@ from dcpdissect.analysis.conventions import InCaptureOrder, classify_file, marke
 from dcpdissect.analysis.engine import Analyzer
 from dcpdissect.codec import decode
 from dcpdissect.reassembly.pdus import CaptureError, Pdu, iter_events
-from dcpdissect.reports.messages import message_record
+from dcpdissect.reports.messages import jsonl_line, labelled_json, message_json, message_record
 
 SAMPLES = ("stream-markers.pcap", "clean-replication.pcap", "stream-oso.pcap",
            "resume-collapsed.pcap", "tcp-loss.pcap")
 
 
-def ordered_records(path, max_held):
+def ordered_records(path, max_held, make=message_record, labelled=None,
+                    conventions_only=False):
     out = []
-    ordered = InCaptureOrder(out.append, max_held=max_held)
-    analyzer = Analyzer(on_marker=ordered.label)
+    ordered = InCaptureOrder(out.append, max_held=max_held, labelled=labelled)
+    analyzer = Analyzer(on_marker=ordered.label, conventions_only=conventions_only)
     for ev in iter_events(path):
         analyzer.feed(ev)
         if type(ev) is Pdu:
             msg = decode(ev.data)
-            ordered.add(ev, msg, message_record(ev, msg))
+            ordered.add(ev, msg, make(ev, msg))
     analyzer.finish()
     ordered.close()
     return out
@@ -67,3 +68,15 @@ def test_conventions_only_labels_every_sample_like_the_full_analyzer(samples_dir
         assert _labels(str(path), conventions_only=True) == full, path.name
         labelled += sum(1 for _, label in full if label is not None)
     assert labelled > 50
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_json_lines_in_capture_order_with_the_conventions_of_the_full_analyzer(samples_dir,
+                                                                               name):
+    """dissect's own path: JSON texts labelled as they leave, conventions from the
+    conventions-only analyzer; the same lines as the records labelled by the full one."""
+    path = str(samples_dir / name)
+    want = [jsonl_line(r) for r in ordered_records(path, 10_000)]
+    for max_held in (1, 3, 10_000):
+        got = ordered_records(path, max_held, message_json, labelled_json, conventions_only=True)
+        assert [text + "}\n" for text in got] == want, max_held

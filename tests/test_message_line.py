@@ -1,8 +1,14 @@
 """dissect's JSON lines: message_line writes every record of every sample exactly as the
 generic jsonl_line does (the reference), redacted or not, with a convention or not."""
 
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dcpdissect.analysis.collections import CollectionsView
 from dcpdissect.codec import decode
+from dcpdissect.fuzz.gen import mutate_pdu, seed_pdus
 from dcpdissect.reassembly.pdus import CaptureError, Pdu, iter_events
 from dcpdissect.reports.messages import (MESSAGE_NESTED, MESSAGE_U64, is_u64_name, jsonl_line,
                                          labelled_json, message_json, message_line,
@@ -92,3 +98,17 @@ def test_message_json_of_a_crafted_message():
     assert ('"frames":[3,4,5]' in line and '"cas":"18446744073709551615"' in line
             and '"key":"k\\"\\u00e9%d"' in line and '"by_seqno":"12"' in line
             and '"stream_id":7' in line and '"vbucket":9,"status":null' in line)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.integers(0, 10**9))
+def test_message_json_equals_message_line_on_mutated_frames(seed):
+    rng = random.Random(seed)
+    pdu = mutate_pdu(rng, rng.choice(seed_pdus()))
+    if len(pdu) < 24:
+        return
+
+    class PduLike:
+        frame, frames, ts_ns, conn, direction = 9, (8, 9), rng.randrange(1 << 63), 1, 1
+    msg = decode(pdu)
+    assert message_json(PduLike(), msg) + "}\n" == jsonl_line(message_record(PduLike(), msg))
