@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from ..codec import decode
 from ..protocol import (SERVER_MAGICS, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_END_REASONS,
-                        STREAM_OPCODES, opcode_code)
+                        STREAM_OPCODES, opcode_code, opcode_name)
 from ..reassembly.connections import ConnectionClosed
 from ..reassembly.framing import Pdu
 from . import streams as limits
@@ -28,6 +28,7 @@ MARKER, STREAM_END = opcode_code("DcpSnapshotMarker"), opcode_code("DcpStreamEnd
 REQUEST_FIELDS = ("start_seqno", "end_seqno", "vbucket_uuid", "snap_start_seqno",
                   "snap_end_seqno", "flags")
 _INT64 = 1 << 63
+_ITEM_NAMES: dict[int, str] = {}        # opcode -> name, for the producer's stream messages
 
 # How a stream ended (``StreamStats.ended``).
 ENDED_STREAM_END = "StreamEnd"          # end_reason: the StreamEnd reason's name
@@ -219,10 +220,17 @@ class StreamSummary:
             st = on.current[key] = StreamStats(on.who, msg.vbucket, msg.stream_id, msg.opaque,
                                                pdu, None)
             self.streams.append(st)
-        st._seen(pdu)
+        if pdu.frame > st.last_frame:
+            st.last_frame = pdu.frame
+        if pdu.ts_ns > st.last_ts_ns:
+            st.last_ts_ns = pdu.ts_ns
         st.messages += 1
-        st.items[msg.name] = st.items.get(msg.name, 0) + 1
         op, fields = msg.opcode, msg.fields
+        name = _ITEM_NAMES.get(op)
+        if name is None:        # the messages counted are never of a server magic
+            name = _ITEM_NAMES[op] = opcode_name(msg.magic, op)
+        items = st.items
+        items[name] = items.get(name, 0) + 1
         if op == MARKER:
             start, end = fields.get("start_seqno"), fields.get("end_seqno")
             if start is not None and end is not None:
@@ -235,9 +243,11 @@ class StreamSummary:
         if type(seqno) is int and 0 <= seqno < _INT64:
             if st.first_seqno is None:
                 st.first_seqno = st.min_seqno = st.max_seqno = seqno
+            elif seqno < st.min_seqno:
+                st.min_seqno = seqno
+            elif seqno > st.max_seqno:
+                st.max_seqno = seqno
             st.last_seqno = seqno
-            st.min_seqno = min(st.min_seqno, seqno)
-            st.max_seqno = max(st.max_seqno, seqno)
 
 
 def findings_by_stream(streams: list[StreamStats], findings) -> dict[int, dict[str, int]]:

@@ -411,7 +411,8 @@ class FilePass:
         feed, feed_message = self.streams.feed, self.streams.feed_message
         pdus, msgs, conns = self.pdus, self.msgs, self.conns
         batch_rows = self.batch[0]
-        watch = self.watch
+        watch, coupled = self.watch, self._coupled
+        negotiated = self.analyzer.negotiated
         for ev in events:
             kind = type(ev)
             if kind is Pdu:
@@ -424,8 +425,13 @@ class FilePass:
                 found = feed_message(ev, msg)
                 if found:
                     self._found(found)
-                if watch and msg.opcode in watch:
-                    self._couple(ev, msg, row)
+                if msg.opcode in watch:
+                    neg = negotiated.get(ev.conn)
+                    seen = (ev.conn, msg.opcode, msg.vbucket,
+                            neg.bucket if neg is not None else None)
+                    if seen not in coupled:
+                        coupled.add(seen)
+                        self._couple(msg, row, seen[3])
                 if len(pdus) >= batch_rows:
                     yield from self.flush()
                 continue
@@ -439,13 +445,8 @@ class FilePass:
             if found:
                 self._found(found)
 
-    def _couple(self, pdu: Pdu, msg, row: list) -> None:
-        neg = self.analyzer.negotiated.get(pdu.conn)
-        bucket = neg.bucket if neg is not None else None
-        seen = (pdu.conn, msg.opcode, msg.vbucket, bucket)
-        if seen not in self._coupled:
-            self._coupled.add(seen)
-            self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4]), bucket))
+    def _couple(self, msg, row: list, bucket: str | None) -> None:
+        self.coupling.update(coupling_keys(msg, (row[1], row[2]), (row[3], row[4]), bucket))
 
     def _found(self, found: list[Finding]) -> None:
         self.findings += found
