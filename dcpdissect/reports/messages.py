@@ -300,13 +300,12 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
         "bodylen": msg.bodylen,
         "value_len": msg.value_len,
         "stream_id": msg.stream_id,
-        "frame_infos": [{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
-                        for fi in msg.frame_infos] if msg.frame_infos else [],
+        "frame_infos": _frame_infos(msg.frame_infos) if msg.frame_infos else [],
         "key": key_text(msg.key) if msg.key else None,
         "layout": msg.layout,
         "fields": fields,
         "names": _names(named, fields) if named else {},
-        "problems": [p.text for p in msg.problems] if msg.problems else [],
+        "problems": _problems(msg.problems) if msg.problems else [],
     }
     if doc_key is not None:
         record["key"] = key_text(doc_key.key)
@@ -314,6 +313,14 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     if stream_filter is not None:
         record["collection_filter"] = stream_filter._asdict()
     return record
+
+
+def _frame_infos(frame_infos) -> list[dict]:
+    return [{"id": fi.id, "name": fi.name, "data": fi.data.hex()} for fi in frame_infos]
+
+
+def _problems(problems) -> list[str]:
+    return [p.text for p in problems]
 
 
 def _record_shape(record: dict) -> Shape | None:
@@ -435,7 +442,7 @@ class _Template:
                           for k in names)
         self.named = tuple((k, text) for k, text in named if k in names)
         labels = ",".join(const(_encode_text(k)) + ":%s" for k, _ in self.named)
-        self.format = (     # %.0s: a value given to every shape and written by none of this
+        self.format = (     # %.0s takes a value the shape does not write (a request's status)
             '{"frame":%d,"frames":%s,"time":"%s","ts_ns":"%d","connection":%d,'
             '"direction":"%s","magic":' + str(msg.magic) + ',"magic_name":'
             + const(_encode_text(magic_name)) + ',"opcode":' + str(msg.opcode)
@@ -460,10 +467,10 @@ def _template(msg: Message, names: tuple) -> _Template | None:
     return got
 
 
-_STATUS_JSON: dict = {None: "null"}     # status -> the JSON text of its name
+_STATUS_JSON: dict = {}     # status -> the JSON text of its name
 
 
-def _status_json(status: int | None) -> str:
+def _status_json(status: int) -> str:
     got = _STATUS_JSON.get(status)
     if got is None:
         got = _STATUS_JSON[status] = _encode_text(_status_name(status))
@@ -494,11 +501,10 @@ def message_json(pdu, msg: Message, doc_key=None, stream_filter=None) -> str:
         msg.vbucket, status, "null" if status is None else _status_json(status),
         msg.opaque, msg.cas, msg.datatype, msg.framing_len, msg.extlen, msg.keylen,
         msg.bodylen, msg.value_len, "null" if sid is None else sid,
-        _json_value([{"id": fi.id, "name": fi.name, "data": fi.data.hex()} for fi in infos],
-                    "frame_infos") if infos else "[]",
+        _json_value(_frame_infos(infos), "frame_infos") if infos else "[]",
         key, *fields.values(),
         *([_encode_text(text(fields[k])) for k, text in named] if named else ()),
-        _json_value([p.text for p in problems], "problems") if problems else "[]")
+        _json_value(_problems(problems), "problems") if problems else "[]")
     if doc_key is not None:
         line += (f',"collection_id":{_json_value(doc_key.collection_id, "collection_id")},'
                  f'"collection_name":{_json_value(doc_key.name, "collection_name")}')
