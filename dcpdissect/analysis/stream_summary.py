@@ -136,7 +136,12 @@ class StreamSummary:
         """The analyzer's ``feed_message``: a PDU already decoded to ``msg``."""
         found = self.analyzer.feed_message(pdu, msg)
         c = self.tracker.conns.get(pdu.conn)
-        if c is not None and msg.magic not in SERVER_MAGICS:
+        if c is None or msg.magic in SERVER_MAGICS:
+            return found
+        if (msg.is_request and msg.opcode in STREAM_OPCODES and msg.vbucket is not None
+                and pdu.direction != (1 if c.negotiation.consumer else 0)):
+            self._stream_message(self._open_conns.get(c.id) or self._on(c), pdu, msg)
+        else:
             self._message(c, pdu, msg)
         return found
 

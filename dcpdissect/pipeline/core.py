@@ -211,6 +211,30 @@ else:                                    # pragma: no cover
     _json_fast = _json
 
 
+_INT = {int}
+_INT_OBJECTS: dict = {}          # keys of an object -> its JSON text with %d for each value
+
+
+def _json_objects(objects: list) -> list[str]:
+    """``_json_fast`` of each dict; one of integer values only goes through a template
+    made once per key sequence (the same text)."""
+    out = []
+    for d in objects:
+        values = tuple(d.values())
+        template = None
+        if set(map(type, values)) == _INT:
+            keys = tuple(d)
+            template = _INT_OBJECTS.get(keys, _INT_OBJECTS)
+            if template is _INT_OBJECTS:
+                if len(_INT_OBJECTS) > 4096:
+                    _INT_OBJECTS.clear()
+                template = _INT_OBJECTS[keys] = "{%s}" % ",".join(
+                    _json(k).replace("%", "%%") + ":%d" for k in keys) \
+                    if all(type(k) is str for k in keys) else None
+        out.append(_json_fast(d) if template is None else template % values)
+    return out
+
+
 # The ``messages`` table, defined once: column and type (string, long, int, bool, u64: an
 # unsigned 64-bit integer, list<...>). Nested values (frame_infos, fields, names) are JSON text.
 MESSAGE_SCHEMA = (
@@ -301,7 +325,8 @@ class MessageColumns:
         self._opnames: dict = {}
         self._magics: dict = {}
         self._status: dict = {None: None}
-        self._named: dict = {}
+        self._named: dict = {}          # id(shape) -> 1: no flag or enum fields, 2: some
+        self._shapes: list = []
 
     def _time(self, ts_ns: int) -> str:
         secs, ns = divmod(ts_ns, 1_000_000_000)
@@ -312,13 +337,12 @@ class MessageColumns:
             head = self._iso[secs] = iso_time(secs * 1_000_000_000)[:-11]
         return f"{head}.{ns:09d}Z"
 
-    def _names(self, m) -> str:
-        shape = m.shape
-        got = self._named.get(id(shape))
-        if got is None:
-            named = any(f.flags or f.names for lay in shape.extras + shape.values for f in lay.fields)
-            got = self._named[id(shape)] = (shape, named)
-        return _json(field_names(m)) if got[1] else "{}"
+    def _named_shape(self, shape) -> int:
+        """1 for a shape without flag or enum fields (its ``names`` is ``{}``), else 2."""
+        named = any(f.flags or f.names for lay in shape.extras + shape.values for f in lay.fields)
+        self._shapes.append(shape)          # its id stays its own
+        got = self._named[id(shape)] = 2 if named else 1
+        return got
 
     def _lookup(self, cache: dict, key, make):
         v = cache.get(key, cache)
@@ -331,6 +355,7 @@ class MessageColumns:
         ``time=False`` leaves ``time`` out (None; it follows from ``ts_ns``, see
         :func:`iso_time`). ``header=False`` leaves out the columns of :data:`HEADER_COLUMNS`
         and gives ``header``, the messages' 24-byte headers end to end, instead."""
+        named, learn = self._named.get, self._named_shape
         cols = {
             "capture_file": [self.path] * len(pdus),
             "frame": [p.frame for p in pdus],
@@ -345,8 +370,9 @@ class MessageColumns:
                             for m in msgs],
             "key": [key_text(m.key) if m.key else None for m in msgs],
             "layout": [m.layout for m in msgs],
-            "fields": [_json_fast(m.fields) for m in msgs],
-            "names": [self._names(m) for m in msgs],
+            "fields": _json_objects([m.fields for m in msgs]),
+            "names": ["{}" if (named(id(m.shape)) or learn(m.shape)) == 1
+                      else _json(field_names(m)) for m in msgs],
             "problems": [[p.text for p in m.problems] for m in msgs],
         }
         if header:
