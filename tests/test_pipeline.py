@@ -359,6 +359,17 @@ def test_whole_file_pass_equals_analyze(tmp_path):
     check_equal(whole_results(paths[-8:], opts)[0], paths[-8:], opts)
 
 
+def test_fields_text_is_compact_json():
+    """The ``fields`` column's text, integer-only objects included, is ``json.dumps``'s."""
+    objects = [{}, {"by_seqno": 1 << 64 - 1, "flags": 0}, {"a": True}, {"a": 1.5},
+               {"a%d": 3, "b:0": -(1 << 70)}, {1: 2}, {"é\"x": 5}, {"a": [1, 2]},
+               {"a": None}, {"by_seqno": 7, "flags": 1}, {"flags": 1, "by_seqno": 7}]
+    got = core.MessageColumns("x").columns([], [])["fields"]
+    assert got == []
+    texts = core._json_objects(objects * 2)
+    assert texts == [json.dumps(o, separators=(",", ":")) for o in objects * 2]
+
+
 # -- Spark -----------------------------------------------------------------------------------------
 
 def _spark_available() -> bool:
