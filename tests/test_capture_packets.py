@@ -74,9 +74,9 @@ def sll2(l3, proto=0x0800):
     return struct.pack("!HHIHBB8s", proto, 0, 2, 1, 0, 6, MAC_A + b"\0\0") + l3
 
 
-def check(seg, src, dst, payload, *, sport=40000, dport=11210, seq=1000, ack=2000, flags=0x18, truncated=False):
+def check(seg, src, dst, payload, *, sport=40000, dport=11210, seq=1000, ack=2000, flags=0x18, missing=0):
     assert isinstance(seg, Segment)
-    assert seg == Segment(src, dst, sport, dport, seq, ack, flags, payload, truncated)
+    assert seg == Segment(src, dst, sport, dport, seq, ack, flags, payload, missing)
     assert type(seg.payload) is bytes
 
 
@@ -257,16 +257,16 @@ def test_ipv4_tso_zero_total_length():
 def test_ipv4_truncated_capture(keep):
     frame = eth(ipv4(tcp(payload=PAYLOAD)))
     cut = frame[: len(frame) - len(PAYLOAD) + keep]
-    check(decode_packet(1, cut), SRC4, DST4, PAYLOAD[:keep], truncated=True)
+    check(decode_packet(1, cut), SRC4, DST4, PAYLOAD[:keep], missing=len(PAYLOAD) - keep)
 
 
 def test_ipv4_truncated_in_headers():
     frame = eth(ipv4(tcp(payload=PAYLOAD, options=b"\x01" * 12)))
     for n in range(0, 14 + 20 + 32):
         assert decode_packet(1, frame[:n]) is None, n
-    # headers complete, payload empty -> truncated segment with no data
+    # headers complete, payload empty -> a segment whose whole payload was not captured
     seg = decode_packet(1, frame[: 14 + 20 + 32])
-    check(seg, SRC4, DST4, b"", truncated=True)
+    check(seg, SRC4, DST4, b"", missing=len(PAYLOAD))
 
 
 def test_tcp_bad_data_offset():
@@ -334,7 +334,7 @@ def test_ipv6_extension_beyond_packet():
 def test_ipv6_truncated_capture(keep):
     pkt = ipv6(tcp(payload=PAYLOAD), nh=60, ext=ext8(6))
     cut = pkt[: len(pkt) - len(PAYLOAD) + keep]
-    check(decode_packet(229, cut), SRC6, DST6, PAYLOAD[:keep], truncated=True)
+    check(decode_packet(229, cut), SRC6, DST6, PAYLOAD[:keep], missing=len(PAYLOAD) - keep)
     for n in range(0, len(pkt) - len(PAYLOAD)):
         assert decode_packet(229, pkt[:n]) is None
 

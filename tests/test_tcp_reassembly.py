@@ -26,7 +26,7 @@ class Seg(NamedTuple):
     ack: int
     flags: int
     payload: bytes
-    truncated: bool = False
+    missing: int = 0
 
 
 C = ("10.0.0.1", 50000)
@@ -39,13 +39,13 @@ class Flow:
     def __init__(self, cisn=1000, sisn=5000, client=C, server=S):
         self.cisn, self.sisn, self.client, self.server = cisn, sisn, client, server
 
-    def c(self, seq, payload=b"", flags=ACK, ack=0, truncated=False):
+    def c(self, seq, payload=b"", flags=ACK, ack=0, missing=0):
         return Seg(self.client[0], self.server[0], self.client[1], self.server[1],
-                   seq & M, ack & M, flags, payload, truncated)
+                   seq & M, ack & M, flags, payload, missing)
 
-    def s(self, seq, payload=b"", flags=ACK, ack=0, truncated=False):
+    def s(self, seq, payload=b"", flags=ACK, ack=0, missing=0):
         return Seg(self.server[0], self.client[0], self.server[1], self.client[1],
-                   seq & M, ack & M, flags, payload, truncated)
+                   seq & M, ack & M, flags, payload, missing)
 
     def syn(self):
         return self.c(self.cisn, flags=SYN)
@@ -260,7 +260,7 @@ def test_loss_gap_at_close():
 def test_truncated_segment_then_more_data():
     f = Flow()
     # segment [3, 103) captured with only 20 bytes
-    segs = [f.syn(), f.c2s(0, b"abc"), f.c2s(3, b"x" * 20, truncated=True),
+    segs = [f.syn(), f.c2s(0, b"abc"), f.c2s(3, b"x" * 20, missing=80),
             f.c2s(103, b"next")]
     t, ev = run(segs, close=False)
     gaps = of(ev, StreamGap)
@@ -270,7 +270,7 @@ def test_truncated_segment_then_more_data():
 
 def test_truncated_out_of_order():
     f = Flow()
-    segs = [f.syn(), f.c2s(10, b"y" * 5, truncated=True), f.c2s(50, b"z"), f.c2s(0, b"a" * 10)]
+    segs = [f.syn(), f.c2s(10, b"y" * 5, missing=35), f.c2s(50, b"z"), f.c2s(0, b"a" * 10)]
     _, ev = run(segs, close=False)
     assert of(ev, StreamGap) == [StreamGap(1, 0, 50, 35, 3, 3000)]
     assert stream(ev, gap_fill=b"?") == b"a" * 10 + b"y" * 5 + b"?" * 35 + b"z"

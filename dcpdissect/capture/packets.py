@@ -56,10 +56,10 @@ class Segment(NamedTuple):
     ack: int
     flags: int
     payload: bytes
-    truncated: bool   # capture cut the packet short; payload is what was captured
+    missing: int      # payload bytes on the wire that the capture did not keep (snaplen); 0: whole
 
 
-def _tcp(data: bytes, t: int, end: int, truncated: bool, fam: int,
+def _tcp(data: bytes, t: int, end: int, missing: int, fam: int,
          src: bytes, dst: bytes) -> Optional[Segment]:
     if t + 20 > end:
         return None
@@ -68,7 +68,7 @@ def _tcp(data: bytes, t: int, end: int, truncated: bool, fam: int,
     if hl < 20 or t + hl > end:
         return None
     return _new_tuple(Segment, (inet_ntop(fam, src), inet_ntop(fam, dst), sport, dport,
-                                seq, ack, flags, data[t + hl:end], truncated))
+                                seq, ack, flags, data[t + hl:end], missing))
 
 
 def _ipv4(data: bytes, off: int) -> Optional[Segment]:
@@ -84,12 +84,12 @@ def _ipv4(data: bytes, off: int) -> Optional[Segment]:
     elif total < ihl:
         return None
     if total > avail:
-        truncated = True
+        missing = total - avail
         end = len(data)
     else:
-        truncated = False
+        missing = 0
         end = off + total
-    return _tcp(data, off + ihl, end, truncated, AF_INET,
+    return _tcp(data, off + ihl, end, missing, AF_INET,
                 data[off + 12:off + 16], data[off + 16:off + 20])
 
 
@@ -103,10 +103,10 @@ def _ipv6(data: bytes, off: int) -> Optional[Segment]:
     if plen == 0:               # jumbogram or segmentation offload
         plen = avail
     if plen > avail:
-        truncated = True
+        missing = plen - avail
         end = n
     else:
-        truncated = False
+        missing = 0
         end = p + plen
     while nh != 6:
         if nh in _IPV6_EXT_8:
@@ -124,7 +124,7 @@ def _ipv6(data: bytes, off: int) -> Optional[Segment]:
         else:
             return None
         p += hl
-    return _tcp(data, p, end, truncated, AF_INET6, data[off + 8:off + 24], data[off + 24:off + 40])
+    return _tcp(data, p, end, missing, AF_INET6, data[off + 8:off + 24], data[off + 24:off + 40])
 
 
 def _ether(data: bytes, etype: int, off: int) -> Optional[Segment]:

@@ -42,7 +42,7 @@ from .frames import FIELDS, FlowFrames
 
 END = 1 << 62                    # moment frame of the end of the capture
 UNFORESEEN = 1 << 30             # numbers from here on: a connection the driver did not foresee
-_TICK = Segment("", "", 0, 0, 0, 0, 0, b"", False)   # an untracked segment: only a clock tick
+_TICK = Segment("", "", 0, 0, 0, 0, 0, b"", 0)   # an untracked segment: only a clock tick
 _LOW = 0xFFFFFFFF
 
 

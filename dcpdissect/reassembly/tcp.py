@@ -165,7 +165,7 @@ class DirectionReassembler:
     # -- input -----------------------------------------------------------
     def feed(self, frame: int, ts_ns: int, seg):
         """Process one segment of this direction; return its events."""
-        if seg.flags & _CTL or seg.truncated:
+        if seg.flags & _CTL or seg.missing:
             return self._feed_slow(frame, ts_ns, seg)
         payload = seg.payload
         if not payload:
@@ -213,7 +213,7 @@ class DirectionReassembler:
             else:
                 self._prev = seg
                 self._accept(off, payload, frame, ts_ns, out)
-        if seg.truncated:
+        if seg.missing:
             end = off + n
             if end >= self.next_off:
                 trunc = self._trunc
