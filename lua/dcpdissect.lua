@@ -263,7 +263,7 @@ EXPERTS["vbucket-state-invalid"] = ProtoExpert.new("dcp.expert.vbucket_state_inv
 EXPERTS["xattr-invalid"] = ProtoExpert.new("dcp.expert.xattr_invalid", "[xattr-invalid] a value with the xattr datatype whose xattr blob is invalid", expert.group.PROTOCOL, expert.severity.ERROR)
 EXPERTS["unknown-magic"] = ProtoExpert.new("dcp.expert.unknown_magic", "[unknown-magic] a header with an illegal magic byte", expert.group.MALFORMED, expert.severity.ERROR)
 EXPERTS["frame-too-large"] = ProtoExpert.new("dcp.expert.frame_too_large", "[frame-too-large] frame larger than the server's 30 MiB max_packet_size", expert.group.MALFORMED, expert.severity.ERROR)
-local e_truncated = ProtoExpert.new("dcp.expert.truncated", "PDU cut by the capture (snap length)", expert.group.MALFORMED, expert.severity.WARN)
+local e_truncated = ProtoExpert.new("dcp.expert.truncated", "PDU cut by the capture (snap length)", expert.group.UNDECODED, expert.severity.NOTE)
 local e_internal = ProtoExpert.new("dcp.expert.internal", "dissector error", expert.group.UNDECODED, expert.severity.ERROR)
 do local list = {e_truncated, e_internal}
   for _, id in ipairs({"add-stream-response-extras", "cas-invalid", "datatype-invalid", "datatype-not-negotiated", "dcp-not-open", "dcp-open-twice", "document-key-invalid", "durability-level-invalid", "extras-length", "failover-log-empty", "frame-info-invalid", "frame-info-not-supported", "frame-info-unknown", "framing-extras-encoding", "header-invariant", "key-presence", "key-too-long", "marker-hcs-beyond-end", "marker-hcs-without-disk", "marker-hps-beyond-end", "marker-hps-without-disk", "marker-memory-disk", "marker-mvs-beyond-end", "marker-purge-beyond-end", "marker-start-after-end", "marker-unknown-flags", "marker-v22-documented-44", "marker-version", "nmeta-not-zero", "open-flags-combination", "open-flags-invalid", "open-value-datatype", "open-value-invalid", "seqno-zero", "stream-flags-cache-transfer", "stream-flags-no-value", "stream-flags-unknown", "stream-id-on-consumer", "stream-request-snapshot-range", "stream-request-start-after-end", "stream-request-uuid-zero", "system-event-invalid", "unknown-opcode", "unsupported-on-server", "value-length", "value-presence", "vbucket-state-invalid", "xattr-invalid", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
@@ -777,6 +777,15 @@ local function negotiate(conn, m, from_client)
         set_ctx(conn, ctx_with(conn.ctx, "dcp", info.dcp))
       end
     end
+  end
+end
+
+-- A negotiating request the capture cut (its value or key not whole): what it asked is not
+-- known, nor whether the connection is a DCP one (Negotiation.undecoded).
+local NEGOTIATING = {[0x1f] = true, [0x50] = true, [0x5e] = true, [0x89] = true}
+local function negotiate_cut(conn, m, from_client)
+  if m.request and from_client and NEGOTIATING[m.opcode] and conn.ctx.dcp == false then
+    set_ctx(conn, ctx_with(conn.ctx, "dcp", nil))
   end
 end
 
@@ -1503,11 +1512,12 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   end
   local body = off + HEADER_SIZE
   local e_end = framing_len + extlen
+  local have = cap - HEADER_SIZE      -- body bytes captured: a cut message shows what they hold
   -- framing extras (the part of them inside the body)
-  if framing_len > 0 and complete then
+  if framing_len > 0 and have >= math.min(framing_len, bodylen) then
     dissect_frame_infos(tvb, node, m, body, body + math.min(framing_len, bodylen))
   end
-  if k_end <= bodylen and complete then
+  if k_end <= bodylen and have >= e_end then
     local spec, shape = m.spec, nil
     if spec then
       if request then shape = spec.req else shape = spec.rsp end
@@ -1524,17 +1534,20 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
         if shape then m.extras_problem = fmt("extras length %d not in %s", extlen, shape.extras_sizes) end
       end
     end
-    if keylen > 0 then
-      add_key(tvb, node, request and spec, body + e_end, keylen, pinfo, from_client)
+    if keylen > 0 and have > e_end then
+      add_key(tvb, node, request and spec, body + e_end, math.min(keylen, have - e_end), pinfo,
+              from_client)
     end
     local n = m.value_len
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, n))
     local val_at = body + k_end
-    if n > 0 and (opcode == 0x1f or (shape and shape.keep_value)) then
+    if not complete then
+      n = 0                           -- the value was not captured whole: not decoded
+    elseif n > 0 and (opcode == 0x1f or (shape and shape.keep_value)) then
       m.value_bytes = tvb_raw(tvb, val_at, n)
     end
     local decoded, wanted = false, nil
-    if shape and #shape.values > 0 then
+    if shape and #shape.values > 0 and complete then
       for i = 1, #shape.values do
         local lay = shape.values[i]
         if layout_matches(lay, m) then
@@ -1568,13 +1581,13 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
       end
     end
     if not decoded and n > 0 then ti_add(node, f_value, tvb_range(tvb, val_at, n)) end
-    if not decoded and wanted then
+    if not decoded and wanted and complete then
       m.value_problem = fmt("value length %d does not match %s", n, wanted)
     end
     if m.layout and spec and spec.layout_field then
       ti_set_generated(ti_add(node, spec.layout_field, m.layout))
     end
-  elseif complete then
+  elseif complete or k_end <= bodylen then
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, m.value_len))
   end
 
@@ -1585,7 +1598,13 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   local conn = nil
   if from_client or opcode == 0x1f or opcode == 0x50 then conn = connection(pinfo, from_client) end
   check_message(m, conn and conn.ctx, from_client, add_expert)
-  if complete and conn then negotiate(conn, m, from_client) end
+  if conn then
+    if complete or (opcode == 0x50 and m.f.flags ~= nil) then   -- a cut DcpOpen: its flags
+      negotiate(conn, m, from_client)
+    else
+      negotiate_cut(conn, m, from_client)
+    end
+  end
   if opcode == 0x5f and request and complete and keylen > 0 and m.value_len > 0
       and not pinfo.visited then
     learn_names(m.f.event, m.f.version, tvb_raw(tvb, m.key_at, keylen),

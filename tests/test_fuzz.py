@@ -143,10 +143,10 @@ def test_framing_is_independent_of_segmentation(cuts, seed):
 
 
 class Seg:
-    __slots__ = ("ack", "flags", "payload", "seq", "truncated")
+    __slots__ = ("ack", "flags", "payload", "seq", "missing")
 
     def __init__(self, seq, payload):
-        self.seq, self.ack, self.flags, self.payload, self.truncated = seq, 0, 0x18, payload, False
+        self.seq, self.ack, self.flags, self.payload, self.missing = seq, 0, 0x18, payload, 0
 
 
 @FAST

@@ -52,15 +52,16 @@ SAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "samples").iterdir() 
 # -- corpus helpers ----------------------------------------------------------------------------
 
 def linger_capture(path) -> None:
-    """Two connections lose a server segment before their FIN; unrelated traffic (an
-    untracked port, then a later DCP connection) arrives more than a second later, so the
-    lingering FINs expire on other connections' packets."""
+    """Two connections lose a server segment before their FIN, one the client never
+    acknowledges (so no ACK shows it lost); unrelated traffic (an untracked port, then a
+    later DCP connection) arrives more than a second later, so the lingering FINs expire on
+    other connections' packets."""
     a = replication(client=Endpoint("10.0.0.2", 50001), start_ns=T0)
     b = replication(client=Endpoint("10.0.0.3", 50002), start_ns=T0 + 100_000)
     pa = a.conv.packets()
-    pa = ns.drop(pa, ns.data_indices(pa, "s2c")[-2])
+    pa = ns.causal_acks(ns.drop(pa, ns.data_indices(pa, "s2c")[-2]))
     pb = b.conv.packets()
-    pb = ns.drop(pb, ns.data_indices(pb, "s2c")[-1])
+    pb = ns.causal_acks(ns.drop(pb, ns.data_indices(pb, "s2c")[-1]))
     c = Script(Endpoint("10.0.0.5", 40000), Endpoint("10.0.0.6", 8091), start_ns=T0 + 50_000)
     c.c2s(b"x" * 100)
     c.conv.pause(1_500_000_000)

@@ -15,7 +15,7 @@ class Seg(NamedTuple):
     ack: int
     flags: int
     payload: bytes
-    truncated: bool = False
+    missing: int = 0
 
 
 def test_single_pdu_rules_skip_a_truncated_body():

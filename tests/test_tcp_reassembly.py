@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from dcpdissect.reassembly.connections import (
     ConnectionClosed, ConnectionOpened, ConnectionTable, StreamData, StreamGap, TcpAnomaly,
 )
-from dcpdissect.reassembly.tcp import DirectionReassembler, seq_diff, seq_lt
+from dcpdissect.reassembly.tcp import LOST, UNCAPTURED, DirectionReassembler, seq_diff, seq_lt
 
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 M = 0xFFFFFFFF
@@ -259,21 +259,58 @@ def test_loss_gap_at_close():
 
 def test_truncated_segment_then_more_data():
     f = Flow()
-    # segment [3, 103) captured with only 20 bytes
+    # segment [3, 103) captured with only 20 bytes: the other 80 are not captured, not lost,
+    # and take their place in the stream at once (the IP length says how many they are)
     segs = [f.syn(), f.c2s(0, b"abc"), f.c2s(3, b"x" * 20, missing=80),
             f.c2s(103, b"next")]
     t, ev = run(segs, close=False)
     gaps = of(ev, StreamGap)
-    assert gaps == [StreamGap(1, 0, 103, 80, 4, 4000)]
+    assert gaps == [StreamGap(1, 0, 103, 80, 3, 3000, UNCAPTURED)]
     assert stream(ev, gap_fill=b"?") == b"abc" + b"x" * 20 + b"?" * 80 + b"next"
+    assert t.stats["gaps"] == 0 and t.stats["uncaptured_bytes"] == 80
+    assert t.stats["cut_segments"] == 1
 
 
 def test_truncated_out_of_order():
     f = Flow()
     segs = [f.syn(), f.c2s(10, b"y" * 5, missing=35), f.c2s(50, b"z"), f.c2s(0, b"a" * 10)]
     _, ev = run(segs, close=False)
-    assert of(ev, StreamGap) == [StreamGap(1, 0, 50, 35, 3, 3000)]
+    assert of(ev, StreamGap) == [StreamGap(1, 0, 50, 35, 2, 2000, UNCAPTURED)]
     assert stream(ev, gap_fill=b"?") == b"a" * 10 + b"y" * 5 + b"?" * 35 + b"z"
+
+
+def test_truncated_segments_back_to_back_then_loss():
+    """Header-only capture: every segment cut; one segment lost between two cut ones is a
+    lost gap of its whole on-wire length, told apart from the uncaptured bytes."""
+    f = Flow()
+    segs = [f.syn(), f.c2s(0, b"h1", missing=98), f.c2s(100, b"h2", missing=98),
+            f.c2s(300, b"h4", missing=98)]
+    t, ev = run(segs, close=False)
+    assert of(ev, StreamGap) == [
+        StreamGap(1, 0, 100, 98, 2, 2000, UNCAPTURED),
+        StreamGap(1, 0, 200, 98, 3, 3000, UNCAPTURED),
+        StreamGap(1, 0, 300, 100, 4, 4000, LOST),
+        StreamGap(1, 0, 400, 98, 4, 4000, UNCAPTURED)][:2]
+    assert t.stats["gaps"] == 0            # the lost segment is still awaited (out of order)
+    _, ev = run(segs, close=True)
+    assert of(ev, StreamGap) == [
+        StreamGap(1, 0, 100, 98, 2, 2000, UNCAPTURED),
+        StreamGap(1, 0, 200, 98, 3, 3000, UNCAPTURED),
+        StreamGap(1, 0, 300, 100, 4, 4000, LOST),
+        StreamGap(1, 0, 400, 98, 4, 4000, UNCAPTURED)]
+
+
+def test_truncated_duplicate_and_retransmission():
+    """The same cut segment twice (tcpdump -i any) is a duplicate; a retransmission of the
+    cut bytes neither mismatches nor delivers them again; a FIN counts the on-wire length."""
+    f = Flow()
+    segs = [f.syn(), f.c2s(0, b"ab", missing=8), f.c2s(0, b"ab", missing=8),
+            f.c2s(0, b"abcdefghij"), f.c2s(10, b"k", FIN | ACK, missing=4),
+            f.s2c(0, b"", FIN | ACK)]
+    t, ev = run(segs, close=False)
+    assert stream(ev, gap_fill=b"?") == b"ab" + b"?" * 8 + b"k" + b"?" * 4
+    assert t.stats["duplicates"] == 1 and t.stats["overlaps_mismatched"] == 0
+    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 6, 6000, "fin")]
 
 
 def test_fin_with_hole_waits_for_retransmission():

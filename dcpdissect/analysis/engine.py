@@ -13,12 +13,14 @@ from __future__ import annotations
 from ..codec import decode
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
 from ..reassembly.pdus import TlsConnection, TlsProblem
-from ..reassembly.framing import ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, LostPdu, Pdu, Resync
+from ..reassembly.framing import (ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, Hidden, LostPdu,
+                                  Pdu, Resync)
+from ..reassembly.tcp import LOST
 from .findings import Finding, finding_for
 from .negotiation import NEGOTIATING, Negotiation
 from .rollback_checks import RollbackTracker
 from .streams import StreamTracker
-from .rules.structure import check_message
+from .rules.structure import check_message, unjudged
 
 
 MAX_FINDINGS_PER_RULE = 1000
@@ -41,6 +43,7 @@ class Analyzer:
         self.max_per_rule = max_per_rule
         self._counts: dict[str, int] = {}
         self._dropped: dict[str, list] = {}     # rule -> [count, first Finding, last frame]
+        self._not_judged: dict[str, Finding] = {}   # rule -> its uncaptured-not-judged note
 
     def feed(self, ev) -> list[Finding]:
         out = self._pdu(ev) if type(ev) is Pdu else self._feed(ev)
@@ -92,14 +95,16 @@ class Analyzer:
                                    ev.ts_ns, ev.conn))
             return out
         if kind is StreamGap:
-            self._lost_bytes(ev.conn)
-            out = self.streams.on_gap(ev)
-            if ev.length:           # 0: after a sequence jump, reported as tcp-seq-jump
-                out.append(Finding("capture-gap", f"{ev.length} bytes missing in "
-                                   f"{'client→server' if ev.direction == 0 else 'server→client'} "
-                                   f"before stream offset {ev.offset}", ev.frame, (ev.frame,),
-                                   ev.ts_ns, ev.conn))
-            return out
+            if ev.length and ev.cause == LOST:      # 0: a sequence jump (tcp-seq-jump)
+                return [Finding("capture-gap", f"{ev.length} bytes missing in "
+                                f"{'client→server' if ev.direction == 0 else 'server→client'} "
+                                f"before stream offset {ev.offset}", ev.frame, (ev.frame,),
+                                ev.ts_ns, ev.conn)]
+            return []
+        if kind is Hidden:
+            if ev.direction == 0:
+                self._lost_bytes(ev.conn)
+            return self.streams.on_hidden(ev)
         if kind is Resync:
             return self._resync(ev)
         if kind is LostPdu:
@@ -145,6 +150,8 @@ class Analyzer:
         if self.all_rules:
             for rid, text, fields in check_message(msg, neg, from_client):
                 out.append(finding_for(rid, text, pdu, msg, fields))
+            if pdu.missing:
+                self._unjudged(pdu, msg, neg, from_client, out)
         if neg is not None and msg.opcode in NEGOTIATING:
             neg.on_message(msg, from_client)
         opened = self.connections.get(pdu.conn)
@@ -153,6 +160,23 @@ class Analyzer:
             out += self.rollback.on_message(pdu, msg, opened, neg)
         return out
 
+    def _unjudged(self, pdu: Pdu, msg, neg, from_client: bool, out: list) -> None:
+        """Once per rule: a message the capture cut could not be judged by it (the note
+        counts the messages at the end)."""
+        for rid, part in unjudged(msg, neg, from_client):
+            note = self._not_judged.get(rid)
+            if note is not None:
+                note.fields["messages"] += 1
+                continue
+            what = ("its extras" if part == "extras" else f"its {part}")
+            self._not_judged[rid] = note = Finding(
+                "uncaptured-not-judged", f"{msg.name}: {what} not captured ({pdu.missing} bytes "
+                f"of the message missing): " + ("no single-message rule" if rid == "extras"
+                                                else f"{rid}") + " could judge it, nor the "
+                "messages cut alike after it", pdu.frame, pdu.frames, pdu.ts_ns, pdu.conn,
+                msg.vbucket, msg.opaque, {"rule": rid, "part": part, "messages": 1})
+            out.append(note)
+
     def _lost_bytes(self, conn: int) -> None:
         """Bytes of the connection were not decoded: a DcpOpen may have been among them."""
         neg = self.negotiated.get(conn)
@@ -160,7 +184,8 @@ class Analyzer:
             neg.undecoded()
 
     def _resync(self, ev: Resync) -> list[Finding]:
-        self._lost_bytes(ev.conn)
+        if ev.reason == "garbage" and ev.direction == 0:
+            self._lost_bytes(ev.conn)
         out = []
         if ev.reason == "garbage":
             rid = _RESYNC_RULES.get(ev.cause)
@@ -174,7 +199,7 @@ class Analyzer:
 
 _ANOMALY_RULES = {"overlap_mismatch": "tcp-overlap-mismatch", "seq_jump": "tcp-seq-jump"}
 _RESYNC_RULES = {ILLEGAL_MAGIC: "unknown-magic", TOO_LARGE: "frame-too-large"}
-_LOST_BY = {"gap": "a gap", "end": "the end of the capture",
+_LOST_BY = {"gap": "a gap", "uncaptured": "the snapshot length", "end": "the end of the capture",
             "cap": f"the framing bound (carried by more than {MAX_PDU_SEGMENTS} segments)"}
 
 

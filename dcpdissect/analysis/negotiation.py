@@ -26,7 +26,8 @@ MAX_CONTROLS = 256       # accepted DcpControl keys remembered (kv_engine knows 
 class Negotiation:
     """One connection's negotiated state (kv_engine daemon/connection.h)."""
 
-    __slots__ = ("features", "open_flags", "name", "controls", "bucket", "dcp", "_pending")
+    __slots__ = ("features", "open_flags", "name", "controls", "bucket", "dcp", "unseen",
+                 "_pending")
 
     def __init__(self, start_seen: bool):
         self.features: frozenset[int] | None = None   # HELLO features the server enabled
@@ -35,6 +36,7 @@ class Negotiation:
         self.controls: dict[str, str] = {}             # DcpControl key -> value, accepted
         self.bucket: str | None = None                 # bucket of the accepted SelectBucket
         self.dcp: bool | None = False if start_seen else None   # opened as a DCP connection
+        self.unseen = not start_seen    # some of the client's requests were not decoded
         self._pending: dict[tuple[int, int], object] = {}
 
     @property
@@ -67,6 +69,7 @@ class Negotiation:
         no longer known (what was seen stays known)."""
         if self.dcp is False:
             self.dcp = None
+        self.unseen = True
 
     def on_message(self, msg, from_client: bool) -> None:
         """A decoded message of the connection: requests the client sent, responses the
@@ -79,12 +82,19 @@ class Negotiation:
             self.response(msg)
 
     def request(self, msg) -> None:
-        """A request the client sent (the server acts on requests in order)."""
+        """A request the client sent (the server acts on requests in order). One the capture
+        cut names nothing it did not capture: a DcpOpen whose name was cut opens the
+        connection with its flags but no name; the others are as if unseen."""
         op = msg.opcode
+        whole = len(msg.key) == msg.keylen and len(msg.value) == msg.value_len
+        if not whole and not (op == DCP_OPEN and "flags" in msg.fields):
+            self.undecoded()
+            return
         if op == HELLO:
             self._remember(msg, None)
         elif op == DCP_OPEN:
-            self._remember(msg, (msg.fields.get("flags"), self.dcp, _text(msg.key)))
+            self._remember(msg, (msg.fields.get("flags"), self.dcp,
+                                 _text(msg.key) if whole else None))
             self.dcp = True
         elif op == DCP_CONTROL:
             self._remember(msg, (_text(msg.key), _text(msg.value)))
@@ -98,7 +108,7 @@ class Negotiation:
             return
         ok = msg.status == STATUS_SUCCESS
         op = msg.opcode
-        if op == HELLO and ok:
+        if op == HELLO and ok and len(msg.value) == msg.value_len:    # else: not captured
             v = bytes(msg.value)
             self.features = frozenset(int.from_bytes(v[i:i + 2], "big")
                                       for i in range(0, len(v) - 1, 2))

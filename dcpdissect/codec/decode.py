@@ -143,11 +143,23 @@ def decode(buf) -> Message:
     if v_start > end:
         problems.append(Problem(HEADER_OVERRUN, f"framing extras {framing_len} + extras {extlen}"
                                                 f" + key {keylen} exceed body length {bodylen}"))
-    if framing_len:
+    if framing_len and min(e_start, end) <= len(buf):
         _frame_infos(m, buf[HEADER_SIZE:min(e_start, end)], request)
-    m.extras = buf[min(e_start, end):min(k_start, end)]
+    m.extras = extras = buf[min(e_start, end):min(k_start, end)]
     m.key = buf[min(k_start, end):min(v_start, end)]
     m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
+    if v_start <= end and len(extras) == extlen:
+        # a captured prefix (the rest not captured or lost): what it holds is decoded
+        if extlen:
+            hit = plan.extras.get(extlen)
+            if hit is not None:
+                st, names, label = hit
+                fields.update(zip(names, st.unpack_from(extras)))
+                m.layout = label
+            elif plan.spec is not None:
+                problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
+        if plan.values:
+            _decode_value(m, plan.values)
     return m
 
 
@@ -162,7 +174,10 @@ def _frame_infos(m: Message, raw, request: bool) -> None:
 
 
 def _decode_value(m: Message, layouts: tuple[Layout, ...]) -> None:
-    n = len(m.value)
+    """The value's layout, chosen by its length (from the header: a value the capture cut
+    is judged by the length it had on the wire, and decoded only when whole)."""
+    n = m.value_len
+    whole = len(m.value) == n
     facts = m.fields
     status = m.status
     candidates = []                     # the layouts whose conditions hold
@@ -175,15 +190,17 @@ def _decode_value(m: Message, layouts: tuple[Layout, ...]) -> None:
     for lay in candidates:
         if lay.repeated:
             if n % lay.size == 0 and (n or lay.when):
-                st, names = compiled(lay)
-                facts[lay.repeated] = [dict(zip(names, st.unpack_from(m.value, off)))
-                                       for off in range(0, n, lay.size)]
-                m.layout = lay.label
+                if whole:
+                    st, names = compiled(lay)
+                    facts[lay.repeated] = [dict(zip(names, st.unpack_from(m.value, off)))
+                                           for off in range(0, n, lay.size)]
+                    m.layout = lay.label
                 return
         elif n == lay.size:
-            st, names = compiled(lay)
-            facts.update(zip(names, st.unpack_from(m.value)))
-            m.layout = lay.label
+            if whole:
+                st, names = compiled(lay)
+                facts.update(zip(names, st.unpack_from(m.value)))
+                m.layout = lay.label
             return
     if candidates:
         sizes = "/".join(f"{lay.size}{'*n' if lay.repeated else ''}" for lay in candidates)

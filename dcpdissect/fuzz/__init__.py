@@ -136,8 +136,9 @@ def check_capture(path: str) -> None:
         for ev in iter_events(path, summary=summary):
             if type(ev) is Pdu:
                 d = ev.data
-                if len(d) < HEADER_SIZE or len(d) != frame_size(d):
-                    raise Invariant(f"PDU of {len(d)} bytes disagrees with its body length")
+                if len(d) < HEADER_SIZE or len(d) + ev.missing != frame_size(d) or ev.missing < 0:
+                    raise Invariant(f"PDU of {len(d)} bytes (+{ev.missing} missing) disagrees "
+                                    "with its body length")
                 fr = ev.frames
                 if not fr or list(fr) != sorted(set(fr)) or ev.frame < fr[-1]:
                     raise Invariant(f"bad provenance frames={fr} frame={ev.frame}")

@@ -56,7 +56,7 @@ def seed_files() -> tuple[bytes, ...]:
 
 @lru_cache(maxsize=1)
 def seed_pdus() -> tuple[bytes, ...]:
-    """Every PDU of the seed captures (deduplicated, in a stable order)."""
+    """Every whole PDU of the seed captures (deduplicated, in a stable order)."""
     import os
     import tempfile
 
@@ -69,7 +69,7 @@ def seed_pdus() -> tuple[bytes, ...]:
                 f.write(data)
             try:
                 for ev in iter_events(path):
-                    if type(ev) is Pdu:
+                    if type(ev) is Pdu and not ev.missing:
                         seen.setdefault(ev.data, None)
             except CaptureError:
                 pass

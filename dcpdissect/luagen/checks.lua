@@ -174,6 +174,15 @@ local function negotiate(conn, m, from_client)
   end
 end
 
+-- A negotiating request the capture cut (its value or key not whole): what it asked is not
+-- known, nor whether the connection is a DCP one (Negotiation.undecoded).
+local NEGOTIATING = {[0x1f] = true, [0x50] = true, [0x5e] = true, [0x89] = true}
+local function negotiate_cut(conn, m, from_client)
+  if m.request and from_client and NEGOTIATING[m.opcode] and conn.ctx.dcp == false then
+    set_ctx(conn, ctx_with(conn.ctx, "dcp", nil))
+  end
+end
+
 local function layout_allowed(lay, ctx)
   if lay.context == nil or ctx == nil or delete_v2(ctx) == nil then return true end
   return delete_v2(ctx) == (lay.context == "delete_v2")

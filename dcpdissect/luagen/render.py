@@ -266,7 +266,7 @@ def experts() -> list[str]:
                    f"{lua_str('[' + rid + '] ' + r.title)}, {group}, {SEVERITY[r.severity]})")
     out += [
         "local e_truncated = ProtoExpert.new(\"dcp.expert.truncated\", \"PDU cut by the capture "
-        "(snap length)\", expert.group.MALFORMED, expert.severity.WARN)",
+        "(snap length)\", expert.group.UNDECODED, expert.severity.NOTE)",
         "local e_internal = ProtoExpert.new(\"dcp.expert.internal\", \"dissector error\", "
         "expert.group.UNDECODED, expert.severity.ERROR)",
         "do local list = {e_truncated, e_internal}",

@@ -44,6 +44,7 @@ from ..reassembly.batches import in_batches
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, PduStream, StreamGap, Summary
+from ..reassembly.tcp import LOST
 from ..reports.messages import (
     DIRECTIONS,
     field_names,
@@ -128,8 +129,9 @@ def count_event(row: list, kind: type, ev) -> None:
     elif kind is ConnectionClosed:
         row[8:11] = [ev.frame, ev.ts_ns, ev.reason]
     elif kind is StreamGap:
-        row[13] += 1
-        row[14] += ev.length
+        if ev.cause == LOST:
+            row[13] += 1
+            row[14] += ev.length
     elif kind is Resync:
         row[15] += 1
     elif kind is LostPdu:

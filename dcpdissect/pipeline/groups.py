@@ -36,7 +36,7 @@ from ..capture.readers import CaptureError
 from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
 from ..reassembly.batches import in_batches
 from ..reassembly.connections import ConnectionOpened
-from ..reassembly.pdus import Options, PduStream
+from ..reassembly.pdus import COUNTED, Options, PduStream
 from .chunks import Piece, read_piece
 from .frames import FIELDS, FlowFrames
 
@@ -302,8 +302,7 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
     yield from fp.flush()
     fp.finish()
     s = stream.summary
-    counts = {k: getattr(s, k) for k in ("connections", "pdus", "gaps", "gap_bytes", "resyncs",
-                                          "lost_pdus", "tls_connections", "tls_decrypted")}
+    counts = {k: getattr(s, k) for k in COUNTED}
     tcp = dict(s.tcp)
     tcp["segments"] -= stream.ticks
     tcp["ignored_segments"] -= stream.ticks

@@ -105,7 +105,8 @@ class ConnectionTable:
         self.stats: dict = dict.fromkeys((
             "connections", "tls_connections", "segments", "retransmissions", "duplicates",
             "out_of_order", "overlaps_mismatched", "gaps", "gap_bytes", "ignored_segments",
-            "ooo_cap_hits", "connections_evicted", "seq_jumps", "connections_dropped"), 0)
+            "ooo_cap_hits", "connections_evicted", "seq_jumps", "connections_dropped",
+            "cut_segments", "uncaptured_bytes"), 0)
         self._flows: dict = {}                  # 4-tuple (src, sport, dst, dport) -> reassembler
         self._lru: OrderedDict = OrderedDict()  # conn id -> _Conn, least recently active first
         self._mru: Optional[_Conn] = None
@@ -249,6 +250,7 @@ class ConnectionTable:
                   tail_window=self.tail_window, stats=self.stats, owner=conn)
         d0 = DirectionReassembler(cid, 0, **kw)
         d1 = DirectionReassembler(cid, 1, **kw)
+        d0.peer, d1.peer = d1, d0
         conn.dirs = (d0, d1)
         fwd = (client[0], client[1], server[0], server[1])
         rev = (server[0], server[1], client[0], client[1])

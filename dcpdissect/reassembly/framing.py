@@ -1,10 +1,19 @@
-"""MCBP framing over one reassembled byte stream: PDU boundaries, provenance, resync.
+"""MCBP framing over one reassembled byte stream: PDU boundaries, provenance, cuts, resync.
 
 A :class:`PduFramer` receives in-order bytes of one direction (with the frame number each
-chunk arrived in) and gap notices, and yields complete PDUs, each carrying every frame its
-bytes came from. When it is not in step with the PDU boundaries (capture started
-mid-stream, bytes lost, garbage) it scans for the next plausible header: a legal magic, a
-known opcode, sane lengths, followed by another plausible header or the end of the data.
+chunk arrived in) and notices of missing bytes, and yields PDUs, each carrying every frame
+its bytes came from.
+
+Missing bytes (a lost segment, or bytes the snapshot length did not keep) do not break
+framing when they fall inside a message whose header was captured: its length says where
+the next one starts, so the message comes out as a partial :class:`Pdu` (its captured
+prefix, ``missing`` bytes short) when the stream reaches its end, and framing goes on. When
+the missing bytes hide a message boundary, the framer says so once (:class:`Hidden`) and
+looks for the next boundary it can prove: a plausible header (a legal magic, a known opcode,
+sane lengths) confirmed by another plausible header right after its frame, or, when its
+frame ends in bytes not captured, a header that fits its opcode's layout in the protocol
+tables (:func:`fits_layout`). The same scan resynchronises after a capture that started
+mid-stream or after garbage.
 """
 
 from __future__ import annotations
@@ -13,10 +22,13 @@ import re
 from typing import NamedTuple
 
 from ..codec.header import BODYLEN_OFFSET, frame_size, peek, unpack, unpack_bodylen
-from ..protocol import DATATYPE_MAX, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, is_known_opcode
+from ..protocol import (DATATYPE_MAX, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, OPCODES,
+                        REQUEST_MAGICS, Presence, is_known_opcode)
+from .tcp import LOST
 
 _LEGAL_MAGICS = frozenset(MAGICS.values)
 MAX_PDU_SEGMENTS = 65536           # chunks held for one unfinished PDU (30 MiB in 480-byte segments)
+MAX_KEY = 251                      # a document key with its collection prefix (mcbp_validators.cc)
 _MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
 
 
@@ -27,10 +39,11 @@ class Pdu(NamedTuple):
     conn: int
     direction: int          # 0 client->server, 1 server->client
     offset: int             # stream offset of the first byte
-    data: bytes             # the whole frame: 24-byte header + body
+    data: bytes             # the frame: 24-byte header + body (its captured prefix when cut)
     frames: tuple[int, ...]  # every frame that carried its bytes, ascending
     frame: int              # the frame in which it completed (differs after reordering)
     ts_ns: int              # timestamp of that frame
+    missing: int = 0        # bytes of the frame after ``data`` that the capture does not hold
 
 
 # Resync.cause: what the framer found (match on these, not on Resync.detail).
@@ -52,6 +65,19 @@ class Resync(NamedTuple):
     ts_ns: int
 
 
+class Hidden(NamedTuple):
+    """Missing bytes hid a message boundary: from ``offset`` on, the messages of this
+    direction are unknown until a :class:`Resync` (reason ``after_gap``) finds the next one.
+    Messages sent after ``since_ts`` (the last framed byte's time) may be among them."""
+    conn: int
+    direction: int
+    offset: int             # stream offset where the unknown bytes begin
+    since_ts: int           # timestamp of the last byte framed before them
+    cause: str              # tcp.LOST or tcp.UNCAPTURED
+    frame: int              # the frame that showed the cut
+    ts_ns: int
+
+
 def _carrier(chunks, ci: int, offset: int) -> tuple[int, int]:
     """(frame, ts) of the chunk that carried stream ``offset`` (searched from ``ci``)."""
     for c_end, frame, ts in chunks[ci:]:
@@ -61,13 +87,13 @@ def _carrier(chunks, ci: int, offset: int) -> tuple[int, int]:
 
 
 class LostPdu(NamedTuple):
-    """A PDU whose header was seen but whose bytes were cut by a gap or the capture end."""
+    """A PDU whose header was not wholly captured before missing bytes or the capture end."""
     conn: int
     direction: int
     offset: int
     have: int
     need: int
-    reason: str             # 'gap', 'end' or 'cap' (carried by too many segments)
+    reason: str             # 'gap', 'uncaptured', 'end' or 'cap' (carried by too many segments)
     frame: int
     ts_ns: int
 
@@ -93,6 +119,36 @@ def plausible(buf, pos: int) -> bool:
     return framing_len + keylen + extlen <= bodylen
 
 
+def fits_layout(buf, pos: int) -> bool:
+    """The plausible header at ``pos`` is a DCP message its opcode's table allows: extras
+    length of one of its layouts, key and value present or absent as required, a key no
+    longer than the server accepts, a datatype it allows. The proof of a boundary whose
+    frame ends in bytes the capture does not hold (nothing follows it to confirm it)."""
+    magic, opcode, framing_len, keylen, extlen, datatype, _vb, bodylen, _o, _c = unpack(buf, pos)
+    op = OPCODES.get(opcode)
+    if op is None or magic not in _LEGAL_MAGICS:
+        return False
+    shape = op.request if magic in REQUEST_MAGICS else op.response
+    if extlen not in shape.extras_sizes or keylen > MAX_KEY:
+        return False
+    if (shape.key is Presence.REQUIRED and not keylen
+            or shape.key is Presence.FORBIDDEN and keylen):
+        return False
+    value = bodylen - framing_len - extlen - keylen
+    if shape.value is Presence.FORBIDDEN and value or shape.value is Presence.REQUIRED and not value:
+        return False
+    return shape.datatypes is None or datatype in shape.datatypes
+
+
+class _Partial:
+    """A PDU whose header was framed but some of whose bytes are missing: its captured
+    prefix (with the frames that carried it), until the stream reaches its end."""
+    __slots__ = ("offset", "data", "size", "frames", "ts")
+
+    def __init__(self, offset: int, data: bytes, size: int, frames: tuple, ts: int):
+        self.offset, self.data, self.size, self.frames, self.ts = offset, data, size, frames, ts
+
+
 class PduFramer:
     """Frame one direction of one connection."""
 
@@ -105,8 +161,10 @@ class PduFramer:
         self.in_sync = in_sync
         self.resync_reason = None if in_sync else "mid_stream"
         self.skip_to: int | None = None
+        self.partial: _Partial | None = None   # the PDU whose rest is being skipped
         self.last_frame = 0
         self.last_ts = 0
+        self.framed_ts = 0       # timestamp of the last byte framed (in sync)
         self.started = False
         self._pending_skip = 0
         self._garbage_cause: str | None = None
@@ -131,32 +189,35 @@ class PduFramer:
             self._give_up(out)
         return out
 
-    def gap(self, offset: int, length: int, frame: int, ts_ns: int) -> list:
-        """``length`` bytes were lost just before stream ``offset``."""
-        out = []
-        if self.in_sync and len(self.buf) >= HEADER_SIZE:
-            size = frame_size(self.buf, 0)
-            pdu_end = self.base + size
-            out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf),
-                               size, "gap", frame, ts_ns))
-            if pdu_end >= offset:
-                self.skip_to = pdu_end      # the rest of that PDU follows the gap: skip it
-        elif self.in_sync and self.buf:
-            out.append(LostPdu(self.conn, self.direction, self.base, len(self.buf), 0,
-                               "gap", frame, ts_ns))
-        self._reset(offset)
-        if self.skip_to is None:
-            self.in_sync = False
-            self.resync_reason = "after_gap"
-        if not self.started:
+    def gap(self, offset: int, length: int, frame: int, ts_ns: int, cause: str = LOST) -> list:
+        """``length`` bytes are missing just before stream ``offset`` (``cause``: lost or
+        not captured)."""
+        out: list = []
+        self.now = (frame, ts_ns)
+        if not self.started:        # the stream's first bytes are missing
             self.started = True
+            self._hide(offset, length, frame, ts_ns, cause, out)
+            return out
+        if not self.in_sync and self.skip_to is None:
+            # what precedes the cut may still hold a header whose frame runs into it
+            if not (self.buf and self._resync(out, final=False, at_cut=True)) \
+                    or self._frame_run(out):
+                self._discard(len(self.buf))
+                self._reset(offset)
+                return out
+        self._cut_in_sync(offset, length, frame, ts_ns, cause, out)
         return out
 
     def close(self) -> list:
         """End of the stream: flush what can still be framed, report what cannot."""
         self.now = (self.last_frame, self.last_ts)
         out = self._drain(final=True)
-        if self.buf and self.in_sync and self.skip_to is None:
+        if self.partial is not None:
+            p = self.partial
+            out.append(LostPdu(self.conn, self.direction, p.offset, len(p.data), p.size,
+                               "end", self.last_frame, self.last_ts))
+            self.partial = None
+        elif self.buf and self.in_sync and self.skip_to is None:
             need = 0
             if len(self.buf) >= HEADER_SIZE:
                 need = frame_size(self.buf, 0)
@@ -168,6 +229,56 @@ class PduFramer:
         self._reset(self.base + len(self.buf))
         return out
 
+    # -- cuts -------------------------------------------------------------------------
+    def _cut_in_sync(self, offset: int, length: int, frame: int, ts_ns: int, cause: str,
+                     out: list) -> None:
+        """Missing bytes [offset - length, offset) while the buffer starts on a boundary
+        (or while the rest of a partial PDU is skipped)."""
+        if self.skip_to is None:
+            buf = self.buf
+            if len(buf) < HEADER_SIZE:
+                if buf:         # its header is cut: nothing of it can be decoded
+                    out.append(LostPdu(self.conn, self.direction, self.base, len(buf), 0,
+                                       "gap" if cause == LOST else cause, frame, ts_ns))
+                self._hide(offset, length, frame, ts_ns, cause, out)
+                return
+            start, data, size = self.base, bytes(buf), frame_size(buf, 0)
+            frames, ts = self._consume(len(buf))
+            self.partial = _Partial(start, data, size, frames, ts)
+            self.skip_to = start + size
+        skip_to = self.skip_to
+        self._reset(offset)
+        if offset < skip_to:
+            return                          # the rest of the message follows the cut
+        self.skip_to = None
+        self._finish_partial(out)
+        if offset > skip_to:
+            self._hide(offset, offset - skip_to, frame, ts_ns, cause, out)
+
+    def _finish_partial(self, out: list) -> None:
+        """The stream reached the end of the partial PDU: it comes out now (after what
+        arrived before its end), cited at the frames of its captured prefix, the frames
+        that show it (as Wireshark does)."""
+        p = self.partial
+        if p is None:
+            return
+        self.partial = None
+        out.append(_new(Pdu, (self.conn, self.direction, p.offset, p.data, p.frames,
+                              p.frames[-1], p.ts, p.size - len(p.data))))
+        self.framed_ts = p.ts
+
+    def _hide(self, offset: int, length: int, frame: int, ts_ns: int, cause: str,
+              out: list) -> None:
+        """Missing bytes hide a boundary: out of sync until a provable header."""
+        self._reset(offset)
+        if not self.in_sync and self.resync_reason == "after_gap":
+            return
+        self.in_sync = False
+        self.resync_reason = "after_gap"
+        out.append(Hidden(self.conn, self.direction, offset - length, self.framed_ts, cause,
+                          frame, ts_ns))
+
+    # -- reports ----------------------------------------------------------------------
     def _skipped(self, n: int, no_header_cause: str | None) -> Resync:
         """The report of ``n`` skipped bytes: for garbage, at the frame of the bad header."""
         if self.resync_reason == "garbage":
@@ -176,7 +287,7 @@ class PduFramer:
                           n, "garbage", self._garbage_cause or no_header_cause,
                           self._garbage_detail or "no plausible header before the end of the stream",
                           frame, ts)
-        frame, ts = (self.chunks[0][1], self.chunks[0][2]) if self.chunks else (self.last_frame, self.last_ts)
+        frame, ts = (self.chunks[0][1], self.chunks[0][2]) if self.chunks else self.now
         detail = "no plausible header before the end of the stream" if no_header_cause else ""
         return Resync(self.conn, self.direction, self.base + len(self.buf) * (no_header_cause is not None),
                       n, self.resync_reason or "garbage", no_header_cause, detail, frame, ts)
@@ -235,6 +346,7 @@ class PduFramer:
                     return out
                 self.skip_to = None
                 self.in_sync = True
+                self._finish_partial(out)
             if not self.in_sync and not self._resync(out, final):
                 return out
             if not self._frame_run(out):
@@ -250,6 +362,7 @@ class PduFramer:
         bad = False
         view = memoryview(buf)
         new, legal = _new, _LEGAL_MAGICS
+        ts = self.framed_ts
         while n - pos >= HEADER_SIZE:
             size = HEADER_SIZE + unpack_bodylen(buf, pos + BODYLEN_OFFSET)[0]
             if buf[pos] not in legal or size > MAX_FRAME_SIZE:   # buf[pos]: the magic
@@ -284,17 +397,21 @@ class PduFramer:
                         break
                 frames = tuple(sorted(seen))
             done, ts = (now_frame, now_ts) if now_frame >= last else (last, last_ts)
-            out.append(new(Pdu, (conn, direction, base + pos, bytes(view[pos:end]), frames, done, ts)))
+            out.append(new(Pdu, (conn, direction, base + pos, bytes(view[pos:end]), frames, done,
+                                 ts, 0)))
             pos = end
         view.release()
+        self.framed_ts = ts
         if pos:
             del buf[:pos]
             del chunks[:ci]
             self.base = base + pos
         return bad
 
-    def _resync(self, out: list, final: bool) -> bool:
-        """Scan for a confirmed header; True when back in sync (buffer starts at it)."""
+    def _resync(self, out: list, final: bool, at_cut: bool = False) -> bool:
+        """Scan for a proven header; True when back in sync (buffer starts at it).
+        ``at_cut``: missing bytes follow the buffer, so a frame that runs past its end is
+        proven by its layout (:func:`fits_layout`) instead of by the header after it."""
         buf = self.buf
         n = len(buf)
         pos = 0
@@ -303,6 +420,9 @@ class PduFramer:
                 nxt = pos + frame_size(buf, pos)
                 if nxt + HEADER_SIZE <= n:
                     if plausible(buf, nxt):
+                        break
+                elif at_cut:
+                    if fits_layout(buf, pos):
                         break
                 elif final:
                     if nxt == n:
@@ -313,10 +433,11 @@ class PduFramer:
             found = _MAGIC_RE.search(buf, pos + 1)
             pos = found.start() if found else n
         else:
-            self._discard(n if final else max(0, n - HEADER_SIZE + 1))
+            if not at_cut:
+                self._discard(n if final else max(0, n - HEADER_SIZE + 1))
             return False
         self._discard(pos)
-        if self._pending_skip:     # a stream that starts on a boundary needs no report
+        if self._pending_skip or self.resync_reason == "after_gap":      # a cut ends here
             out.append(self._skipped(self._pending_skip, None))
         self._pending_skip = 0
         self.in_sync = True

@@ -1,7 +1,7 @@
 """Capture file -> TCP connections -> framed MCBP PDUs, as one stream of events.
 
 Every stage is a plain iterator so that the CLI and the Spark job share it. Events are
-``Pdu``, ``Resync``, ``LostPdu`` (framing), ``StreamGap``, ``ConnectionOpened``,
+``Pdu``, ``Resync``, ``LostPdu``, ``Hidden`` (framing), ``StreamGap``, ``ConnectionOpened``,
 ``ConnectionClosed`` and ``TcpAnomaly`` (TCP), and ``TlsConnection`` (not decoded).
 
 Which connections are decoded: those on the DCP ports and ``--port`` always, every one with
@@ -26,7 +26,8 @@ from ..protocol import DCP_PORTS, TLS_PORTS
 from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
 from .connections import ConnectionClosed, ConnectionOpened, ConnectionTable, StreamData, StreamGap
-from .framing import _LEGAL_MAGICS, LostPdu, Pdu, PduFramer, Resync, plausible
+from .framing import _LEGAL_MAGICS, Hidden, LostPdu, Pdu, PduFramer, Resync, plausible
+from .tcp import UNCAPTURED
 from .tls import NO_KEY, TlsProblem, TlsSession, hello_random
 
 HEURISTIC_HOLD = 64 << 10     # bytes per direction held while a connection is undecided
@@ -70,6 +71,9 @@ class Summary:
     gap_bytes: int = 0
     resyncs: int = 0
     lost_pdus: int = 0
+    uncaptured_bytes: int = 0           # bytes the snapshot length cut (on the wire, not kept)
+    partial_pdus: int = 0               # messages decoded from a captured prefix
+    hidden: int = 0                     # cuts that hid message boundaries
     tls_connections: int = 0
     tls_decrypted: int = 0              # TLS connections opened with the key log
     tls_randoms: dict = field(default_factory=dict, compare=False)   # their client randoms
@@ -83,6 +87,10 @@ class Summary:
         text = (f"{self.path}: {self.frames} frames, {self.connections} TCP connections, "
                 f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
                 f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
+        if self.uncaptured_bytes:
+            text += (f", {self.uncaptured_bytes} bytes not captured (snapshot length): "
+                     f"{self.partial_pdus} PDUs decoded from their captured start, "
+                     f"{self.hidden} cuts hid message boundaries")
         if self.tls_decrypted:
             text += f", {self.tls_decrypted} TLS connections opened with the key log"
         mismatched = self.tcp.get("overlaps_mismatched", 0)
@@ -115,6 +123,10 @@ class Summary:
                      "not decoded: give their key log with --tls-keylog")
         return (f"dcpdissect: no MCBP found in {self.path or 'the capture'} ({what}); if the "
                 f"traffic is MCBP on another port, try --port N (or --any-port)")
+
+
+COUNTED = ("connections", "pdus", "gaps", "gap_bytes", "resyncs", "lost_pdus", "uncaptured_bytes",
+           "partial_pdus", "hidden", "tls_connections", "tls_decrypted")   # Summary's per-event sums
 
 
 class PduStream:
@@ -201,10 +213,14 @@ class PduStream:
                     self._tally(out)
                     yield from out
             elif kind is StreamGap:
-                self.summary.gaps += 1
-                self.summary.gap_bytes += ev.length
+                if ev.cause == UNCAPTURED:
+                    self.summary.uncaptured_bytes += ev.length
+                else:
+                    self.summary.gaps += 1
+                    self.summary.gap_bytes += ev.length
                 yield ev
-                out = self._framer(ev.conn, ev.direction).gap(ev.offset, ev.length, ev.frame, ev.ts_ns)
+                out = self._framer(ev.conn, ev.direction).gap(ev.offset, ev.length, ev.frame,
+                                                              ev.ts_ns, ev.cause)
                 self._tally(out)
                 yield from out
             elif kind is ConnectionOpened:
@@ -329,6 +345,10 @@ class PduStream:
             kind = type(ev)
             if kind is Pdu:
                 summary.pdus += 1
+                if ev.missing:
+                    summary.partial_pdus += 1
+            elif kind is Hidden:
+                summary.hidden += 1
             elif kind is Resync:
                 summary.resyncs += 1
             elif kind is LostPdu:
@@ -419,6 +439,6 @@ class _Candidate:
         return None
 
 
-__all__ = ["Options", "Summary", "PduStream", "iter_events", "Pdu", "Resync", "LostPdu",
+__all__ = ["Options", "Summary", "PduStream", "iter_events", "Pdu", "Resync", "LostPdu", "Hidden",
            "StreamGap", "ConnectionOpened", "ConnectionClosed", "CaptureError",
            "TlsConnection", "TlsProblem", "direction_verdict"]

@@ -5,6 +5,11 @@ and mapped to an unbounded *stream offset* (bytes since the stream start),
 so consumers never see wrapped values.  Out-of-order data is buffered as
 non-overlapping pieces (first-seen bytes win) within configurable bounds.
 
+Bytes the capture did not keep (a frame cut by the snapshot length: its IP
+length says how long the segment was on the wire) are not lost: they take
+their place in the stream as an *uncaptured* :class:`StreamGap`, in order,
+so that whoever frames the stream knows exactly where captured bytes resume.
+
 The event types are defined here and re-exported by
 :mod:`dcpdissect.reassembly.connections`.
 """
@@ -16,7 +21,7 @@ from typing import NamedTuple, Optional
 
 __all__ = [
     "StreamData", "StreamGap", "TcpAnomaly", "DirectionReassembler",
-    "FIN", "SYN", "RST", "PSH", "ACK", "EMPTY", "seq_lt", "seq_diff",
+    "FIN", "SYN", "RST", "PSH", "ACK", "EMPTY", "LOST", "UNCAPTURED", "seq_lt", "seq_diff",
 ]
 
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
@@ -53,9 +58,14 @@ class StreamData(NamedTuple):
     ts_ns: int
 
 
+LOST = "lost"                   # the bytes never reached the capture (or a bound gave them up)
+UNCAPTURED = "uncaptured"       # the bytes were on the wire, the snapshot length cut them
+
+
 class StreamGap(NamedTuple):
-    """``length`` bytes lost immediately before stream offset ``offset`` (0 after a
-    sequence jump: an unknown number of bytes)."""
+    """``length`` bytes missing immediately before stream offset ``offset`` (0 after a
+    sequence jump: an unknown number of bytes). ``cause`` says why: :data:`LOST` or
+    :data:`UNCAPTURED` (then ``frame`` is the frame that carried them, cut short)."""
 
     conn: int
     direction: int
@@ -63,6 +73,31 @@ class StreamGap(NamedTuple):
     length: int
     frame: int          # frame whose data follows the hole (the FIN for a tail hole)
     ts_ns: int
+    cause: str = LOST
+
+
+class _Blank:
+    """A run of uncaptured bytes in the out-of-order buffer: only its length is known.
+    It slices like bytes and equals anything (its content cannot disagree)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: slice) -> "_Blank":
+        return _Blank(len(range(*s.indices(self.n))))
+
+    def __eq__(self, other) -> bool:
+        return True
+
+    def __ne__(self, other) -> bool:
+        return False
+
+    __hash__ = None
 
 
 class TcpAnomaly(NamedTuple):
@@ -79,7 +114,7 @@ class TcpAnomaly(NamedTuple):
 def _new_stats() -> dict:
     return dict.fromkeys(("retransmissions", "duplicates", "out_of_order",
                           "overlaps_mismatched", "gaps", "gap_bytes", "ooo_cap_hits",
-                          "seq_jumps"), 0)
+                          "seq_jumps", "cut_segments", "uncaptured_bytes"), 0)
 
 
 class DirectionReassembler:
@@ -97,10 +132,10 @@ class DirectionReassembler:
     """
 
     __slots__ = (
-        "conn", "direction", "owner", "stats", "isn", "mid_stream", "next_off",
+        "conn", "direction", "owner", "peer", "stats", "isn", "mid_stream", "next_off",
         "fin_off", "fin_frame", "fin_ts", "max_segments", "max_bytes",
         "_nseq", "_starts", "_pieces", "_buf_bytes", "_tail", "_tail_bytes",
-        "_tail_window", "_tail_hi", "_prev", "_trunc",
+        "_tail_window", "_tail_hi", "_prev",
     )
 
     def __init__(self, conn: int = 0, direction: int = 0, *, max_segments: int = 1024,
@@ -109,6 +144,8 @@ class DirectionReassembler:
         self.conn = conn
         self.direction = direction
         self.owner = owner
+        self.peer: Optional[DirectionReassembler] = None   # the other direction, whose
+                                                # acknowledgements show what it received
         self.stats = _new_stats() if stats is None else stats
         self.isn: Optional[int] = None          # ISN from a SYN (or inferred from a SYN-ACK)
         self.mid_stream = False                 # started without a SYN
@@ -128,7 +165,6 @@ class DirectionReassembler:
         self._tail_window = tail_window
         self._tail_hi = tail_window + (tail_window >> 2)   # trim in batches
         self._prev = None                       # previous data segment
-        self._trunc: Optional[set] = None       # offsets where a truncated payload ended
 
     # -- state -----------------------------------------------------------
     @property
@@ -164,7 +200,17 @@ class DirectionReassembler:
 
     # -- input -----------------------------------------------------------
     def feed(self, frame: int, ts_ns: int, seg):
-        """Process one segment of this direction; return its events."""
+        """Process one segment of this direction; return its events (the other direction's
+        first, when this segment acknowledges bytes of it the capture does not hold)."""
+        peer = self.peer
+        if peer is not None and seg.ack != peer._nseq and seg.flags & ACK and peer._nseq is not None:
+            out = peer.acked(seg.ack, frame, ts_ns)
+            if out:
+                out.extend(self._feed(frame, ts_ns, seg))
+                return out
+        return self._feed(frame, ts_ns, seg)
+
+    def _feed(self, frame: int, ts_ns: int, seg):
         if seg.flags & _CTL or seg.missing:
             return self._feed_slow(frame, ts_ns, seg)
         payload = seg.payload
@@ -203,48 +249,47 @@ class DirectionReassembler:
             self.mid_stream = True
         off = self.offset_of(seq)
         out: list = []
-        if n and not -JUMP < off - self.next_off < JUMP:
+        missing = seg.missing
+        wire = n + missing
+        if wire and not -JUMP < off - self.next_off < JUMP:
             off = self._jump(seq, off, frame, ts_ns, out)
-        if n:
+        if wire:
             prev = self._prev
             if (prev is not None and prev.seq == seg.seq and prev.ack == seg.ack
-                    and prev.flags == flags and prev.payload == payload):
+                    and prev.flags == flags and prev.payload == payload
+                    and prev.missing == missing):
                 self.stats["duplicates"] += 1
             else:
                 self._prev = seg
-                self._accept(off, payload, frame, ts_ns, out)
-        if seg.missing:
-            end = off + n
-            if end >= self.next_off:
-                trunc = self._trunc
-                if trunc is None:
-                    trunc = self._trunc = set()
-                elif len(trunc) > 64:
-                    nxt = self.next_off
-                    trunc = self._trunc = {t for t in trunc if t >= nxt}
-                trunc.add(end)
-                if self._starts:
-                    self._drain(out)
+                if n:
+                    self._accept(off, payload, frame, ts_ns, out)
+                if missing:
+                    self.stats["cut_segments"] += 1
+                    self._accept(off + n, _Blank(missing), frame, ts_ns, out)
         if flags & FIN:
-            fo = off + n
+            fo = off + wire
             if self.fin_off is None or fo > self.fin_off:
                 self.fin_off = fo
                 self.fin_frame = frame
                 self.fin_ts = ts_ns
         return out or EMPTY
 
-    def _accept(self, off: int, data: bytes, frame: int, ts_ns: int, out: list) -> None:
+    def _accept(self, off: int, data, frame: int, ts_ns: int, out: list) -> None:
+        """Take the bytes (or :class:`_Blank` run) at stream offset ``off``."""
         nxt = self.next_off
         n = len(data)
+        blank = type(data) is _Blank
         if off + n <= nxt:
             if n == 1 and off == nxt - 1:
                 return                              # keep-alive / window probe repeat
             self.stats["retransmissions"] += 1
-            self._compare_delivered(off, data, frame, ts_ns, out)
+            if not blank:
+                self._compare_delivered(off, data, frame, ts_ns, out)
             return
         retx = off < nxt
         if retx:
-            self._compare_delivered(off, data[:nxt - off], frame, ts_ns, out)
+            if not blank:
+                self._compare_delivered(off, data[:nxt - off], frame, ts_ns, out)
             data = data[nxt - off:]
             off = nxt
         if off == nxt and not self._starts:
@@ -255,11 +300,15 @@ class DirectionReassembler:
             self.stats["retransmissions"] += 1
 
     # -- delivery --------------------------------------------------------
-    def _deliver(self, off: int, data: bytes, frame: int, ts_ns: int, out: list) -> None:
+    def _deliver(self, off: int, data, frame: int, ts_ns: int, out: list) -> None:
         # off == self.next_off
         n = len(data)
         self.next_off = off + n
         self._nseq = (self._nseq + n) & MASK
+        if type(data) is _Blank:
+            self.stats["uncaptured_bytes"] += n
+            out.append(StreamGap(self.conn, self.direction, off + n, n, frame, ts_ns, UNCAPTURED))
+            return
         ev = StreamData(self.conn, self.direction, off, data, frame, ts_ns)
         out.append(ev)
         tail = self._tail
@@ -373,17 +422,9 @@ class DirectionReassembler:
         """Deliver buffered pieces that are now contiguous."""
         starts = self._starts
         pieces = self._pieces
-        trunc = self._trunc
         while starts:
-            s = starts[0]
-            nxt = self.next_off
-            if s > nxt:
-                if trunc and nxt in trunc:
-                    trunc.discard(nxt)
-                    p = pieces[0]
-                    self._gap(s, p[2], p[3], out)
-                else:
-                    return
+            if starts[0] > self.next_off:
+                return
             del starts[0]
             off, data, frame, ts_ns = pieces.pop(0)
             self._buf_bytes -= len(data)
@@ -426,6 +467,29 @@ class DirectionReassembler:
         self._nseq = seq
         self._prev = None
         return self.next_off
+
+    def acked(self, ack: int, frame: int, ts_ns: int) -> list:
+        """The other end acknowledged this direction up to sequence number ``ack``: the
+        bytes before it that the capture does not hold were received, so no retransmission
+        will bring them: they are lost now (at ``frame``), not when the connection ends.
+        Returns the events (gaps, then the buffered data they release)."""
+        d = (ack - self._nseq) & MASK
+        if not d or d & _HALF or d >= JUMP:
+            return EMPTY                            # not ahead, or not the same stream
+        upto = self.next_off + d
+        if self.fin_off is not None and upto > self.fin_off:
+            upto = self.fin_off                     # the FIN takes a sequence number
+        out: list = []
+        starts = self._starts
+        while starts and starts[0] < upto:
+            p = self._pieces[0]
+            if p[0] > self.next_off:
+                self._gap(p[0], p[2], p[3], out)
+            self._drain(out)
+        if self.next_off < upto:
+            self._gap(upto, frame, ts_ns, out)
+            self._drain(out)
+        return out
 
     def flush(self) -> list:
         """Declare all holes lost; deliver buffered data (and a tail gap before a FIN)."""

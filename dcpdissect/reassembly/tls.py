@@ -25,7 +25,8 @@ from typing import NamedTuple
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
-from .framing import Pdu, PduFramer
+from .framing import Hidden, Pdu, PduFramer
+from .tcp import LOST, UNCAPTURED
 
 HANDSHAKE, CHANGE_CIPHER_SPEC, ALERT, APPLICATION_DATA = 22, 20, 21, 23
 CLIENT_HELLO, SERVER_HELLO, FINISHED, KEY_UPDATE = 1, 2, 20, 24
@@ -284,16 +285,19 @@ class TlsDirection:
             out += self.session.pump_other(self.d, now or (frame, ts_ns))
         return out
 
-    def gap(self, offset: int, length: int, frame: int, ts_ns: int) -> list:
+    def gap(self, offset: int, length: int, frame: int, ts_ns: int, cause: str = LOST) -> list:
         if self.stopped:
             return []
         self.stopped = True
         self.buf.clear()
         self.chunks.clear()
-        return self.framer.close() + [self.session.problem(
-            TLS_GAP, f"{length or 'an unknown number of'} bytes lost in "
+        how = "not captured" if cause == UNCAPTURED else "lost"
+        framer = self.framer
+        return framer.close() + [self.session.problem(
+            TLS_GAP, f"{length or 'an unknown number of'} bytes {how} in "
             f"{_DIRECTION_NAMES[self.d]}: the records after them cannot be decrypted",
-            frame, ts_ns)]
+            frame, ts_ns), Hidden(framer.conn, self.d, offset - length, framer.framed_ts, cause,
+                                  frame, ts_ns)]
 
     def close(self) -> list:
         return self._attribute(self.framer.close())

@@ -16,6 +16,7 @@ from ..codec import decode
 from ..codec.header import peek
 from ..protocol import STATUS_ROLLBACK, STREAM_OPCODES, opcode_code
 from ..reassembly.connections import StreamGap
+from ..reassembly.tcp import LOST
 from ..reassembly.framing import Pdu, Resync
 
 STREAM_REQUEST = opcode_code("DcpStreamReq")
@@ -85,7 +86,7 @@ class TimelineCollector:
         if kind is Pdu:
             if peek(ev.data).opcode in _WATCHED:
                 self._message(ev, decode(ev.data))
-        elif kind is StreamGap or (kind is Resync and ev.reason == "garbage"):
+        elif kind is StreamGap and ev.cause == LOST or kind is Resync and ev.reason == "garbage":
             what = (f"{ev.length} bytes missing" if kind is StreamGap
                     else f"{ev.skipped} bytes skipped")
             self.gaps.setdefault(ev.conn, []).append((ev.ts_ns, ev.frame, what))

@@ -31,8 +31,9 @@ class Expected:
     server: tuple[str, int]
     direction: int            # 0 c2s, 1 s2c
     offset: int               # stream offset in that direction
-    data: bytes
+    data: bytes               # the message, or its captured prefix when ``missing``
     frames: tuple[int, ...] = ()
+    missing: int = 0          # bytes of the message after ``data`` the capture lacks
 
 
 @dataclass
@@ -45,6 +46,7 @@ class BuiltSample:
     gaps: int = 0
     resyncs: int = 0
     lost: int = 0                                 # messages cut by a gap or the capture start
+    partial: int = 0                              # messages decoded from a captured prefix
 
 
 class Script:
@@ -255,14 +257,20 @@ def seed_add_stream() -> Script:
 
 # --- expectations -----------------------------------------------------------------------
 
-def _expectations(scripts: list[Script], written: ns.WrittenPackets) -> tuple[list[Expected], int]:
-    """Messages fully present in the written capture, with the frames delivering them.
+def _expectations(scripts: list[Script], written: ns.WrittenPackets) -> tuple[list[Expected], int, int]:
+    """The messages a correct decoder finds in the written capture, with the frames that
+    carry them; the number of messages it cannot decode at all; and of those it decodes
+    from a captured prefix.
 
-    A byte is delivered by the first frame (in file order) carrying it; a message is lost
-    when any of its bytes never arrives, and so is everything before the first message
-    that starts after a capture start mid-stream (the decoder resynchronises there).
+    A byte is delivered by the first frame (in file order) carrying it. Framing holds from
+    the stream's first byte (or not, when the capture starts inside the stream) and across
+    missing bytes inside a message whose 24-byte header was captured: that message is
+    decoded from its prefix up to the first missing byte, cited at the prefix's frames. Missing bytes that cover a
+    message boundary (or part of a header) lose framing until the first captured header
+    proven by the next message's captured header right after it (or, when its frame runs
+    into missing bytes, by its layout; or, last, by ending the stream).
     """
-    out, lost = [], 0
+    out, lost, partial = [], 0, 0
     for script in scripts:
         conv = script.conv
         for dname, dnum in (("c2s", 0), ("s2c", 1)):
@@ -276,16 +284,31 @@ def _expectations(scripts: list[Script], written: ns.WrittenPackets) -> tuple[li
                 for b in range(pkt.stream_offset, pkt.stream_offset + captured):
                     first_frame.setdefault(b, fno)
             msgs = [(off, data) for d, off, data in script.messages if d == dname]
-            start = min(first_frame, default=0)
-            for off, data in msgs:
-                rng = range(off, off + len(data))
-                if off < start or any(b not in first_frame for b in rng):
+            if not msgs:
+                continue
+            have = first_frame.__contains__
+            header = lambda i: all(have(b) for b in range(msgs[i][0], msgs[i][0] + 24))  # noqa: E731
+            in_sync = have(msgs[0][0])
+            for i, (off, data) in enumerate(msgs):
+                end = off + len(data)
+                if not in_sync:
+                    nxt_header = i + 1 < len(msgs) and header(i + 1)
+                    runs_into_cut = not all(have(b) for b in range(off, end + 24 if i + 1 < len(msgs) else end))
+                    last = i + 1 == len(msgs) and all(have(b) for b in range(off, end))
+                    in_sync = header(i) and (nxt_header or runs_into_cut or last)
+                if not in_sync or not header(i):
                     lost += 1
+                    in_sync = False
                     continue
-                frames = tuple(sorted({first_frame[b] for b in rng}))
+                cut = next((b for b in range(off, end) if not have(b)), end)
+                if cut < end:
+                    partial += 1
+                frames = {first_frame[b] for b in range(off, cut)}
                 out.append(Expected((conv.client.ip, conv.client.port),
-                                    (conv.server.ip, conv.server.port), dnum, off, data, frames))
-    return out, lost
+                                    (conv.server.ip, conv.server.port), dnum, off, data[:cut - off],
+                                    tuple(sorted(frames)), end - cut))
+                in_sync = end == script.offsets[dname] or have(end)
+    return out, lost, partial
 
 
 @dataclass
@@ -299,6 +322,7 @@ class Spec:
     write_kw: dict = field(default_factory=dict)
     gaps: int = 0
     resyncs: int = 0
+    snaplen: int | None = None             # every data frame of every script cut to it
 
 
 def _data_pos(pkts, direction, k):
@@ -428,7 +452,8 @@ def all_specs() -> tuple[Spec, ...]:
             + tuple(__import__(f"{__package__}.scenarios_flow", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_ports", fromlist=['SPECS']).SPECS)
-            + tuple(__import__(f"{__package__}.scenarios_collections", fromlist=['SPECS']).SPECS))
+            + tuple(__import__(f"{__package__}.scenarios_collections", fromlist=['SPECS']).SPECS)
+            + tuple(__import__(f"{__package__}.scenarios_cuts", fromlist=['SPECS']).SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:
@@ -436,6 +461,9 @@ def build(spec: Spec) -> BuiltSample:
     sources = [s.conv.packets() for s in scripts]
     if spec.transform is not None:
         sources[0] = spec.transform(sources[0])
+    if spec.snaplen is not None:
+        sources = [[ns.truncate_capture([p], 0, spec.snaplen)[0] if p.payload else p
+                    for p in src] for src in sources]
     buf = io.BytesIO()
     if spec.fmt == "pcapng":
         written = ns.write_pcapng(buf, sources, **spec.write_kw)
@@ -447,9 +475,9 @@ def build(spec: Spec) -> BuiltSample:
         with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
             gz.write(data)
         data = out.getvalue()
-    messages, lost = _expectations(scripts, written)
+    messages, lost, partial = _expectations(scripts, written)
     return BuiltSample(spec.name, spec.filename, spec.description, data, messages,
-                       gaps=spec.gaps, resyncs=spec.resyncs, lost=lost)
+                       gaps=spec.gaps, resyncs=spec.resyncs, lost=lost, partial=partial)
 
 
 def build_all() -> dict[str, BuiltSample]:

@@ -610,7 +610,31 @@ def reorder(pkts: Sequence[Packet], i: int, j: int) -> list[Packet]:
     out = list(pkts)
     out[i] = dataclasses.replace(pkts[j], ts_ns=pkts[i].ts_ns)
     out[j] = dataclasses.replace(pkts[i], ts_ns=pkts[j].ts_ns)
-    return out
+    return causal_acks(out, min(i, j), max(i, j))
+
+
+def causal_acks(pkts: list[Packet], lo: int = 0, hi: int | None = None) -> list[Packet]:
+    """Clamp the ACK of every packet at positions lo..hi to the bytes of the other
+    direction captured in order before it: a segment moved earlier cannot acknowledge
+    what its peer had not yet sent, and a receiver acknowledges up to a hole (duplicate
+    ACKs) until the late segment fills it (or for good, after :func:`drop` of a segment
+    the receiver never got)."""
+    pkts = list(pkts)
+    hi = len(pkts) - 1 if hi is None else hi
+    nxt: dict[str, int] = {}
+    pending: dict[str, dict[int, int]] = {"c2s": {}, "s2c": {}}
+    for k, p in enumerate(pkts[:hi + 1]):
+        other = "s2c" if p.direction == "c2s" else "c2s"
+        if lo <= k and p.flags & 0x10 and other in nxt and 0 < (p.ack - nxt[other]) & 0xFFFFFFFF < 0x80000000:
+            pkts[k] = p = dataclasses.replace(p, ack=nxt[other])
+        if p.flags & 0x02:
+            nxt[p.direction] = (p.seq + 1) & 0xFFFFFFFF
+        elif p.payload and p.direction in nxt:
+            ahead = pending[p.direction]
+            ahead[p.seq] = max(ahead.get(p.seq, 0), len(p.payload))
+            while nxt[p.direction] in ahead:
+                nxt[p.direction] = (nxt[p.direction] + ahead.pop(nxt[p.direction])) & 0xFFFFFFFF
+    return pkts
 
 
 def _insert_copy(pkts: Sequence[Packet], i: int, delay: int, note: str, payload: bytes | None) -> list[Packet]:

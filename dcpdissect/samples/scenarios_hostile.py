@@ -198,7 +198,7 @@ SPECS: tuple[Spec, ...] = (
          gaps=1, resyncs=1),
     Spec("hostile-seq-jump", "hostile-seq-jump.pcap",
          "sequence numbers jump by 2^31 mid-stream in both directions (tcp-seq-jump)",
-         seq_jump, _jump, gaps=2),
+         seq_jump, _jump, gaps=2, resyncs=2),
     Spec("hostile-garbage-tcp", "hostile-garbage-tcp.pcap",
          "random bytes between messages, an HTTP request, and a connection of garbage",
          garbage_tcp, resyncs=6),    # the garbage connection and trailing bytes are reported too

@@ -241,5 +241,5 @@ SPECS: tuple[Spec, ...] = (
     Spec("violations-garbage", "violations-garbage.pcap",
          "garbage with an illegal magic between messages, a 48 MiB header, and an "
          "out-of-order buffer overflow after a lost segment",
-         violations_garbage, _flood_transform, gaps=1, resyncs=2),
+         violations_garbage, _flood_transform, gaps=1, resyncs=3),
 )

@@ -418,13 +418,14 @@ class MCBP(Packet):
             return MCBPGeneric
         extlen, keylen = f.get("extlen") or 0, f.get("keylen") or 0
         framing, bodylen = f.get("framing_len") or 0, f["bodylen"]
-        vlen = len(body) - extlen - keylen
-        if framing + extlen + keylen > bodylen or len(body) != bodylen - framing:
+        vlen = bodylen - framing - extlen - keylen          # on the wire
+        cut = len(body) < bodylen - framing                 # the capture kept a prefix
+        if vlen < 0 or len(body) > bodylen - framing or cut and len(body) < extlen:
             return MCBPGeneric
         status = f.get("status")
         for cls in candidates:
             if cls._accepts(extlen, vlen, body[:extlen], status):
-                return cls
+                return cut_class(cls) if cut else cls
         return MCBPGeneric
 
     # display, matching, stream reassembly ---------------------------------------------------
@@ -553,6 +554,22 @@ class McbpBody(Packet):
                 return False
         return vlen % val.size == 0 if val.repeated else vlen == val.size
 
+    @classmethod
+    def _value_names(cls) -> set[str]:
+        """Names of the fields that decode the value layout (pads included)."""
+        val = cls._value_layout
+        if val is None:
+            return set()
+        if val.repeated:
+            return {val.repeated}
+        ext = cls._extras_layout
+        names = {f.name for f in layout_fields(val)}
+        return names - ({f.name for f in layout_fields(ext)} if ext is not None else set())
+
+    @classmethod
+    def _extras_len_of(cls) -> int:
+        return cls._extras_layout.size if cls._extras_layout is not None else 0
+
     @property
     def key_bytes(self) -> bytes:
         """The key (empty when the layer has none)."""
@@ -608,6 +625,28 @@ class MCBPGeneric(McbpBody):
 
     def _extras_len(self) -> int:
         return len(self.getfieldval("extras") or b"")
+
+
+_CUT: dict[type, type] = {}
+
+
+def cut_class(cls: type) -> type:
+    """``cls`` for a body the capture cut short: its extras and key decoded, the value the
+    captured bytes of it (``value``, raw), since a layout's fields need the whole value."""
+    if cls._value_layout is None:
+        return cls                      # extras and a raw value: it reads a prefix as is
+    got = _CUT.get(cls)
+    if got is None:
+        head = [f for f in cls.fields_desc if f.name not in cls._value_names()]
+        got = _CUT[cls] = type(cls.__name__ + "Cut", (cls,), {
+            "__doc__": f"{cls.__doc__[:-1]}, cut short by the capture (the value as captured).",
+            "__module__": __name__,
+            "name": f"{cls.name} (cut)",
+            "fields_desc": head + [StrField("value", b"")],
+            "dispatch_hook": _raw_if_short(cls._extras_len_of()),
+            "_value_layout": None, "_has_value": True,
+        })
+    return got
 
 
 # --- generation from the tables ---------------------------------------------------------

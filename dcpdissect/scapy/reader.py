@@ -22,7 +22,7 @@ from ..reassembly.pdus import (CaptureError, ConnectionClosed, ConnectionOpened,
 from .layers import MCBP
 
 _NS = EDecimal(1_000_000_000)
-PROVENANCE = ("frames", "frame", "conn", "offset")
+PROVENANCE = ("frames", "frame", "conn", "offset", "missing")
 NO_MAC = "00:00:00:00:00:00"     # the reassembled capture keeps no link-layer addresses
 ISN = 0                          # each direction's first byte has sequence number ISN + 1
 
@@ -109,7 +109,7 @@ def _on_tcp(pdu: Pdu, mcbp: MCBP, opened: ConnectionOpened | None, acked: dict) 
     ip = IPv6 if ":" in src[0] else IP
     mine, other = (pdu.conn, pdu.direction), (pdu.conn, 1 - pdu.direction)
     first = mine not in acked
-    acked[mine] = max(acked.get(mine, 0), pdu.offset + len(pdu.data))
+    acked[mine] = max(acked.get(mine, 0), pdu.offset + len(pdu.data) + pdu.missing)
     ack = (ISN + 1 + acked.get(other, 0)) % 2**32
     if first and start and pdu.offset == 0:
         syn_ack = pdu.direction == 1
@@ -118,8 +118,13 @@ def _on_tcp(pdu: Pdu, mcbp: MCBP, opened: ConnectionOpened | None, acked: dict) 
     else:
         tcp = TCP(sport=src[1], dport=dst[1], flags="PA", seq=(ISN + 1 + pdu.offset) % 2**32,
                   ack=ack)
-    return _provenance(Ether(src=NO_MAC, dst=NO_MAC) / ip(src=src[0], dst=dst[0]) / tcp / mcbp,
-                       pdu)
+    pkt = Ether(src=NO_MAC, dst=NO_MAC) / ip(src=src[0], dst=dst[0]) / tcp / mcbp
+    if pdu.missing:         # a message the capture cut: written cut, as a snaplen would
+        wire = len(pkt) + pdu.missing
+        pkt[ip].setfieldval("len" if ip is IP else "plen",
+                            wire - 14 - (0 if ip is IP else 40))
+        pkt.wirelen = wire
+    return _provenance(pkt, pdu)
 
 
 def split_pdus(data: bytes) -> list[MCBP]:

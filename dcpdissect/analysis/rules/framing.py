@@ -8,8 +8,14 @@ from .model import ERROR, INFO, WARNING, rule
 RULES = (
     rule("capture-gap", INFO, "bytes missing from the capture (lost segment)",
          "TCP reassembly: stream semantics are suppressed across the gap", "tcp-loss.pcap"),
-    rule("lost-pdu", INFO, "a message was cut by a capture gap or the end of the capture",
-         "TCP reassembly: the message header was seen but not all of its bytes", "tcp-loss.pcap"),
+    rule("lost-pdu", INFO, "a message whose header a cut or the end of the capture left incomplete",
+         "MCBP framing: a message whose 24-byte header was captured is decoded from its "
+         "captured start; one whose header itself was cut, or whose end never came before the "
+         "capture ended, cannot be", "cut-lost-headers.pcap"),
+    rule("uncaptured-not-judged", INFO, "a rule could not judge messages whose bytes the capture cut",
+         "a frame cut by the snapshot length (tcpdump -s) or a lost segment keeps a message's "
+         "header; the rules that need its value (or key, or extras) say once that they could "
+         "not judge it", "cut-snaplen-128.pcap"),
     rule("resync-after-garbage", WARNING, "bytes that are not MCBP were skipped to find the next header",
          "MCBP framing: a header must follow the previous frame's body", "violations-garbage.pcap"),
     rule("unknown-magic", ERROR, "a header with an illegal magic byte",
@@ -23,8 +29,9 @@ RULES = (
          "tcp-mid-stream.pcap"),
     rule("tcp-overlap-mismatch", WARNING, "a retransmission carried different bytes than the original",
          "TCP reassembly keeps the first bytes seen", "tcp-retransmit.pcap"),
-    rule("tcp-cap", WARNING, "a reassembly bound was hit (out-of-order buffer or connection table)",
-         "bounded resources: the oldest state is given up and reported", "violations-garbage.pcap"),
+    rule("tcp-cap", INFO, "a reassembly bound was hit (out-of-order buffer or connection table)",
+         "bounded resources: the oldest state is given up and reported; a fact about the "
+         "capture and this reader, not about the cluster", "violations-garbage.pcap"),
     rule("tcp-seq-jump", WARNING, "a TCP sequence number jumped farther than any window",
          "TCP reassembly: no window exceeds 2^30 bytes; the stream continues at the new number",
          "hostile-seq-jump.pcap"),

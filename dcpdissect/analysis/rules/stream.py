@@ -159,10 +159,13 @@ RULES = (
          "R12; the consumer asks to skip seqnos it never received (after an unfinished OSO "
          "snapshot: beyond the seqno held before its start, oso_snapshot.md)", "resume-beyond.pcap"),
     rule("semantics-suppressed", INFO, "stream rules not applied here",
-         "stream state is unknown after a capture gap or resync; when the stream request was "
-         "not captured (a capture started inside the connection), the rules that need only the "
-         "markers apply from the first captured marker, never those that need the request "
-         "(first-marker conventions, resume, correlation)", "tcp-loss.pcap"),
+         "a cut (lost or uncaptured bytes that hid message boundaries, garbage skipped) makes "
+         "uncertain only what it could have hidden: each stream's snapshot rules resume at its "
+         "next marker, the rules that need a message the cut may have hidden wait for the other "
+         "direction and are dropped when a cut there could explain them; when the stream "
+         "request was not captured, the rules that need only the markers apply from the first "
+         "captured marker, never those that need the request (first-marker conventions, resume, "
+         "correlation)", "cut-lost-headers.pcap"),
 )
 
 # ns_server's proxy (analysis/streams/relay.py): the producer leg (ns_server → active node's

@@ -222,8 +222,8 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
         if m.magic not in SERVER_MAGICS and m.opcode not in OPCODE_NAMES:
             add(("unknown-opcode", f"opcode {m.opcode:#04x} is not a known opcode", {}))
         return out
-    if HEADER_OVERRUN in codes or TRUNCATED in codes:
-        return out
+    if HEADER_OVERRUN in codes or len(m.extras) < m.extlen:
+        return out              # (extras the capture cut: nothing decoded to judge)
     request = m.is_request
     shape = spec.request if request else spec.response
     ctx = negotiated if from_client else None
@@ -246,6 +246,31 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
     for check, when, kind, name, args in _split_checks(shape):
         if not _passes(when, kind, name, args, m):
             add((check.rule, render_text(check.text, m), {n: _value(m, n) for n in sorted(check.fields)}))
+    return out
+
+
+def unjudged(m: Message, negotiated=None, from_client: bool = False) -> list[tuple[str, str]]:
+    """(rule, what was not captured) for each single-message rule that could not judge
+    ``m`` because the capture cut it (``m`` holds only a prefix of its frame)."""
+    spec = m.spec
+    if spec is None or not m.problems or TRUNCATED not in {p.code for p in m.problems}:
+        return []
+    if len(m.extras) < m.extlen:
+        return [("extras", "extras")]
+    out = []
+    shape = spec.request if m.is_request else spec.response
+    value_cut = len(m.value) < m.value_len
+    if value_cut and m.datatype & XATTR and shape.validated:
+        out.append(("xattr-invalid", "value"))
+    if value_cut and m.opcode == DCP_OPEN:
+        out.append(("open-value-invalid", "value"))
+    ctx = negotiated if from_client else None
+    if (len(m.key) < m.keylen and shape.document_key and shape.validated
+            and (ctx is None or ctx.collections is not False)):
+        out.append(("document-key-invalid", "key"))
+    if value_cut and shape.values:      # value layouts whose fields were not captured
+        names = {f.name for lay in shape.values if not lay.repeated for f in lay.fields}
+        out.extend((check.rule, "value") for check in shape.checks if check.fields & names)
     return out
 
 
@@ -337,7 +362,7 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     elif ctx is not None and ctx.datatypes is not None and m.datatype & ~ctx.datatypes:
         add(("datatype-not-negotiated", f"{name}: datatype bits {m.datatype & ~ctx.datatypes:#04x} "
              "not enabled by HELLO", {"datatype": m.datatype, "enabled": ctx.datatypes}))
-    if m.datatype & XATTR and m.datatype <= 7:
+    if m.datatype & XATTR and m.datatype <= 7 and len(m.value) == m.value_len:
         problem = _xattr(m)
         if problem:
             add(("xattr-invalid", f"{name}: {problem}", {"datatype": m.datatype,
@@ -347,7 +372,7 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
         lay = next((lay for lay in shape.extras + shape.values if lay.label == m.layout), None)
         if lay is not None and lay.rule:
             add((lay.rule, f"{name}: {lay.note}", _sizes(m)))
-    if m.opcode == DCP_OPEN and m.value_len:
+    if m.opcode == DCP_OPEN and m.value_len and len(m.value) == m.value_len:
         _open_value(m, add)
 
 
@@ -380,7 +405,7 @@ def _key(m: Message, shape: Shape, ctx, add) -> None:
     if m.keylen > limit:
         add(("key-too-long", f"{name}: key of {m.keylen} bytes, at most {limit}", _sizes(m)))
         return
-    if shape.document_key and collections:
+    if shape.document_key and collections and len(m.key) == m.keylen:
         problem = _document_key_problem(bytes(m.key))
         if problem:
             add(("document-key-invalid", f"{name}: {problem}", {"key": bytes(m.key)[:16].hex()}))

@@ -11,9 +11,10 @@ judge it, in order:
 * :mod:`.resume`: whether a consumer resumes a stream where its previous one stopped.
 
 :mod:`.state` holds what they share. What a connection negotiated (HELLO, DcpOpen, DcpControl,
-SelectBucket) is the caller's :class:`~dcpdissect.analysis.negotiation.Negotiation`. Nothing
-is judged across a capture gap or resync, nor for a stream whose request the capture did not
-see: one ``semantics-suppressed`` note says so.
+SelectBucket) is the caller's :class:`~dcpdissect.analysis.negotiation.Negotiation`. What a
+cut (missing bytes that hid messages, garbage skipped) could have hidden is not judged, nor
+what needs the request of a stream whose request the capture did not show: one
+``semantics-suppressed`` note says so.
 
 The bounds below keep the state of a hostile capture small. The modules read them from this
 package at run time, so that a test can lower one.

@@ -14,8 +14,8 @@ producer accepted, and judges:
   StreamEnd and Noop responses, responses to opcodes it never expects an answer to.
 
 A connection is judged only when the capture showed its whole negotiation: its start, its
-accepted DcpOpen, and no lost bytes. Otherwise a control may have been sent before the
-capture started and nothing is said (the status verdicts that depend on a control are then
+accepted DcpOpen, and no cut of the consumer's requests so far. Otherwise a control may have
+been sent where the capture does not show it and nothing is said (the status verdicts that depend on a control are then
 reported as ``consumer-error-response-undecided``, info). The stream request's collection
 filter (``collections`` or ``scope`` in its JSON value) is recorded here too, as the
 request's ``filtered`` field the start-seqno conventions read.
@@ -108,20 +108,21 @@ class Negotiated:
 class ConnControls:
     """One connection's accepted controls, pending control requests, noop opaque and the
     negotiation each stream was requested under."""
-    __slots__ = ("conn", "controls", "pending", "noop_opaque", "streams")
+    __slots__ = ("conn", "controls", "pending", "noop_opaque", "noop_ts", "streams", "unseen")
 
     def __init__(self, conn: Conn):
         self.conn = conn
         self.controls: dict[str, str] = {}
         self.pending: dict[int, tuple[str, str]] = {}
         self.noop_opaque = None if conn.mid_stream else NOOP_INITIAL_OPAQUE
+        self.noop_ts = -1                   # when the producer sent that noop
         self.streams: dict[tuple, tuple[Stream, Negotiated | None]] = {}
+        self.unseen = False                 # a control request may have gone uncaptured
 
 
-def _known(c: Conn) -> bool:
-    """The capture shows the connection's whole negotiation."""
-    return (not c.mid_stream and not c.suppressed_because
-            and c.negotiation.open_flags is not None)
+def _known(c: Conn, rec: ConnControls) -> bool:
+    """The capture shows the connection's whole negotiation so far."""
+    return not c.mid_stream and not rec.unseen and c.negotiation.open_flags is not None
 
 
 def _text(raw) -> str:
@@ -154,10 +155,18 @@ class Controls:
 
     # --- the hook (called by the tracker after it dispatched the message) -----------------
 
-    def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
-        if c.suppressed_because:
-            self.conns.pop(c.id, None)
+    def on_cut(self, c: Conn, consumer_side: bool) -> None:
+        """A cut of the consumer's direction may have hidden control requests (the
+        negotiation of later streams is unknown); of the producer's, a noop."""
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
             return
+        if consumer_side:
+            rec.unseen = True
+        else:
+            rec.noop_opaque = None
+
+    def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
         rec = self.conns.get(c.id)
         if rec is None or rec.conn is not c:
             rec = self._record(c)
@@ -167,13 +176,16 @@ class Controls:
                 return
             if from_consumer:
                 if op == CONTROL:
+                    if len(msg.value) != msg.value_len or len(msg.key) != msg.keylen:
+                        rec.unseen = True           # which control: not captured
+                        return
                     if len(rec.pending) >= 64:
                         del rec.pending[next(iter(rec.pending))]
                     rec.pending[msg.opaque] = (_text(msg.key), _text(msg.value))
                 elif op == OP["DcpStreamReq"]:
                     self._stream_request(c, rec, pdu, msg, out)
             elif op == NOOP:
-                rec.noop_opaque = msg.opaque
+                rec.noop_opaque, rec.noop_ts = msg.opaque, pdu.ts_ns
             elif op in STREAM_OPCODES and rec.streams:     # else no stream's controls known
                 self._producer_message(c, rec, pdu, msg, out)
         elif op == ADD_STREAM:
@@ -189,7 +201,7 @@ class Controls:
     # --- the consumer's stream request ----------------------------------------------------
 
     def _negotiated(self, c: Conn, rec: ConnControls, has_value: bool) -> Negotiated | None:
-        if not _known(c):
+        if not _known(c, rec):
             return None
         features = c.negotiation.features
         collections = has_value or bool(features and FEATURE_COLLECTIONS in features)
@@ -233,7 +245,7 @@ class Controls:
         if st is None or st.opaque != msg.opaque:
             st = next((s for (vb, _), s in c.streams.items()
                        if vb == msg.vbucket and s.opaque == msg.opaque), None)
-        if st is None or st.suppressed or st.response_status != STATUS_SUCCESS:
+        if st is None or st.response_status != STATUS_SUCCESS:
             return None, None
         entry = rec.streams.get((st.vb, st.sid))
         if entry is None or entry[0] is not st or entry[1] is None:
@@ -323,7 +335,7 @@ class Controls:
 
     def _consumer_response(self, c: Conn, rec: ConnControls, pdu, msg, out) -> None:
         op, status = msg.opcode, msg.status
-        v7 = (rec.controls.get("v7_dcp_status_codes") == "true") if _known(c) else None
+        v7 = (rec.controls.get("v7_dcp_status_codes") == "true") if _known(c, rec) else None
         shown = {"status": STATUS.text(status), "opcode": f"{op:#04x}"}
         vb = _vb_of(c, msg.opaque)
         if op in NO_RESPONSE_EXPECTED:
@@ -339,11 +351,15 @@ class Controls:
                 return
             verdict = tolerated(op, status, v7)
             shown["noop_opaque"] = f"{expected:#x}"
-            if verdict is False:      # held: a later gap may show the noop was delayed
-                self._hold(c, _about(finding_for(
+            if verdict is False:      # unless a cut hid a later noop
+                f = _about(finding_for(
                     "consumer-noop-opaque-mismatch", f"noop response with opaque "
                     f"{msg.opaque:#x} ({STATUS.text(status)}), but the producer's last noop "
-                    f"had opaque {expected:#x}: the producer disconnects", pdu, msg, shown), vb))
+                    f"had opaque {expected:#x}: the producer disconnects", pdu, msg, shown), vb)
+                held: list = []
+                c.defer(held, f, c.producer_direction, rec.noop_ts)
+                for f in held:
+                    self._hold(c, f)
             elif verdict is None:
                 self._undecided(pdu, msg, shown, out, vb)
             return
@@ -366,8 +382,7 @@ class Controls:
             self._hold(c, f)
 
     def _hold(self, c: Conn, f) -> None:
-        """Reported when the connection ends (correlation.py says what followed), dropped
-        if bytes of the connection are lost first."""
+        """Reported when the connection ends (correlation.py says what followed)."""
         if len(c.held_errors) < limits.MAX_ERRORS:
             c.held_errors.append(HeldError(f, c.producer_messages))
 

@@ -44,7 +44,7 @@ class Correlation:
                     if a.conn == c.id and a.opaque == msg.opaque), None)
         if add is not None:
             self.adds.remove(add)
-        if c.suppressed_because:
+        if c.cuts:
             return
         new = msg.fields.get("new_opaque")
         vb = add.vb if add is not None else None
@@ -102,16 +102,19 @@ class Correlation:
             n = c.awaiting_ack.get(msg.opaque, 0)
             if n:
                 c.awaiting_ack[msg.opaque] = n - 1
-            elif msg.status == STATUS_SUCCESS:     # error answers (EINVAL, ERANGE) are not acks
-                out.append(_about_response("snapshot-ack-unexpected",
-                                           f"response to a snapshot marker (opaque "
-                                           f"{msg.opaque:#x}) although no marker awaiting an ack "
-                                           "had the Ack flag", pdu, msg,
-                                           {"status": STATUS.text(msg.status)}, (),
-                                           _vb_of(c, msg.opaque)))
+            elif msg.status == STATUS_SUCCESS and not c.acks_unknown:   # errors are no acks
+                c.defer(out, _about_response("snapshot-ack-unexpected",
+                                             f"response to a snapshot marker (opaque "
+                                             f"{msg.opaque:#x}) although no marker awaiting an "
+                                             "ack had the Ack flag", pdu, msg,
+                                             {"status": STATUS.text(msg.status)}, (),
+                                             _vb_of(c, msg.opaque)), c.producer_direction)
 
-    def on_suppress(self, c: Conn) -> None:
-        c.held_errors.clear()
+    def on_cut(self, c: Conn) -> None:
+        """A cut of the producer's direction may have hidden markers that ask for an ack:
+        how many acks are owed is no longer known."""
+        c.acks_unknown = True
+        c.awaiting_ack.clear()
 
     def on_close(self, c: Conn, what: str) -> list[Finding]:
         """The connection ended (``what`` says how): the rejections it held, and what the

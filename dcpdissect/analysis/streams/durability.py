@@ -73,8 +73,6 @@ class Durability:
     # --- hooks (called by the tracker) ----------------------------------------------------
 
     def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
-        if c.suppressed_because:
-            return
         op = msg.opcode
         if not msg.is_request:
             if from_consumer and op in JUDGED and msg.status != STATUS_SUCCESS:
@@ -83,12 +81,16 @@ class Durability:
         if from_consumer or op not in JUDGED:
             return
         st = c.streams.get((msg.vbucket, msg.stream_id))
-        if st is None or not st.active or st.suppressed or st.opaque != msg.opaque:
+        if st is None or not st.active or st.cut or st.opaque != msg.opaque:
             return
         entry = self.states.get((c.id, st.vb, st.sid))
         ds = entry[1] if entry is not None and entry[0] is st else self._state(c, st, msg)
         if ds is None:
             return
+        if ds.floor is None:        # the first marker after a cut: prepares before it may be hidden
+            ds.floor = max(st.highest_seqno, msg.fields.get("start_seqno", 1) - 1)
+        if len(msg.key) != msg.keylen:
+            return                          # the key was not captured whole
         if op == MARKER:
             self._marker(st, ds, pdu, msg, out)
             return
@@ -108,6 +110,17 @@ class Durability:
             self._committed(st, ds, key, disk, pdu, msg, out)
         elif "prepared_seqno" in msg.fields:
             self._completion(st, ds, key, disk, pdu, msg, out)
+
+    def on_producer_cut(self, c: Conn) -> None:
+        """A cut of the producer's direction may have hidden prepares and completions: what
+        is outstanding is unknown; from each stream's next marker on, completions of
+        prepares before it are unsure (``sync-prepare-unseen``)."""
+        for (cid, _, _), (st, ds) in self.states.items():
+            if cid == c.id:
+                ds.pending.clear()
+                ds.resolved.clear()
+                ds.floor = None
+                ds.awaiting = None
 
     def on_stream_end(self, c: Conn, st: Stream) -> None:
         key = (c.id, st.vb, st.sid)

@@ -78,8 +78,9 @@ COUNTED = _counted()
 class ConnFlow:
     """One connection's flow-control, noop and request bookkeeping."""
     __slots__ = ("conn", "judged", "pending", "window", "sent", "acked", "broken",
-                 "noop", "noop_interval", "noop_pending", "idle_since", "requests",
-                 "reported", "undecided_said", "points", "stride", "skipped")
+                 "realign", "lower_bound", "noop", "noop_interval", "noop_pending",
+                 "idle_since", "requests", "reported", "undecided_said", "points", "stride",
+                 "skipped")
 
     def __init__(self, conn: Conn):
         self.conn = conn
@@ -88,6 +89,8 @@ class ConnFlow:
         self.window = 0 if self.judged else None  # connection_buffer_size; None: unknown
         self.sent = self.acked = 0
         self.broken = False        # an ack beyond what was sent: the producer's count wrapped
+        self.realign = False       # a cut: counting waits for the next buffer ack
+        self.lower_bound = False   # after a cut: sent - acked only bounds the unacked bytes
         self.noop = False if self.judged else None
         self.noop_interval = DEFAULT_NOOP_NS
         self.noop_pending = False
@@ -122,8 +125,6 @@ class Flow:
         rec = self.conns.get(c.id)
         if rec is None or rec.conn is not c:
             rec = self._record(c)
-        if c.suppressed_because:
-            rec.judged = False
         op = msg.opcode
         if msg.is_request:
             reqs = rec.requests[pdu.direction]
@@ -137,6 +138,19 @@ class Flow:
                 self._producer_request(rec, pdu, msg, out)
         else:
             self._response(rec, pdu, msg, from_consumer, out)
+
+    def on_cut(self, c: Conn, consumer_side: bool) -> None:
+        """A cut hid messages: bytes sent or acks are no longer known until the next buffer
+        ack (from then on sent - acked is a lower bound of the unacked bytes); a silence of
+        the producer, or whether its noop was answered, is not judged across it."""
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            return
+        rec.realign = True
+        if consumer_side:
+            rec.noop_pending = True          # judged again once a noop response is seen
+        else:
+            rec.idle_since = None
 
     def on_end(self, c: Conn) -> None:
         rec = self.conns.pop(c.id, None)
@@ -161,13 +175,20 @@ class Flow:
                 return
             if not rec.judged or not rec.window or rec.broken:
                 return               # BufferLog::acknowledge: ignored while disabled
+            if rec.realign:          # counting starts again here
+                rec.realign, rec.lower_bound = False, True
+                rec.sent = rec.acked = 0
+                return
             if rec.acked + n > rec.sent:
+                if rec.lower_bound:  # it acks bytes sent before the cut
+                    rec.acked = rec.sent
+                    return
                 self._report(rec, out, "buffer-ack-exceeds-sent", f"buffer ack of {n} bytes, "
                              f"but only {rec.sent - rec.acked} bytes sent by the producer are "
                              f"unacknowledged ({rec.sent} counted, {rec.acked} acked): the "
                              "producer logs it and its outstanding count wraps", pdu, msg,
                              {"bytes_to_ack": n, "sent": rec.sent, "acked": rec.acked,
-                              "window": rec.window})
+                              "window": rec.window}, rec.conn.producer_direction)
                 rec.broken = True
                 return
             rec.acked += n
@@ -180,26 +201,30 @@ class Flow:
         if rec.noop and rec.judged and not rec.noop_pending and rec.idle_since is not None:
             limit = 2 * rec.noop_interval + NOOP_MARGIN_NS
             if t - rec.idle_since > limit:
+                # a noop answer the capture hid would have let the producer send a noop
                 self._report(rec, out, "noop-interval-exceeded", f"the producer was silent "
                              f"for {(t - rec.idle_since) / 1e9:.1f} s without a noop, with "
                              f"enable_noop accepted and a noop interval of "
                              f"{rec.noop_interval / 1e9:g} s", pdu, msg,
                              {"idle_s": round((t - rec.idle_since) / 1e9, 3),
-                              "noop_interval_s": rec.noop_interval / 1e9})
+                              "noop_interval_s": rec.noop_interval / 1e9},
+                             1 - pdu.direction, rec.idle_since)
         rec.idle_since = t
         if op == NOOP:
             rec.noop_pending = True
             return
-        if op not in COUNTED:
+        if op not in COUNTED or rec.realign:
             return
         if rec.judged and rec.window and not rec.broken:
             outstanding = rec.sent - rec.acked
             if outstanding >= rec.window and op != STREAM_END:
+                # a buffer ack the capture hid would have opened the window
                 self._report(rec, out, "flow-control-window-exceeded", f"{msg.name} sent with "
-                             f"{outstanding} bytes unacknowledged, the consumer's window "
+                             f"{outstanding if not rec.lower_bound else f'at least {outstanding}'}"
+                             f" bytes unacknowledged, the consumer's window "
                              f"(connection_buffer_size) being {rec.window}: the producer "
                              "stops at a full window until a buffer ack", pdu, msg,
-                             {"unacked": outstanding, "window": rec.window})
+                             {"unacked": outstanding, "window": rec.window}, 1 - pdu.direction)
         rec.sent += HEADER + msg.bodylen
         if rec.window and rec.judged:
             self._point(rec, t)
@@ -232,7 +257,8 @@ class Flow:
                                                             OP["DcpOsoSnapshot"])):
                 self._report(rec, out, "response-without-request", f"{msg.name} response "
                              f"(opaque {msg.opaque:#x}) answers no request captured in the "
-                             "other direction", pdu, msg, {"opcode": f"{op:#04x}"})
+                             "other direction", pdu, msg, {"opcode": f"{op:#04x}"},
+                             1 - pdu.direction)
         if from_consumer:
             if op == OP["DcpNoop"] and rec.noop_pending:
                 rec.noop_pending = False
@@ -270,14 +296,21 @@ class Flow:
 
     # --- findings and timelines -----------------------------------------------------------
 
-    def _report(self, rec: ConnFlow, out, rid, text, pdu, msg, fields) -> None:
+    def _report(self, rec: ConnFlow, out, rid, text, pdu, msg, fields, partner=None,
+                since_ts: int = -1) -> None:
+        """``partner``: the direction whose message, had a cut hidden it after ``since_ts``,
+        would make the finding wrong (it waits for that direction: Conn.defer)."""
         n = rec.reported.get(rid, 0) + 1
         rec.reported[rid] = n
         if n > MAX_PER_RULE:
             return
         if n == MAX_PER_RULE:
             text += " (further occurrences on this connection are not reported)"
-        out.append(finding_for(rid, text, pdu, msg, fields))
+        f = finding_for(rid, text, pdu, msg, fields)
+        if partner is None:
+            out.append(f)
+        else:
+            rec.conn.defer(out, f, partner, since_ts)
 
     def _undecided(self, rec: ConnFlow, pdu, msg, out, what: str) -> None:
         if rec.undecided_said:

@@ -88,26 +88,26 @@ class Lifecycle:
             return                  # no end, close, takeover or drop on the connection yet
         key = (msg.vbucket, msg.stream_id)
         st = c.streams.get(key)
-        live = (st is not None and st.active and not st.suppressed and msg.opaque == st.opaque)
+        live = (st is not None and st.active and msg.opaque == st.opaque)
         rec = life.ended.get(key) if life is not None else None
         if not live:
             if (rec is not None and rec.kind == "end" and msg.opaque == rec.opaque
-                    and not c.suppressed_because and not rec.stream.suppressed
                     and (st is rec.stream or st is None or not st.active)):
-                self._report(rec, out, "data-after-stream-end", f"{msg.name} for "
+                self._report(c, rec, out, "data-after-stream-end", f"{msg.name} for "
                              f"{rec.stream.describe()} after its {rec.what}", pdu, msg)
             return
-        if rec is not None and rec.stream is st and not c.suppressed_because:
+        if rec is not None and rec.stream is st:
             if op == STREAM_END:
                 pass
             elif rec.kind == "takeover":
-                self._report(rec, out, "data-after-takeover", f"{msg.name} for {st.describe()} "
-                             f"after {rec.what}: only the StreamEnd may follow", pdu, msg)
+                self._report(c, rec, out, "data-after-takeover", f"{msg.name} for "
+                             f"{st.describe()} after {rec.what}: only the StreamEnd may follow",
+                             pdu, msg)
             elif rec.kind == "close" and rec.drains is False:
-                self._report(rec, out, "data-after-close", f"{msg.name} for {st.describe()} "
+                self._report(c, rec, out, "data-after-close", f"{msg.name} for {st.describe()} "
                              f"after {rec.what} (no {CLOSE_CONTROL})", pdu, msg)
             elif rec.kind == "close" and rec.drains is None:
-                self._report(rec, out, "data-after-close-undecided", f"{msg.name} for "
+                self._report(c, rec, out, "data-after-close-undecided", f"{msg.name} for "
                              f"{st.describe()} after {rec.what}; legal only if "
                              f"{CLOSE_CONTROL} was enabled, which the capture does not show",
                              pdu, msg)
@@ -123,8 +123,14 @@ class Lifecycle:
                                               f"SetVbucketState(active) at frame {pdu.frame}")
         elif op == SYSTEM_EVENT:
             self._system_event(c, st, key, pdu, msg)
-        elif op in _KEYED and msg.key and c.negotiation.collections and not c.suppressed_because:
+        elif op in _KEYED and msg.key and c.negotiation.collections:
             self._item(c, st, key, pdu, msg, out)
+
+    def on_producer_cut(self, c: Conn) -> None:
+        """A cut of the producer's direction may have hidden a collection's creation."""
+        life = self.conns.get(c.id)
+        if life is not None:
+            life.dropped.clear()
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -142,8 +148,8 @@ class Lifecycle:
         st = c.streams.get(key)
         if st is None or not st.active:
             return
-        if c.mid_stream:
-            drains = None           # the controls were negotiated before the capture
+        if c.mid_stream or c.negotiation.unseen:
+            drains = None           # the controls may have been sent where the capture cut
         else:
             drains = c.negotiation.controls.get(CLOSE_CONTROL, "").lower() == "true"
         life.ended[key] = _Ended(st, st.opaque, "close", pdu, f"the CloseStream response at "
@@ -182,7 +188,12 @@ class Lifecycle:
                          {"collection": f"{cid:#x}"}, frames_of(drop))
 
     @staticmethod
-    def _report(rec: _Ended, out, rid, text, pdu, msg) -> None:
-        report_on_stream(rec.stream, out, rid, text, pdu, msg, {"after": rec.what},
+    def _report(c: Conn, rec: _Ended, out, rid, text, pdu, msg) -> None:
+        """Said once the consumer's direction is known up to here: a request the capture
+        hid after the end may have opened the stream again with the same opaque."""
+        found: list = []
+        report_on_stream(rec.stream, found, rid, text, pdu, msg, {"after": rec.what},
                          frames_of(rec.pdu))
+        for f in found:
+            c.defer(out, f, 1 - c.producer_direction, rec.pdu.ts_ns)
 

@@ -148,8 +148,8 @@ class Relay:
             if other is None or leg.role != CONSUMER_LEG:
                 return
             pair.started = True
-        if c.suppressed_because or (other is not None and other.c.suppressed_because):
-            pair.dead = True        # bytes lost on a leg: what it relayed is unknown
+        if c.cuts or pdu.missing or (other is not None and other.c.cuts):
+            pair.dead = True        # a cut on a leg: what it relayed is unknown
             pair.reset()
             return
         flow, side = _where(leg.role, pdu.direction)

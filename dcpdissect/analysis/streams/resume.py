@@ -13,7 +13,9 @@ is judged against the latest point: a start beyond
 the last seqno received skips data (after an unfinished OSO snapshot, the seqno held before
 its start counts); a snapshot range collapsed to [start, start] inside a partly received
 snapshot hides from the server that a rollback is needed. Implicit streams (opened by a
-marker of a stream whose request the capture did not show) are never judged here.
+marker of a stream whose request the capture did not show) are never judged here, nor a
+point a cut made uncertain (messages hidden after the stream's last captured marker), nor a
+request after a cut of its connection's requests (an earlier resume may be hidden).
 """
 
 from __future__ import annotations
@@ -45,15 +47,17 @@ class Resume:
             del self.points[next(iter(self.points))]
         self.points[key] = ResumePoint(st.conn, last, snap and (snap.start, snap.end),
                                        snap.pdu.frame if snap else st.request_pdu.frame,
-                                       st.in_oso)
+                                       st.in_oso, uncertain=st.cut)
 
     def on_stream_request(self, c: Conn, st: Stream, pdu, msg, out) -> None:
         """Judge a stream request against where the consumer's previous stream stopped."""
         key = _consumer(c, st)
         point = self.points.get(key) if key else None
-        if point is None or point.conn == c.id or c.suppressed_because:
+        if point is None or point.conn == c.id:
             return
         del self.points[key]
+        if point.uncertain or c.cut_between(1 - c.producer_direction, -1, pdu.ts_ns):
+            return          # where it stopped, or an earlier resume on this connection, hidden
         f = st.request
         if f.get("flags", 0) & FROM_LATEST:
             return

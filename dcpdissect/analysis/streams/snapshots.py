@@ -47,7 +47,7 @@ class Snapshots:
         """A marker sent by the consumer's end of a producer connection (on a consumer
         connection memcached receives the markers ns_server relays, from the TCP client)."""
         self.not_judged(pdu, msg)
-        if not c.suppressed_because and c.negotiation.consumer is False:
+        if c.negotiation.consumer is False:
             out.append(finding_for("snapshot-from-client", "snapshot marker sent client→server: "
                                    "markers come from the producer", pdu, msg,
                                    marker_fields(msg)))
@@ -55,6 +55,14 @@ class Snapshots:
     def on_stream_message(self, st: Stream, pdu, msg, out) -> None:
         """A message the server sent on an active stream, with the stream's opaque."""
         op = msg.opcode
+        if op == MARKER and "end_seqno" not in msg.fields and msg.value_len > len(msg.value):
+            self._report_convention(pdu, "unknown")    # its range was not captured:
+            st.cut = True                               # as if the cut hid it
+            self.on_cut(st)
+            return
+        if st.cut and op != MARKER and not (op == OSO_SNAPSHOT and self._oso_start(msg)):
+            self._after_cut(st, msg)
+            return
         if op in ITEM_OPCODES:
             self._item(st, pdu, msg, out)
         elif op == MARKER:
@@ -71,18 +79,43 @@ class Snapshots:
         """The stream ended (or its connection did): its last marker's convention is final."""
         self._decide_convention(st, out, None)
 
-    def on_suppress(self, c: Conn) -> None:
-        """The connection's streams are no longer judged: undecided markers stay unknown."""
-        for st in c.streams.values():
-            snap = st.snap
-            if snap is not None and snap.convention_undecided:
+    def on_cut(self, st: Stream) -> None:
+        """A cut may have hidden messages of ``st``: its current snapshot is judged no more
+        (an undecided convention stays unknown), nor its data until its next marker."""
+        snap = st.snap
+        if snap is not None:
+            if snap.convention_undecided:
                 snap.convention_undecided = False
                 self._report_convention(snap.pdu, "unknown")
+            snap.uncertain = True
+            snap.seen_keys = None
+        st.oso_seen_keys = None
+
+    @staticmethod
+    def _oso_start(msg) -> bool:
+        return bool(msg.fields.get("flags", 0) & OSO_START)
+
+    @staticmethod
+    def _after_cut(st: Stream, msg) -> None:
+        """A message of a stream after a cut, before its next marker: nothing is judged,
+        the seqnos it shows still count."""
+        spec = msg.spec
+        seq = msg.fields.get(spec.seqno_field) if spec and spec.seqno_field else None
+        if msg.opcode == SEQNO_ADVANCED:
+            seq = msg.fields.get("by_seqno")
+        if seq is not None:
+            st.highest_seqno = max(st.highest_seqno, seq)
+            st.last_received = seq
 
     # --- messages -------------------------------------------------------------------------
 
     def _marker(self, st: Stream, pdu, msg, out) -> None:
         f = msg.fields
+        after_cut = st.cut                  # what came just before may be hidden
+        if after_cut:
+            st.cut = False
+            st.in_oso = False               # a hidden OSO end may have closed one
+            st.oso_seen_keys = None
         if "flags" not in f or f["start_seqno"] > f["end_seqno"]:
             self._report_convention(pdu, "invalid")   # malformed: the structure rules say why
             if not st.in_oso:
@@ -125,7 +158,9 @@ class Snapshots:
         active_only = req is not None and bool(req.get("flags", 0) & ACTIVE_VB_ONLY)
         ctx = frames_of(prev and prev.pdu)
         rid = text = None
-        if prev_end is not None and (end < prev_end or end == prev_end and not (
+        if after_cut:
+            pass                                # the markers in between may be hidden
+        elif prev_end is not None and (end < prev_end or end == prev_end and not (
                 history and flags & SNAPSHOT_DISK)):
             rid, text = "snapshot-end-not-increasing", (f"end {end} is not above the previous "
                                                       f"marker's end {prev_end}")
@@ -157,11 +192,14 @@ class Snapshots:
         field = spec.seqno_field if spec else None
         seq = msg.fields.get(field) if field else None
         if seq is None:
+            if len(msg.extras) < msg.extlen and st.snap is not None:   # seqno not captured
+                self.on_cut(st)         # the snapshot's completeness and convention unknown
             return
         if st.in_oso:
             st.oso_highest = max(st.oso_highest, seq)
             st.last_received = max(st.last_received or 0, seq)
-            self._check_duplicate_key(st, st.oso_seen_keys, pdu, msg, out, None)
+            if len(msg.key) == msg.keylen:
+                self._check_duplicate_key(st, st.oso_seen_keys, pdu, msg, out, None)
             return
         snap = st.snap
         highest = st.highest_seqno
@@ -187,7 +225,7 @@ class Snapshots:
                              f"snapshot [{snap.start},{snap.end}]", pdu, msg,
                              _item_fields(seq, snap), frames_of(snap.pdu))
         keys = snap.seen_keys
-        if keys is not None and msg.opcode in KEYED_OPCODES:
+        if keys is not None and msg.opcode in KEYED_OPCODES and len(msg.key) == msg.keylen:
             self._check_duplicate_key(st, keys, pdu, msg, out, snap)
         if seq == snap.end:
             snap.complete = True
@@ -271,7 +309,7 @@ class Snapshots:
 
     def _check_complete(self, st: Stream, pdu, msg, out, what: str) -> None:
         snap = st.snap
-        if snap is None or snap.complete or snap.faulty_marker:
+        if snap is None or snap.complete or snap.faulty_marker or snap.uncertain:
             return
         report_on_stream(st, out, "snapshot-incomplete", f"snapshot [{snap.start},{snap.end}] "
                          f"(frame {snap.pdu.frame}) of {st.describe()} ended by {what} without "

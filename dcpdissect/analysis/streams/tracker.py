@@ -1,11 +1,20 @@
 """The stream tracker: connection and stream bookkeeping, and dispatch to the concerns.
 
-Judges little itself: that the stream rules apply at all (``semantics-suppressed`` after a
-gap or resync, or for a stream whose request the capture did not show). It keeps the
-table of connections and of their streams (a stream request opens one, its response
-activates it, STREAM_END or the connection's end closes it) and hands each message to
-the concerns in a fixed order: :mod:`.lifecycle`, :mod:`.snapshots`, :mod:`.correlation`,
-:mod:`.resume`, :mod:`.relay`, :mod:`.controls`, :mod:`.durability`, :mod:`.flow`.
+Judges little itself: where the stream rules cannot apply (``semantics-suppressed``: a
+cut hid messages, or a stream's request was not captured). It keeps the table of
+connections and of their streams (a stream request opens one, its response activates it,
+STREAM_END or the connection's end closes it) and hands each message to the concerns in a
+fixed order: :mod:`.lifecycle`, :mod:`.snapshots`, :mod:`.correlation`, :mod:`.resume`,
+:mod:`.relay`, :mod:`.controls`, :mod:`.durability`, :mod:`.flow`.
+
+A cut (missing bytes that hid message boundaries, or garbage skipped) makes uncertain only
+what it could have hidden. In the producer's direction: each open stream's snapshot rules
+stop until its next marker, the sync writes outstanding, the collections dropped, the noops
+and bytes sent. In the consumer's: the negotiation from then on, requests that could have
+replaced a stream, acks and buffer acks. A finding that says a message had no partner in the
+other direction is deferred (:meth:`.state.Conn.defer`) until that direction is decoded up
+to the message's time, and dropped if a cut there could have hidden the partner, whatever
+the order in which the two directions reveal their cuts.
 
 A stream whose request the capture did not show (it started inside the connection) is
 opened implicitly by the producer's first captured marker for its (vbucket, stream id):
@@ -39,7 +48,7 @@ from .flow import Flow
 from .relay import Relay
 from .resume import Resume
 from .snapshots import MARKER, STREAM_END, Snapshots
-from .state import Conn, Stream
+from .state import Conn, Cut, Stream
 
 STREAM_REQUEST, ADD_STREAM = opcode_code("DcpStreamReq"), opcode_code("DcpAddStream")
 DCP_OPEN = opcode_code("DcpOpen")
@@ -116,24 +125,48 @@ class StreamTracker:
         elif not from_consumer:
             c.producer_messages += 1
             self._producer_response(c, pdu, msg, out)
-        elif not c.suppressed_because:
+        else:
             self.correlation.on_consumer_response(c, pdu, msg, out)
         if all_rules:
             self.controls.on_message(c, pdu, msg, from_consumer, out)
             self.durability.on_message(c, pdu, msg, from_consumer, out)
             self.flow.on_message(c, pdu, msg, from_consumer, out)
+        if pdu.ts_ns > c.known_to[pdu.direction]:
+            c.known_to[pdu.direction] = pdu.ts_ns
+        if c.deferred:
+            c.release(out)
         return out
 
-    def on_gap(self, ev) -> list[Finding]:
+    def on_hidden(self, ev) -> list[Finding]:
+        """A cut hid message boundaries of one direction (framing resumes at a Resync)."""
+        c = self.conns.get(ev.conn)
+        if c is None:
+            return []
+        c.hidden[ev.direction] = True
         side = "client→server" if ev.direction == 0 else "server→client"
-        return self._suppress(ev, f"{ev.length} bytes of {side} missing before frame {ev.frame}")
+        what = "not captured" if ev.cause == "uncaptured" else "missing"
+        return self._cut(c, Cut(ev.direction, ev.since_ts, ev.frame), ev,
+                         f"{side} bytes {what} before frame {ev.frame} hid messages")
 
     def on_resync(self, ev) -> list[Finding]:
-        if ev.reason == "mid_stream":
+        """Framing resumed: after a cut, or after garbage (itself a cut)."""
+        c = self.conns.get(ev.conn)
+        if c is None or ev.reason == "mid_stream":
             return []
-        side = "client→server" if ev.direction == 0 else "server→client"
-        return self._suppress(ev, f"{ev.skipped} {side} bytes skipped to resynchronise at frame "
-                                  f"{ev.frame}")
+        d = ev.direction
+        if ev.reason == "garbage":
+            cut = Cut(d, c.known_to[d], ev.frame)
+            cut.until_ts = ev.ts_ns
+            side = "client→server" if d == 0 else "server→client"
+            return self._cut(c, cut, ev, f"{ev.skipped} {side} bytes skipped to resynchronise "
+                                         f"at frame {ev.frame}")
+        c.hidden[d] = False
+        for cut in reversed(c.cuts):
+            if cut.direction == d:
+                if cut.until_ts is None:
+                    cut.until_ts = ev.ts_ns
+                break
+        return []
 
     def on_close(self, ev) -> list[Finding]:
         c = self.conns.pop(ev.conn, None)
@@ -142,8 +175,10 @@ class StreamTracker:
         self._release_name(c)
         self.flow.on_end(c)
         self.lifecycle.forget(c)
-        out = self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
-                                           + (f" at frame {ev.frame})" if ev.frame else ")"))
+        out: list[Finding] = []
+        c.release(out, final=True)
+        out += self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
+                                            + (f" at frame {ev.frame})" if ev.frame else ")"))
         self.relay.on_end(c, f"closed: {ev.reason}" + (f" at frame {ev.frame}" if ev.frame
                                                       else ""), out)
         for st in c.streams.values():
@@ -154,6 +189,7 @@ class StreamTracker:
         out: list[Finding] = []
         for c in list(self.conns.values()):
             self.flow.on_end(c)
+            c.release(out, final=True)
             out += self.correlation.on_close(c, "the connection stayed open to the end of "
                                                 "the capture")
             self.relay.on_end(c, "the capture ended", out)
@@ -241,13 +277,14 @@ class StreamTracker:
     def _stream_message(self, c: Conn, pdu, msg, out) -> None:
         key = (msg.vbucket, msg.stream_id)
         st = c.streams.get(key)
-        if st is None and msg.opcode == MARKER and not c.suppressed_because:
+        if st is not None and msg.opaque != st.opaque and self._replaced(c, st, pdu):
+            st = None                           # a request the capture hid replaced it
+        if st is None and msg.opcode == MARKER and "end_seqno" in msg.fields:
             st = self._implicit_stream(c, key, pdu, msg, out)
-        if st is None or st.suppressed:
+        if st is None:
             self.snapshots.not_judged(pdu, msg, "unknown")
-            if st is None and not c.suppressed_because:
-                self._untracked(c, key, pdu, msg, out, "stream rules are not applied to it "
-                                "until a snapshot marker is captured")
+            self._untracked(c, key, pdu, msg, out, "stream rules are not applied to it "
+                            "until a snapshot marker is captured")
             return
         if not st.active:
             self.snapshots.not_judged(pdu, msg)
@@ -264,13 +301,25 @@ class StreamTracker:
         elif op == STREAM_END:
             self._end_stream(c, st, out)
 
+    def _replaced(self, c: Conn, st: Stream, pdu) -> bool:
+        """A message of ``st``'s vbucket with another opaque: after a cut of the consumer's
+        direction it belongs to a stream the capture did not show being requested. The old
+        stream ends (where it stopped is uncertain)."""
+        since = st.request_pdu.ts_ns if st.request_pdu is not None else -1
+        if not c.cut_between(1 - c.producer_direction, since, pdu.ts_ns):
+            return False
+        st.cut = True
+        self._end_stream(c, st, [])
+        del c.streams[(st.vb, st.sid)]
+        return True
+
     def _untracked(self, c: Conn, key, pdu, msg, out, what: str) -> None:
         """Said once per (vbucket, stream id): no request seen for it."""
         if key in c.untracked_streams or len(c.untracked_streams) >= limits.MAX_STREAMS:
             return
         c.untracked_streams.add(key)
         why = ("the capture started inside the connection" if c.mid_stream
-               else "it was not captured")
+               else "a cut hid it" if c.cuts else "it was not captured")
         out.append(finding_for("semantics-suppressed", f"no stream request seen for vb "
                                f"{msg.vbucket} on this connection ({why}): {what}", pdu, msg))
 
@@ -290,24 +339,36 @@ class StreamTracker:
         if st.ended:
             return
         st.ended = True
-        if st.active and not st.suppressed:
+        if st.active:
             self.snapshots.on_stream_end(st, out)
             self.resume.on_stream_end(c, st)
         self.durability.on_stream_end(c, st)
         st.active = False
 
-    def _suppress(self, ev, why: str) -> list[Finding]:
-        """Bytes of the connection were lost or skipped: its open streams' state is unknown."""
-        c = self.conns.get(ev.conn)
-        if c is None:
+    def _cut(self, c: Conn, cut: Cut, ev, why: str) -> list[Finding]:
+        """Record a cut and make uncertain what it could have hidden (see the module)."""
+        cuts = c.cuts
+        d = cut.direction
+        same = [k for k in cuts if k.direction == d]
+        if len(same) >= MAX_CUTS:           # merge the two oldest: one wider, safe interval
+            same[0].until_ts = same[1].until_ts
+            cuts.remove(same[1])
+        cuts.append(cut)
+        if d == c.producer_direction:
+            for st in c.streams.values():
+                st.cut = True
+                self.snapshots.on_cut(st)
+            self.correlation.on_cut(c)
+            self.lifecycle.on_producer_cut(c)
+            self.durability.on_producer_cut(c)
+        self.controls.on_cut(c, d != c.producer_direction)
+        self.flow.on_cut(c, d != c.producer_direction)
+        if c.cut_said:
             return []
-        for st in c.streams.values():
-            st.suppressed = True
-        self.snapshots.on_suppress(c)
-        self.correlation.on_suppress(c)
-        c.stream_requests.clear()
-        if c.suppressed_because:
-            return []
-        c.suppressed_because = why
-        return [Finding("semantics-suppressed", f"stream rules stop for the streams open on this "
-                        f"connection: {why}", ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
+        c.cut_said = True
+        return [Finding("semantics-suppressed", f"{why}: each stream's snapshot rules resume "
+                        "at its next marker; rules that need a message the cut may have hidden "
+                        "are not applied", ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
+
+
+MAX_CUTS = 32            # cuts remembered per connection and direction (older ones merge)
