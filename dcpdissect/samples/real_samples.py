@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..codec.header import peek
+from ..protocol.constants import HEADER_SIZE
 from . import builder, scenarios_large, scenarios_streams
 from .realnet import UNDERLAY, Capture, Marker, NamespaceNet, Namespaces, delete_frames, missing
 from .replay import Loopback, Player
@@ -110,8 +112,9 @@ def replication_on_loopback(out: Path) -> list[Made]:
     on_loopback(out / "replication-lo.pcapng", replication_scripts())
     made.append(Made("replication-lo.pcapng", "dumpcap -i lo, full snaplen, pcapng",
                      "the clean replication conversation (11209) and the stream-id connector "
-                     "(11210) over real loopback TCP: one segment per producer send, delayed "
-                     "and piggybacked ACKs, window updates"))
+                     "(11210) over real loopback TCP (MSS 65495): one segment per send, "
+                     "ACKs delayed and carried by the answers, the two connections "
+                     "interleaved"))
     for snaplen in (128, 256, 512):
         name = f"replication-lo-snap{snaplen}.pcap"
         on_loopback(out / name, replication_scripts(), snaplen=snaplen, fmt="pcap")
@@ -139,7 +142,8 @@ def big_document(out: Path, work: Path) -> list[Made]:
     script = scenarios_large.big_document()
     doc_off, doc = next((off, data) for d, off, data in script.messages
                         if d == "s2c" and len(data) > 1 << 20)
-    value_start = doc_off + 24 + doc[4] + int.from_bytes(doc[2:4], "big")
+    head = peek(doc)
+    value_start = doc_off + HEADER_SIZE + head.framing_len + head.extlen + head.keylen
     value_end = doc_off + len(doc)
     raw = work / "big-document-lo.pcapng"
     on_loopback(raw, [script])
@@ -176,14 +180,14 @@ def replication_in_namespaces(out: Path) -> list[Made]:
                   capture_side="client", interfaces=lambda sp: [sp.veth["client"]])
     made.append(Made("replication-veth.pcapng", "client and server in two network namespaces "
                      "joined by a veth pair; dumpcap on the client's veth",
-                     "the clean replication over Ethernet with MTU 1500: ARP, 1448-byte "
-                     "segments and GSO super-segments"))
+                     "the clean replication over Ethernet (MSS 1460): ARP, and sends longer "
+                     "than the MSS captured whole as GSO super-segments"))
     in_namespaces(out / "replication-vxlan.pcapng", replication_scripts(), link, vxlan=True,
                   capture_side="client", interfaces=lambda sp: [sp.veth["client"]])
     made.append(Made("replication-vxlan.pcapng", "the namespaces joined by VXLAN id 42 "
                      "(UDP 4789) over the veth pair; dumpcap on the client's veth (underlay)",
-                     "every TCP segment inside UDP 4789 + VXLAN + Ethernet; inner GSO segments "
-                     "of several KB"))
+                     "every TCP segment inside UDP 4789 + VXLAN + Ethernet; inner GSO "
+                     "super-segments longer than the inner MSS (1410)"))
     in_namespaces(out / "replication-vxlan-any.pcap", replication_scripts(), link, vxlan=True,
                   capture_side="client", interfaces=lambda sp: ["any"], tool="tcpdump",
                   fmt="pcap")
@@ -221,9 +225,9 @@ def readme(out: Path, made: list[Made]) -> str:
         "# Real captures",
         "",
         "Scripted DCP conversations (the `Script`s of `dcpdissect/samples/`) played over real",
-        "kernel TCP sockets and captured with dumpcap or tcpdump: real segment sizes (GSO on",
-        "loopback, 1448-byte segments on a veth), delayed ACKs, window updates, snaplen cuts",
-        "and a real VXLAN tunnel. Loopback replays use 127.42.c.d for the scripted a.b.c.d;",
+        "kernel TCP sockets and captured with dumpcap or tcpdump: real segment sizes (GSO",
+        "super-segments on loopback, veth and VXLAN), delayed ACKs, snaplen cuts and a real",
+        "VXLAN tunnel. Loopback replays use 127.42.c.d for the scripted a.b.c.d;",
         "namespace replays keep the scripted addresses. Rebuild (as root) with",
         "",
         "    python -m dcpdissect.samples.replay samples/real",

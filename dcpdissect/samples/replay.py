@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..codec.header import frame_size
+from ..protocol.constants import HEADER_SIZE
 from .builder import Script
 from .netsynth import FIN, RST
 
@@ -46,8 +48,8 @@ class Event:
     def frames(self) -> list[bytes]:
         """The MCBP messages of a send (split on each header's body length)."""
         out, pos = [], 0
-        while pos + 24 <= len(self.data):
-            end = pos + 24 + int.from_bytes(self.data[pos + 8:pos + 12], "big")
+        while pos + HEADER_SIZE <= len(self.data):
+            end = pos + frame_size(self.data, pos)
             out.append(self.data[pos:end])
             pos = end
         return out
