@@ -19,7 +19,7 @@ import pytest
 from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_streams
 from dcpdissect.samples.builder import Script, dcp_open, ok
 from dcpdissect.samples.netsynth import Endpoint
-from dcpdissect.samples.real_samples import LOOPBACK_FILTER, LOOPBACK_MARKER, replication_scripts
+from dcpdissect.samples.real_samples import on_loopback, replication_scripts
 from dcpdissect.samples.replay import Loopback, Player, timeline
 
 REAL = Path(__file__).resolve().parent.parent / "samples" / "real"
@@ -181,6 +181,14 @@ def test_any_capture_shows_each_segment_on_both_devices():
     assert plain == tunnelled
 
 
+def test_resume_reconnects_after_the_scripted_50_ms():
+    """The scripted gap between the two connections is really slept."""
+    syns = [float(t) for t, in tshark(REAL / "resume-collapsed-lo.pcapng", "-Y",
+                                      "tcp.flags.syn == 1 && tcp.flags.ack == 0", "-T", "fields",
+                                      "-e", "frame.time_relative")]
+    assert len(syns) == 2 and 0.05 <= syns[1] - syns[0] < 1.0
+
+
 def test_two_interface_pcapng_is_written_per_interface():
     path = REAL / "two-interfaces.pcapng"
     info = realnet.capinfos(path)
@@ -216,24 +224,35 @@ LIVE_SKIP = realnet.missing()
 NETNS_SKIP = realnet.missing(namespaces=True)
 
 
-def capture_on_loopback(path, scripts, **player_kw):
-    marker = realnet.Marker(LOOPBACK_MARKER)
-    try:
-        with Player(scripts, **player_kw) as player:
-            with realnet.Capture(path, ["lo"], bpf=LOOPBACK_FILTER, markers=[marker]):
-                player.play()
-    finally:
-        marker.close()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(LIVE_SKIP is not None, reason=f"no live capture: {LIVE_SKIP}")
 @pytest.mark.parametrize("nodelay", [True, False], ids=["nodelay", "nagle"])
 def test_live_loopback_replay(tmp_path, nodelay):
-    """add-stream: two interleaved connections and a pause, with and without Nagle."""
+    """add-stream: two interleaved connections and a pause, with and without Nagle; the
+    delay hook holds the Add Stream response back a quarter of a second."""
     path = tmp_path / "add-stream.pcapng"
-    capture_on_loopback(path, builder.add_stream(), nodelay=nodelay)
+
+    def hold_response(ev):
+        return 0.25 if ev.kind == "send" and ev.direction == "s2c" and ev.frames[0][1] == 0x51 \
+            else 0.0
+
+    on_loopback(path, builder.add_stream(), {"nodelay": nodelay, "delay": hold_response})
     check_live(path, builder.add_stream())
+    times = {magic: float(t) for t, magic in tshark(
+        path, "-Y", "couchbase.opcode == 0x51", "-T", "fields", "-e", "frame.time_relative",
+        "-e", "couchbase.magic")}
+    request, response = times["0x80"], times["0x81"]
+    assert response - request >= 0.25
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(LIVE_SKIP is not None, reason=f"no live capture: {LIVE_SKIP}")
+def test_live_ipv6_on_loopback(tmp_path):
+    path = tmp_path / "ipv6.pcapng"
+    v6 = [builder.replication(client=Endpoint("fd00::2", 50123), server=Endpoint("fd00::1", 11209))]
+    on_loopback(path, v6)
+    check_live(path, v6)
+    assert {r[0] for r in tshark(path, "-Y", "tcp", "-T", "fields", "-e", "ipv6.src")} == {"::1"}
 
 
 def small(port: int) -> Script:
@@ -250,7 +269,7 @@ def test_live_endings(tmp_path):
     path = tmp_path / "endings.pcapng"
     endings = {0: "fin", 1: "rst", 2: "half", 3: "open"}
     ports = [51010, 51011, 51012, 51013]
-    capture_on_loopback(path, [small(p) for p in ports], endings=endings)
+    on_loopback(path, [small(p) for p in ports], {"endings": endings})
     flags = defaultdict(set)
     for sport, dport, fin, rst in tshark(path, "-Y", "tcp.flags.fin==1 || tcp.flags.reset==1",
                                          "-T", "fields", "-e", "tcp.srcport", "-e", "tcp.dstport",

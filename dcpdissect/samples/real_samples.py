@@ -28,8 +28,7 @@ from .replay import Loopback, Player
 PORTS = (11209, 11210)
 TSHARK_DECODE = [arg for p in PORTS for arg in ("-d", f"tcp.port=={p},couchbase")] + [
     "-d", "udp.port==4789,vxlan"]
-LOOPBACK_FILTER = "net 127.42.0.0/16"      # Loopback()'s addresses: other hosts' lo traffic stays out
-LOOPBACK_MARKER = "127.42.255.254"
+LOOPBACK_MARKER = "127.42.255.254"          # inside Loopback()'s addresses (and capture filter)
 REPLICATION_SIDES = {"10.0.0.2": "client", "10.0.0.3": "client", "10.0.0.1": "server"}
 
 
@@ -47,12 +46,15 @@ def replication_scripts() -> list[builder.Script]:
     return [builder.replication(), builder.stream_id_connector(start_ns=builder.T0 + 500)]
 
 
-def on_loopback(path: Path, scripts, **capture_kw) -> dict:
-    """Replay on this host's loopback, captured with dumpcap on ``lo``; capinfos' table."""
-    marker = Marker(LOOPBACK_MARKER)
+def on_loopback(path: Path, scripts, player_kw: dict | None = None, **capture_kw) -> dict:
+    """Replay on this host's loopback (``Player`` options ``player_kw``), captured with
+    dumpcap on ``lo``; capinfos' table. Other programs' loopback traffic is filtered out."""
+    player_kw = player_kw or {}
+    marker, net = Marker(LOOPBACK_MARKER), Loopback()
     try:
-        with Player(scripts) as player:
-            with Capture(path, ["lo"], bpf=LOOPBACK_FILTER, markers=[marker], **capture_kw) as cap:
+        with Player(scripts, net, **player_kw) as player:
+            with Capture(path, ["lo"], bpf=net.capture_filter(scripts), markers=[marker],
+                         **capture_kw) as cap:
                 player.play()
     finally:
         marker.close()
@@ -94,7 +96,8 @@ def server_segments(path: Path, port: int) -> list[tuple[int, int, int]]:
     out = subprocess.run(["tshark", "-r", str(path), "-Y", f"tcp.srcport=={port} && tcp.len>0",
                           "-T", "fields", "-e", "frame.number", "-e", "tcp.seq", "-e", "tcp.len"],
                          capture_output=True, text=True, check=True).stdout
-    return [(int(f), int(s) - 1, int(n)) for f, s, n in (line.split("\t") for line in out.splitlines())]
+    rows = (line.split("\t") for line in out.splitlines())
+    return [(int(frame), int(seq) - 1, int(length)) for frame, seq, length in rows]
 
 
 def tshark_opcodes(path: Path) -> list[int]:

@@ -202,7 +202,8 @@ class Capture:
         if fmt not in ("pcap", "pcapng") or (tool == "tcpdump" and fmt != "pcap"):
             raise ValueError(f"{tool} cannot write {fmt}")
         self.path = Path(path)
-        self.tool, self.interfaces, self.markers, self.settle = tool, tuple(interfaces), markers, settle
+        self.tool, self.interfaces = tool, tuple(interfaces)
+        self.markers, self.settle = markers, settle
         self.cmd = (["ip", "netns", "exec", ns] if ns else []) + [tool]
         for iface in interfaces:
             self.cmd += ["-i", iface]
@@ -262,7 +263,8 @@ class Capture:
             if self._captured_any():
                 extra_rounds -= 1
             elif time.monotonic() > deadline:
-                raise RuntimeError(f"{self.tool} captured none of the markers: {' | '.join(self.stderr)}")
+                raise RuntimeError(f"{self.tool} captured none of the markers: "
+                                   f"{' | '.join(self.stderr)}")
 
     def _stop(self) -> int:
         if self.proc.poll() is None:

@@ -118,6 +118,12 @@ class Loopback:
             raise ValueError(f"{ip} and {self._seen[mapped]} both map to {mapped}")
         return mapped
 
+    def capture_filter(self, scripts: Sequence[Script]) -> str:
+        """A BPF filter keeping the replay's packets and no other loopback traffic."""
+        ports = sorted({s.conv.server.port for s in scripts})
+        return (f"net 127.{self.second_octet}.0.0/16 or "
+                f"(ip6 host ::1 and tcp port ({' or '.join(map(str, ports))}))")
+
     def socket(self, ip: str) -> socket.socket:
         """A TCP socket for the (mapped) address ``ip``."""
         family = socket.AF_INET6 if ":" in ip else socket.AF_INET
