@@ -19,6 +19,13 @@ if ! command -v tshark >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
 fi
+if ! command -v tcpdump >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "installing tcpdump (Debian package) for the live replay captures..." >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump >&2
+fi
 
 # Compiled copies of the hot modules (Cython; without them the Python source runs, slower).
 if ! command -v cc >/dev/null 2>&1 || ! .venv/bin/python -c 'import os, sys, sysconfig

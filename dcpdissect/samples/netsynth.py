@@ -476,6 +476,19 @@ class TcpConversation:
         self._closed = True
         self._ops.append(_Close(how, initiator))
 
+    def operations(self) -> list[tuple]:
+        """What was recorded, in order: ``('send', direction, data, coalesce_with_next)``,
+        ``('pause', ns)`` and ``('close', how, initiator)``."""
+        out: list[tuple] = []
+        for op in self._ops:
+            if isinstance(op, _Send):
+                out.append(("send", op.direction, op.data, op.coalesce))
+            elif isinstance(op, _Pause):
+                out.append(("pause", op.ns))
+            else:
+                out.append(("close", op.how, op.initiator))
+        return out
+
     def sent(self, direction: str) -> bytes:
         """All application bytes sent in ``direction``, in order."""
         _check_direction(direction)
