@@ -427,7 +427,7 @@ def chain_search(buf, pos: int, final: bool) -> tuple[str | None, int]:
     hold none), as the framer resynchronises: ('mcbp', at) for a plausible header followed
     by another right after its frame, ('one', at) for a plausible frame that ends where the
     bytes end (or before an unfinished header), (None, at) while the header at ``at`` waits
-    for more bytes, ('no', len) when ``final`` bytes hold no chain. Search again from the
+    for more bytes, ('no', at) when ``final`` bytes hold no chain. Search again from the
     position returned when more bytes came."""
     n = len(buf)
     while pos + HEADER_SIZE <= n:
