@@ -1,7 +1,7 @@
 """Warnings and errors on captures that hold no MCBP at all: the nDPI test captures.
 
     python bench/mixed_traffic.py [--mirror DIR] [--dir DIR] [--workdir DIR] [--jobs N]
-                                  [--mode default,any-port] [--all] [--write-reduced DIR]
+                                  [--mode default,any-port,...] [--all] [--write-reduced DIR]
 
 The corpus is nDPI's ``tests/cfgs/default/pcap/`` (HTTP, TLS, BitTorrent, VPNs, databases:
 no MCBP). It is extracted from a bare git mirror of the nDPI repository (``--mirror``,
@@ -36,7 +36,10 @@ from dcpdissect.reassembly.pdus import Options, Summary  # noqa: E402
 MIRROR = "/work/.mirror/ntop+nDPI/repo"
 CORPUS = "tests/cfgs/default/pcap"
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
-MODES = {"default": Options(), "any-port": Options(any_port=True)}
+KEYLOG = "CLIENT_RANDOM " + "ab" * 32 + " " + "cd" * 48 + "\n"    # secrets of no connection
+MODES = {"default": Options(), "any-port": Options(any_port=True),
+         "keylog": Options(tls_keylog=KEYLOG), "any-port+keylog": Options(any_port=True,
+                                                                         tls_keylog=KEYLOG)}
 ROOT = Path(__file__).resolve().parent.parent
 
 # The reduced corpus: every cause of the warnings and errors --any-port reported when it
@@ -161,10 +164,12 @@ version 3 (LGPL-3.0): its text is in `COPYING` beside this file.
 
 None of these captures holds MCBP. When `--any-port` decoded every connection as MCBP,
 instead of asking a connection off the DCP ports to prove it is, it reported 5,489 warnings
-and errors in 283 of the 543 captures of that folder (414 in 28 of the 40 here). These
-files cover every cause of them (the "why" column names what each gave then), the
-heuristic's hard cases and common protocols. `tests/test_mixed_traffic.py` asserts that
-none of them gives a warning or an error, with `--any-port` and without.
+and errors in 283 of the 543 captures of that folder (414 in 28 of the 40 here); with a key
+log lacking their secrets, every TLS connection was a `tls-no-key` warning (798 in 124
+captures; 26 in 7 here). These files cover every cause of them (the "why" column names what
+each gave then), the heuristic's hard cases and common protocols.
+`tests/test_mixed_traffic.py` asserts that none of them gives a warning or an error, with
+`--any-port` and without, with such a key log and without.
 
 | file | taken as | why |
 |---|---|---|
@@ -186,7 +191,9 @@ def main(argv=None) -> int:
     p.add_argument("--dir", help="read the captures from this folder instead of the mirror")
     p.add_argument("--workdir", default="/tmp/dcp-mixed", help="where the corpus is extracted")
     p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--mode", default="default,any-port")
+    p.add_argument("--mode", default=",".join(MODES),
+                   help="of " + ", ".join(MODES) + " (keylog: --tls-keylog with a key log "
+                        "that has the secrets of no connection)")
     p.add_argument("--all", action="store_true", help="a row for every capture")
     p.add_argument("--write-reduced", metavar="DIR", help="write the reduced corpus there")
     args = p.parse_args(argv)

@@ -300,13 +300,14 @@ class PduStream:
         if verdict == "tls" or port in self.tls_ports:
             self.summary.tls_connections += 1
             at = ev if kind is StreamData else opened      # the record header's frame
-            if verdict == "tls" and self.keylog is not None:
+            mcbp_port = cand.by_port or port in self.tls_ports
+            if verdict == "tls" and self.keylog is not None and mcbp_port:
                 yield TlsProblem(None, opened.client, opened.server, at.frame, at.ts_ns, NO_KEY,
                                  "the key log has no line for client random "
                                  f"{random.hex()[:16]}…" if random else
                                  "no ClientHello seen: no client random to look up",
                                  random.hex())
-            else:
+            else:       # elsewhere TLS without its key is not known to carry MCBP: info
                 yield TlsConnection(None, opened.client, opened.server, at.frame, at.ts_ns,
                                     verdict != "tls")
         else:

@@ -34,7 +34,8 @@ RULES = (
     rule("tls-connection", INFO, "a TLS connection: encrypted, not decoded",
          "a TLS record header (0x16 0x03 0x0X) starts a direction, or the connection is on the "
          "TLS port 11207: its MCBP cannot be read without the session keys (give a key log with "
-         "--tls-keylog)", "ports-heuristic.pcap"),
+         "--tls-keylog; off 11207, the DCP ports and --port, also when the key log lacks its "
+         "secrets)", "ports-heuristic.pcap"),
     rule("connections-not-mcbp", INFO,
          "TCP connections whose bytes are not MCBP: not decoded, counted by server port",
          "--any-port judges every connection off the DCP ports and --port as Wireshark's "
