@@ -11,6 +11,7 @@ connection proven MCBP that turns to garbage is still an error.
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
@@ -86,6 +87,18 @@ def test_causes_of_the_old_false_alarms_are_in_the_corpus():
     assert summary.undecoded_ports == {443: 1} and summary.tls_connections == 0
     data = (NDPI / "1kxun-443-53406.pcap").read_bytes()
     assert b"\x80\x02\x00\x01\x00\x00\x00\x13\x00\x00\x00\x21" in data
+
+
+def test_the_finding_as_a_json_line_matches_the_schema(capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    from dcpdissect.cli import main
+    schema = json.loads((ROOT / "docs" / "jsonl-schema.json").read_text())
+    assert main(["analyze", str(NDPI / "zabbix.pcap"), "--any-port", "--format", "jsonl"]) == 2
+    out, err = capsys.readouterr()
+    [record] = [json.loads(line) for line in out.splitlines()]
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(record)) == []
+    assert record["rule"] == NOT_MCBP and record["connection"] is None
+    assert "no MCBP found" in err and "--port N" in err
 
 
 def test_the_summary_line_counts_connections_seen_and_decoded():
