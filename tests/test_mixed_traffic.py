@@ -80,9 +80,9 @@ def test_no_warning_or_error_on_traffic_that_is_not_mcbp(name, mode):
         assert f"{f.fields['connections']} TCP connection" in f.message
 
 
-def test_causes_of_the_old_false_alarms_are_in_the_corpus():
-    """Connections that start like MCBP: both directions of one start with a plausible
-    header, and one holds a plausible header whose frame ends at a legal magic."""
+def test_a_connection_that_starts_like_mcbp_is_not_mcbp():
+    """Both directions of this connection on 443 start with a plausible header (magic 0x80,
+    opcode 0x02, sane lengths) that no second header follows."""
     _, summary = analyze_file(str(NDPI / "1kxun-443-53406.pcap"), MODES["any-port"])
     assert summary.undecoded_ports == {443: 1} and summary.tls_connections == 0
     data = (NDPI / "1kxun-443-53406.pcap").read_bytes()
@@ -217,8 +217,8 @@ def test_mcbp_on_port_12000_is_found(mode):
     ("identity-mid-stream-clean.pcap", 11210, 1),
 ])
 def test_moved_off_the_dcp_ports_the_findings_stay(tmp_path, sample, port, connections, mode):
-    """On port 12000, found by its bytes: the same messages and findings as on the DCP port
-    (the golden file's, for the framing and message rules), errors after garbage included."""
+    """On port 12000, found by its bytes: the same messages and findings as on the DCP port,
+    errors after garbage included."""
     on_port, ref_summary = analyze_file(str(SAMPLES / sample))
     found, summary = analyze_file(moved(sample, port, 12000, tmp_path), MODES[mode])
     assert summary.heuristic_ports == {12000: connections}
