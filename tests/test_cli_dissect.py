@@ -80,7 +80,8 @@ def test_extra_port_and_tls_port(samples_dir, tmp_path):
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--port", "12000")
     assert code == 0 and json.loads(out)["fields"]["flags"] == 1
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--any-port")
-    assert code == 0 and len(out.splitlines()) == 1
+    # --any-port asks the same proof: a lone DcpOpen is not enough
+    assert code == 2 and out == "" and "1 not MCBP" in err and "--port" in err
 
 
 def _cut(samples_dir, tmp_path, n):

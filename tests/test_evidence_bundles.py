@@ -38,7 +38,7 @@ def _golden() -> dict[str, list[tuple[str, int]]]:
 GOLDEN = _golden()
 RULES_BY_SAMPLE: dict[str, list[str]] = defaultdict(list)
 for _rule in RULES.values():
-    if _rule.sample in GOLDEN:
+    if _rule.sample in GOLDEN and not _rule.options:      # bundles of the default options
         RULES_BY_SAMPLE[_rule.sample].append(_rule.id)
 
 

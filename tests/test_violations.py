@@ -4,6 +4,7 @@ Rewrite the golden file after an intended change of findings with
 ``DCPDISSECT_UPDATE_GOLDEN=1 python -m pytest tests/test_violations.py``.
 """
 
+import argparse
 import json
 import os
 from functools import cache
@@ -14,7 +15,7 @@ import pytest
 from dcpdissect.analysis.catalogue import category, render_rules_markdown
 from dcpdissect.analysis.rules import ERROR, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
-from dcpdissect.reassembly.pdus import Options
+from dcpdissect.cli.common import add_capture_options, capture_options
 from dcpdissect.samples.builder import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,10 +38,15 @@ GOLDEN_RULES = {r.id for r in RULES.values() if r.family in ("structure", "frami
 
 
 @cache
-def findings_of(filename: str):
+def findings_of(filename: str, cli_options: tuple[str, ...] = ()):
+    """``cli_options``: the command-line options a rule's sample needs (``Rule.options``)."""
     keylog = (SAMPLES / filename).with_suffix(".keylog")     # the TLS samples' key logs
-    options = Options(tls_keylog=keylog.read_text()) if keylog.is_file() else None
-    return analyze_file(str(SAMPLES / filename), options)[0]
+    parser = argparse.ArgumentParser()
+    add_capture_options(parser)
+    args = parser.parse_args(list(cli_options))
+    if keylog.is_file():
+        args.tls_keylog = keylog.read_text()
+    return analyze_file(str(SAMPLES / filename), capture_options(args))[0]
 
 
 def _spec_files() -> dict[str, str]:
@@ -56,7 +62,8 @@ def test_structural_and_framing_rules_are_all_known():
 def test_every_rule_is_triggered_by_its_sample(rid):
     sample = RULES[rid].sample
     assert (SAMPLES / sample).is_file(), f"{rid}: sample {sample} missing"
-    assert rid in {f.rule for f in findings_of(sample)}, f"{rid} not triggered by {sample}"
+    found = {f.rule for f in findings_of(sample, RULES[rid].options)}
+    assert rid in found, f"{rid} not triggered by {sample} {' '.join(RULES[rid].options)}"
 
 
 @pytest.mark.parametrize("rid", sorted(GOLDEN_RULES))

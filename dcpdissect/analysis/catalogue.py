@@ -43,7 +43,8 @@ def render_rules_markdown(rules: dict[str, Rule] | None = None) -> str:
         "<!-- generated: python -m dcpdissect.analysis.catalogue > docs/rules.md -->",
         "",
         f"{len(rules)} rules. Each names a sample under `samples/` that triggers it "
-        "(`dcpdissect analyze samples/<sample>`) and, in its rationale, the kv_engine code it "
+        "(`dcpdissect analyze samples/<sample>`, with the options shown beside it) and, in its "
+        "rationale, the kv_engine code it "
         "rests on. Rules marked *single message* are judged from one message and its "
         "connection's negotiation; the Wireshark plugin raises them as expert infos too.",
         "",
@@ -57,7 +58,7 @@ def render_rules_markdown(rules: dict[str, Rule] | None = None) -> str:
         for r in members:
             title = r.title + (" *(single message)*" if r.single_pdu else "")
             out.append(f"| `{r.id}` | {r.severity} | {_cell(title)} | {_cell(r.rationale)} "
-                       f"| `{r.sample}` |")
+                       f"| `{r.sample}`{''.join(f' `{o}`' for o in r.options)} |")
         out.append("")
     return "\n".join(out)
 

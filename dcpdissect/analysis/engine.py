@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..codec import decode
 from ..reassembly.connections import ConnectionClosed, ConnectionOpened, StreamGap, TcpAnomaly
-from ..reassembly.pdus import TlsConnection, TlsProblem
+from ..reassembly.pdus import NotMcbp, TlsConnection, TlsProblem
 from ..reassembly.framing import (ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, Hidden, LostPdu,
                                   Pdu, Resync)
 from ..reassembly.tcp import LOST
@@ -128,6 +128,8 @@ class Analyzer:
                             "not decoded", ev.frame, (ev.frame,), ev.ts_ns, None,
                             fields={"client": f"{ev.client[0]}:{ev.client[1]}",
                                     "server": f"{ev.server[0]}:{ev.server[1]}"})]
+        if kind is NotMcbp:
+            return [not_mcbp_finding(ev.ports, ev.frame, ev.ts_ns)]
         if kind is TlsProblem:
             return [Finding(ev.rule, f"{_ends(ev)}: {ev.detail}", ev.frame, (ev.frame,),
                             ev.ts_ns, ev.conn,
@@ -201,6 +203,22 @@ _ANOMALY_RULES = {"overlap_mismatch": "tcp-overlap-mismatch", "seq_jump": "tcp-s
 _RESYNC_RULES = {ILLEGAL_MAGIC: "unknown-magic", TOO_LARGE: "frame-too-large"}
 _LOST_BY = {"gap": "a gap", "uncaptured": "the snapshot length", "end": "the end of the capture",
             "cap": f"the framing bound (carried by more than {MAX_PDU_SEGMENTS} segments)"}
+
+
+_PORTS_LISTED = 10               # ports named in the connections-not-mcbp message (fields: all)
+
+
+def not_mcbp_finding(ports: dict, frame: int, ts_ns: int) -> Finding:
+    """The one ``connections-not-mcbp`` finding of a capture: ``ports`` maps a server port
+    to its connections judged not MCBP; ``frame`` opened the first of them."""
+    by_count = sorted(ports.items(), key=lambda pn: (-pn[1], pn[0]))
+    total = sum(ports.values())
+    listed = ", ".join(f"{p} ({n})" for p, n in by_count[:_PORTS_LISTED])
+    if len(by_count) > _PORTS_LISTED:
+        listed += f" and {len(by_count) - _PORTS_LISTED} more ports"
+    return Finding("connections-not-mcbp", f"{total} TCP connection{'s' * (total != 1)} not "
+                   f"MCBP, not decoded; by server port: {listed}", frame, (frame,), ts_ns,
+                   fields={"connections": total, "ports": {str(p): n for p, n in by_count}})
 
 
 def _ends(ev: ConnectionOpened) -> str:

@@ -121,7 +121,9 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=parse_port, action="append", default=[], metavar="N",
                    help="also decode TCP port N as MCBP (11210 and 11209 always are)")
     p.add_argument("--any-port", action="store_true",
-                   help="heuristic: try every TCP connection, whatever its ports")
+                   help="also report the TCP connections whose bytes are not MCBP (one "
+                        "connections-not-mcbp finding, by port); off 11210, 11209 and --port, "
+                        "a connection is decoded only when its bytes prove it MCBP either way")
     p.add_argument("--tls-keylog", type=keylog_text, metavar="FILE",
                    help="decrypt TLS connections with this key log (NSS format, SSLKEYLOGFILE)")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from typing import NamedTuple
 
-from ..analysis.engine import Analyzer
+from ..analysis.engine import Analyzer, not_mcbp_finding
 from ..analysis.findings import Finding
 from ..analysis.stream_summary import findings_by_stream
 from ..reassembly.pdus import Options
@@ -104,7 +104,7 @@ class FileMerge:
     def _foresee(self) -> dict[str, list]:
         """flow -> [(moment, number)] of the connections numbered as they open."""
         o = self.options
-        at_once_everywhere = o.any_port or not o.heuristic
+        at_once_everywhere = not (o.heuristic or o.any_port)
         ports = o.server_ports
         opens = []
         for key, ff in self.flows.items():
@@ -194,8 +194,9 @@ class FileMerge:
     def merged(self, max_per_rule: int | None = None) -> Merged:
         from .core import ConnRow, FileTotals, record_rows
         results = [self.results[g] for g in sorted(self.results)]
-        found = sorted(((m, f) for r in results for m, f in zip(r.moments, r.findings)),
-                       key=lambda mf: mf[0])
+        found = _one_not_mcbp(sorted(((m, f) for r in results
+                                      for m, f in zip(r.moments, r.findings)),
+                                     key=lambda mf: mf[0]))
         analyzer = Analyzer() if max_per_rule is None else Analyzer(max_per_rule)
         findings = analyzer._cap([f for _m, f in found]) + analyzer._capped()
         findings.sort(key=Finding.sort_key)
@@ -226,3 +227,19 @@ class FileMerge:
             return None
         return [ev for _m, ev in sorted((e for r in results for e in r.events),
                                         key=lambda e: e[0])]
+
+
+def _one_not_mcbp(found: list) -> list:
+    """(moment, finding) pairs with the groups' ``connections-not-mcbp`` findings (each
+    counts its own flows) made one, as ``analyze`` reports it at the end of the capture."""
+    parts = [(m, f) for m, f in found if f.rule == "connections-not-mcbp"]
+    if len(parts) < 2:
+        return found
+    ports: dict = {}
+    for _m, f in parts:
+        for port, n in f.fields["ports"].items():
+            ports[int(port)] = ports.get(int(port), 0) + n
+    first = min((f for _m, f in parts), key=lambda f: f.frame)
+    one = (max(m for m, _f in parts), not_mcbp_finding(ports, first.frame, first.ts_ns))
+    return sorted([mf for mf in found if mf[1].rule != "connections-not-mcbp"] + [one],
+                  key=lambda mf: mf[0])

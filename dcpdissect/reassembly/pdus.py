@@ -2,20 +2,25 @@
 
 Every stage is a plain iterator so that the CLI and the Spark job share it. Events are
 ``Pdu``, ``Resync``, ``LostPdu``, ``Hidden`` (framing), ``StreamGap``, ``ConnectionOpened``,
-``ConnectionClosed`` and ``TcpAnomaly`` (TCP), and ``TlsConnection`` (not decoded).
+``ConnectionClosed`` and ``TcpAnomaly`` (TCP), ``TlsConnection`` (not decoded) and
+``NotMcbp`` (``--any-port``: the connections judged not MCBP, once, at the end).
 
-Which connections are decoded: those on the DCP ports and ``--port`` always, every one with
-``--any-port``; any other connection only when the first bytes of its directions are MCBP
-(a legal magic, a known opcode, sane lengths, confirmed by a second header or by the other
-direction's answer), as Wireshark's heuristic dissectors judge a conversation. Connections
-that start with a TLS record header (or sit on the TLS port) are counted and reported; the
-others are dropped from reassembly. Decoded connections are numbered in decision order.
-A fault in the capture file is raised as
+Which connections are decoded: those on the DCP ports and ``--port`` always (MCBP by their
+port); any other connection only when its bytes prove it MCBP, as Wireshark's heuristic
+dissectors judge a conversation: plausible headers (a legal magic, a known opcode, sane
+lengths) that chain, a header right after the previous frame, in every direction that
+carries bytes, or a request and its answer. A connection whose start was captured is judged
+from its first byte; one that started before the capture (or after a lost first segment)
+by the first chain within its first bytes. ``--any-port`` judges alike and reports the
+others in one ``NotMcbp`` event. Connections that start with a TLS record header (or sit on
+the TLS port) are counted and reported; the others are dropped from reassembly. Decoded
+connections are numbered in decision order. A fault in the capture file is raised as
 ``CaptureError`` only after everything decoded before it has been yielded.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
@@ -30,7 +35,10 @@ from .framing import _LEGAL_MAGICS, Hidden, LostPdu, Pdu, PduFramer, Resync, pla
 from .tcp import UNCAPTURED
 from .tls import NO_KEY, TlsProblem, TlsSession, hello_random
 
-HEURISTIC_HOLD = 64 << 10     # bytes per direction held while a connection is undecided
+HEURISTIC_HOLD = 64 << 10     # bytes per direction held while a connection is undecided: the
+                              # window in which a connection that started before the capture
+                              # must show a chain of headers
+_MAGIC_RE = re.compile(b"[" + b"".join(re.escape(bytes([m])) for m in sorted(_LEGAL_MAGICS)) + b"]")
 
 
 class TlsConnection(NamedTuple):
@@ -43,12 +51,23 @@ class TlsConnection(NamedTuple):
     by_port: bool                   # True: judged by its port, no TLS record header was seen
 
 
+class NotMcbp(NamedTuple):
+    """``--any-port``: the connections whose bytes are not MCBP (not decoded), by server port;
+    one event at the end of the capture."""
+    conn: None
+    ports: dict                     # server port -> connections
+    frame: int                      # the frame that opened the first of them
+    ts_ns: int
+
+
 @dataclass
 class Options:
     ports: tuple[int, ...] = ()          # extra server ports to decode
-    any_port: bool = False               # decode every TCP connection, whatever its bytes
-    heuristic: bool = True               # other ports: decode the connections whose first
-                                         # bytes are MCBP (see ``direction_verdict``)
+    any_port: bool = False               # judge every TCP connection by its bytes (even
+                                         # without ``heuristic``) and report the others
+                                         # (``NotMcbp``)
+    heuristic: bool = True               # other ports: decode the connections whose bytes
+                                         # prove MCBP (see ``_Candidate``)
     max_connections: int = 100_000
     tls_keylog: str = ""                 # key log text (NSS format): TLS connections found
                                          # by the heuristic are decrypted with its secrets
@@ -65,7 +84,7 @@ class Summary:
     frames: int = 0
     first_ts_ns: int | None = None      # time of the capture's first frame
     tcp_segments: int = 0
-    connections: int = 0
+    connections: int = 0                # decoded as MCBP
     pdus: int = 0
     gaps: int = 0
     gap_bytes: int = 0
@@ -79,12 +98,23 @@ class Summary:
     tls_randoms: dict = field(default_factory=dict, compare=False)   # their client randoms
     #                                     (hex) by connection number, for evidence bundles
     heuristic_ports: dict = field(default_factory=dict)   # server port -> connections decoded
-    undecoded_ports: dict = field(default_factory=dict)   # server port -> connections not MCBP
+    undecoded_ports: dict = field(default_factory=dict)   # server port -> connections judged
+    #                                     not MCBP by their bytes (not decoded)
     tcp: dict = field(default_factory=dict)
     error: str | None = None
 
+    @property
+    def not_mcbp(self) -> int:
+        """Connections judged not MCBP by their bytes."""
+        return sum(self.undecoded_ports.values())
+
     def line(self) -> str:
-        text = (f"{self.path}: {self.frames} frames, {self.connections} TCP connections, "
+        connections = f"{self.connections} TCP connections"
+        if self.not_mcbp:
+            seen = self.connections + self.not_mcbp + self.tls_connections
+            connections = (f"{seen} TCP connections ({self.connections} decoded as MCBP, "
+                           f"{self.not_mcbp} not MCBP)")
+        text = (f"{self.path}: {self.frames} frames, {connections}, "
                 f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
                 f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
         if self.uncaptured_bytes:
@@ -122,7 +152,7 @@ class Summary:
             what += (f"; {self.tls_connections} TLS connection{'s' * (self.tls_connections != 1)} "
                      "not decoded: give their key log with --tls-keylog")
         return (f"dcpdissect: no MCBP found in {self.path or 'the capture'} ({what}); if the "
-                f"traffic is MCBP on another port, try --port N (or --any-port)")
+                f"traffic is MCBP on another port, decode it with --port N")
 
 
 COUNTED = ("connections", "pdus", "gaps", "gap_bytes", "resyncs", "lost_pdus", "uncaptured_bytes",
@@ -138,12 +168,12 @@ class PduStream:
         opts = self.options
         self.server_ports = opts.server_ports
         self.tls_ports = frozenset(TLS_PORTS) - self.server_ports
-        self.heuristic = opts.heuristic and not opts.any_port
+        self.heuristic = opts.heuristic or opts.any_port
         self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog else None
         self.table = ConnectionTable(server_ports=self.server_ports,
                                      tls_ports=(frozenset() if self.heuristic or self.keylog
                                                 else self.tls_ports),
-                                     any_port=opts.any_port, track_all=self.heuristic,
+                                     track_all=self.heuristic,
                                      max_connections=opts.max_connections)
         self.framers: dict[tuple[int, int], PduFramer] = {}
         self.connections: dict[int, ConnectionOpened] = {}
@@ -154,6 +184,8 @@ class PduStream:
         self.pending: dict[int, _Candidate] = {}    # undecided (heuristic) connections
         self.next_public = 1
         self.tls: dict[int, TlsSession] = {}        # decrypted connections by number
+        self.not_mcbp_at: tuple[int, int] | None = None  # (frame, ts) that opened the first
+        #                                                  connection judged not MCBP
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
@@ -180,6 +212,9 @@ class PduStream:
         self.framers.clear()
         self.summary.tls_connections += self.table.stats.get("tls_connections", 0)
         self.summary.tcp = dict(self.table.stats)
+        if self.options.any_port and self.not_mcbp_at is not None:
+            yield NotMcbp(None, dict(sorted(self.summary.undecoded_ports.items())),
+                          *self.not_mcbp_at)
 
     def _framer(self, conn: int, direction: int) -> PduFramer:
         key = (conn, direction)
@@ -248,7 +283,8 @@ class PduStream:
         if at_once and self.keylog is None:
             yield from self._accept(ev.conn, [(ev, self.now)], heuristic=False)
         else:       # with a key log, a connection decoded at once may start TLS
-            cand = self.pending[ev.conn] = _Candidate(ev, by_port=at_once)
+            cand = self.pending[ev.conn] = _Candidate(ev, by_port=at_once,
+                                                      search=ev.mid_stream)
             if at_once:             # numbered as if decoded at once
                 cand.number = self._new_number(ev.conn)
 
@@ -280,17 +316,20 @@ class PduStream:
         if verdict == "tls" or port in self.tls_ports:
             self.summary.tls_connections += 1
             at = ev if kind is StreamData else opened      # the record header's frame
-            if verdict == "tls" and self.keylog is not None:
+            mcbp_port = cand.by_port or port in self.tls_ports
+            if verdict == "tls" and self.keylog is not None and mcbp_port:
                 yield TlsProblem(None, opened.client, opened.server, at.frame, at.ts_ns, NO_KEY,
                                  "the key log has no line for client random "
                                  f"{random.hex()[:16]}…" if random else
                                  "no ClientHello seen: no client random to look up",
                                  random.hex())
-            else:
+            else:       # elsewhere TLS without its key is not known to carry MCBP: info
                 yield TlsConnection(None, opened.client, opened.server, at.frame, at.ts_ns,
                                     verdict != "tls")
         else:
             self.summary.undecoded_ports[port] = self.summary.undecoded_ports.get(port, 0) + 1
+            if self.not_mcbp_at is None or opened.frame < self.not_mcbp_at[0]:
+                self.not_mcbp_at = (opened.frame, opened.ts_ns)
         if kind is not ConnectionClosed:
             self.table.drop(ev.conn)        # stop reassembling it; its events are dropped
 
@@ -378,14 +417,14 @@ def direction_verdict(buf, final: bool = False) -> str | None:
     0x0X), 'mcbp' (a plausible header confirmed by a second one right after its frame),
     'one' (one plausible, complete frame and nothing after it yet), 'no', or None (not
     enough bytes yet). ``final``: no more bytes will come (an unfinished plausible frame
-    is then 'one')."""
+    is then 'one'). Bytes that may start inside a frame are judged by :func:`chain_search`."""
     n = len(buf)
     if not n:
         return None
     if buf[0] == 0x16:
         if n < 3:
             return "no" if final else None
-        return "tls" if buf[1] == 0x03 and buf[2] <= 0x04 else "no"
+        return "tls" if _tls_record(buf) else "no"
     if buf[0] not in _LEGAL_MAGICS:
         return "no"
     if n < HEADER_SIZE:
@@ -400,18 +439,50 @@ def direction_verdict(buf, final: bool = False) -> str | None:
     return "mcbp" if plausible(buf, nxt) else "no"
 
 
-class _Candidate:
-    """A connection on a port that is not decoded by default, waiting for its first bytes
-    (the way Wireshark's heuristic dissectors look at the start of a conversation)."""
-    __slots__ = ("opened", "events", "bufs", "frozen", "by_port", "number")
+def _tls_record(buf) -> bool:
+    return len(buf) >= 3 and buf[0] == 0x16 and buf[1] == 0x03 and buf[2] <= 0x04
 
-    def __init__(self, opened: ConnectionOpened, by_port: bool = False):
+
+def chain_search(buf, pos: int, final: bool) -> tuple[str | None, int]:
+    """The first chain of headers in ``buf`` at or after ``pos`` (the bytes before ``pos``
+    hold none), as the framer resynchronises: ('mcbp', at) for a plausible header followed
+    by another right after its frame, ('one', at) for a plausible frame that ends where the
+    bytes end (or before an unfinished header), (None, at) while the header at ``at`` waits
+    for more bytes, ('no', at) when ``final`` bytes hold no chain. Search again from the
+    position returned when more bytes came."""
+    n = len(buf)
+    while pos + HEADER_SIZE <= n:
+        if buf[pos] in _LEGAL_MAGICS and plausible(buf, pos):
+            nxt = pos + frame_size(buf, pos)
+            if nxt + HEADER_SIZE <= n:
+                if plausible(buf, nxt):
+                    return "mcbp", pos
+            elif nxt <= n:
+                if nxt == n or buf[nxt] in _LEGAL_MAGICS:
+                    return "one", pos
+            elif not final:
+                return None, pos
+        found = _MAGIC_RE.search(buf, pos + 1)
+        pos = found.start() if found else n
+    return ("no" if final else None), pos
+
+
+class _Candidate:
+    """A connection on a port that is not decoded by default, waiting for its bytes to
+    prove it MCBP (the way Wireshark's heuristic dissectors judge a conversation). A
+    direction whose start was not captured (no handshake, or a gap before its first byte)
+    is searched for a chain within its first ``HEURISTIC_HOLD`` bytes."""
+    __slots__ = ("opened", "events", "bufs", "frozen", "by_port", "number", "search", "scan")
+
+    def __init__(self, opened: ConnectionOpened, by_port: bool = False, search: bool = False):
         self.opened = opened
         self.by_port = by_port           # on a DCP port: MCBP unless it starts TLS
         self.number: int | None = None   # its connection number, reserved when by_port
         self.events: list = [(opened, None)]     # (event, (frame, ts) being processed)
         self.bufs = (bytearray(), bytearray())
         self.frozen = [False, False]     # a gap: the bytes after it are not the start
+        self.search = [search, search]   # the start is not captured: search for a chain
+        self.scan = [0, 0]               # where the search goes on (no chain before)
 
     def data(self, direction: int, data: bytes) -> None:
         if not self.frozen[direction]:
@@ -421,11 +492,23 @@ class _Candidate:
                 self.frozen[direction] = True
 
     def gap(self, direction: int) -> None:
-        self.frozen[direction] = True
+        if self.bufs[direction]:
+            self.frozen[direction] = True
+        else:                            # its first bytes were lost: the next start anywhere
+            self.search[direction] = True
+
+    def _direction(self, d: int, final: bool) -> str | None:
+        buf = self.bufs[d]
+        if not self.search[d] or not buf:
+            return direction_verdict(buf, final)
+        if _tls_record(buf):
+            return "tls"
+        verdict, self.scan[d] = chain_search(buf, self.scan[d], final)
+        return verdict
 
     def verdict(self, final: bool) -> str | None:
         """'mcbp', 'tls', 'other' or None (undecided)."""
-        v = [direction_verdict(b, final or f) for b, f in zip(self.bufs, self.frozen)]
+        v = [self._direction(d, final or self.frozen[d]) for d in (0, 1)]
         if "tls" in v:
             return "tls"
         if self.by_port:
@@ -441,4 +524,4 @@ class _Candidate:
 
 __all__ = ["Options", "Summary", "PduStream", "iter_events", "Pdu", "Resync", "LostPdu", "Hidden",
            "StreamGap", "ConnectionOpened", "ConnectionClosed", "CaptureError",
-           "TlsConnection", "TlsProblem", "direction_verdict"]
+           "TlsConnection", "TlsProblem", "NotMcbp", "direction_verdict", "chain_search"]

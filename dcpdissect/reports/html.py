@@ -67,6 +67,8 @@ def html_report(path, findings: list, summary, legend, collector, *, streams=Non
             ("messages", summary.pdus), ("time span", _span(collector)),
             ("gaps", f"{summary.gaps} ({summary.gap_bytes} bytes)"),
             ("findings", len(findings))]
+    if summary.not_mcbp:
+        rows.insert(4, ("TCP connections not MCBP", f"{summary.not_mcbp} (not decoded)"))
     if summary.error:
         rows.append(("stopped", summary.error))
     out += ['<h2 id="capture">Capture</h2>', "<table>"]

@@ -102,6 +102,8 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
             f"| gaps | {summary.gaps} ({summary.gap_bytes} bytes) |",
             f"| resyncs | {summary.resyncs} |",
             f"| findings | {len(findings)} |"]
+    if summary.not_mcbp:
+        out.append(f"| TCP connections not MCBP | {summary.not_mcbp} (not decoded) |")
     if summary.tls_decrypted:
         out.append(f"| TLS connections decrypted | {summary.tls_decrypted} (with the key log) |")
     if summary.error:

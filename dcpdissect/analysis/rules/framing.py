@@ -41,5 +41,15 @@ RULES = (
     rule("tls-connection", INFO, "a TLS connection: encrypted, not decoded",
          "a TLS record header (0x16 0x03 0x0X) starts a direction, or the connection is on the "
          "TLS port 11207: its MCBP cannot be read without the session keys (give a key log with "
-         "--tls-keylog)", "ports-heuristic.pcap"),
+         "--tls-keylog; off 11207, the DCP ports and --port, also when the key log lacks its "
+         "secrets)", "ports-heuristic.pcap"),
+    rule("connections-not-mcbp", INFO,
+         "TCP connections whose bytes are not MCBP: not decoded, counted by server port",
+         "--any-port judges every connection off the DCP ports and --port as Wireshark's "
+         "heuristic dissectors do: MCBP only when plausible headers (legal magic, known opcode, "
+         "sane lengths) chain, a header right after the previous frame, in every direction "
+         "that carries bytes, or when a request meets its answer; a connection whose start "
+         "was not captured shows its chain within its first 64 KiB. Reported once per capture, "
+         "never as a framing error: such bytes never were MCBP", "ports-heuristic.pcap",
+         options=("--any-port",)),
 )

@@ -20,11 +20,12 @@ class Rule:
     single_pdu: bool = False   # judged from one message and its connection's negotiation;
     #                            the Lua plugin raises it as an expert info too
     family: str = ""           # the module of analysis/rules/ that declares it
+    options: tuple[str, ...] = ()   # the command-line options its sample needs
 
 
 def rule(id: str, severity: str, title: str, rationale: str, sample: str,
-         single_pdu: bool = False) -> Rule:
+         single_pdu: bool = False, options: tuple[str, ...] = ()) -> Rule:
     """A rule (the family is set when the registry collects it)."""
     if severity not in SEVERITY_RANK:
         raise ValueError(f"{id}: unknown severity {severity}")
-    return Rule(id, severity, title, rationale, sample, single_pdu)
+    return Rule(id, severity, title, rationale, sample, single_pdu, options=options)

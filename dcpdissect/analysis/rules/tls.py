@@ -12,7 +12,9 @@ RULES = (
     rule("tls-no-key", WARNING, "a TLS connection whose secrets are not in the key log",
          "TLS 1.2 needs the CLIENT_RANDOM master secret, TLS 1.3 the handshake and traffic "
          "secrets of the ClientHello's random (NSS key log format, as Wireshark reads it); "
-         "without them the connection is not decoded", SAMPLE),
+         "without them the connection is not decoded. On the TLS port 11207, a DCP port or a "
+         "--port only: elsewhere a TLS connection is not known to carry MCBP (tls-connection "
+         "info)", SAMPLE),
     rule("tls-unsupported", WARNING, "a TLS version or cipher suite that is not decrypted",
          "decrypted: TLS 1.2 and 1.3 with AES-128/256-GCM or ChaCha20-Poly1305 (the suites "
          "OpenSSL and Go negotiate by default); other versions and suites are not decoded",
