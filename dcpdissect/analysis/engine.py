@@ -108,10 +108,12 @@ class Analyzer:
         if kind is Resync:
             return self._resync(ev)
         if kind is LostPdu:
+            if ev.direction == 0:
+                self._lost_bytes(ev.conn)
             return [Finding("lost-pdu", f"message at stream offset {ev.offset} cut by "
                             f"{_LOST_BY.get(ev.reason, ev.reason)}: "
                             f"{ev.have} of {ev.need or '?'} bytes", ev.frame, (ev.frame,),
-                            ev.ts_ns, ev.conn)]
+                            ev.ts_ns, ev.conn)] + self.streams.on_lost(ev)
         if kind is TcpAnomaly:
             rid = _ANOMALY_RULES.get(ev.kind, "tcp-cap")
             return [Finding(rid, ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]

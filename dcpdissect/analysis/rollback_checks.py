@@ -120,7 +120,8 @@ class RollbackTracker:
         name = getattr(negotiated, "name", None)
         purge = self.seen_purge.get((name,) + key) if name else None
         sent = request_purge_seqno(msg)
-        if (purge and f["start_seqno"] and sent != purge and not name.startswith(KV_REPLICATION)
+        if (purge and f["start_seqno"] and sent != purge and not msg.value_cut
+                and not name.startswith(KV_REPLICATION)
                 and getattr(negotiated, "collections", None)):
             out.append(finding_for("rollback-purge-seqno-not-sent",
                                    f"request purge_seqno {sent if sent is not None else 'absent'}; "

@@ -287,7 +287,8 @@ MAX_ASKED = 1 << 16      # requests remembered per filter until answered
 def request_stream_id(msg) -> int | None:
     """The stream id a request names: its frame info, or the ``sid`` of a stream request's
     JSON value (kv_engine accepts only a 16-bit integer there)."""
-    if msg.stream_id is not None or msg.opcode != STREAM_REQUEST or not msg.value_len:
+    if (msg.stream_id is not None or msg.opcode != STREAM_REQUEST or not msg.value_len
+            or msg.value_cut):
         return msg.stream_id
     try:
         sid = json.loads(bytes(msg.value)).get("sid")

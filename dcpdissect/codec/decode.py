@@ -42,6 +42,15 @@ class Message:
         return start, start + len(self.value)
 
     @property
+    def value_cut(self) -> bool:
+        """The capture cut the value (this message was decoded from a captured prefix)."""
+        return len(self.value) < self.value_len
+
+    @property
+    def key_cut(self) -> bool:
+        return len(self.key) < self.keylen
+
+    @property
     def shape(self) -> Shape:
         spec = self.spec
         if spec is None:

@@ -236,15 +236,25 @@ class PduFramer:
         (or while the rest of a partial PDU is skipped)."""
         if self.skip_to is None:
             buf = self.buf
-            if len(buf) < HEADER_SIZE:
-                if buf:         # its header is cut: nothing of it can be decoded
+            reason = "gap" if cause == LOST else cause
+            if len(buf) < BODYLEN_OFFSET + 4 or buf[0] not in _LEGAL_MAGICS:
+                if buf:         # its header is cut before its length: framing is lost
                     out.append(LostPdu(self.conn, self.direction, self.base, len(buf), 0,
-                                       "gap" if cause == LOST else cause, frame, ts_ns))
+                                       reason, frame, ts_ns))
                 self._hide(offset, length, frame, ts_ns, cause, out)
                 return
-            start, data, size = self.base, bytes(buf), frame_size(buf, 0)
-            frames, ts = self._consume(len(buf))
-            self.partial = _Partial(start, data, size, frames, ts)
+            start, size = self.base, frame_size(buf, 0)
+            if size > MAX_FRAME_SIZE:
+                self._hide(offset, length, frame, ts_ns, cause, out)
+                return
+            if len(buf) < HEADER_SIZE:  # its length was captured, not all its header:
+                out.append(LostPdu(self.conn, self.direction, start, len(buf), size, reason,
+                                   frame, ts_ns))      # not decoded, but framing goes on
+                self._consume(len(buf))
+            else:
+                data = bytes(buf)
+                frames, ts = self._consume(len(buf))
+                self.partial = _Partial(start, data, size, frames, ts)
             self.skip_to = start + size
         skip_to = self.skip_to
         self._reset(offset)
@@ -415,9 +425,15 @@ class PduFramer:
         buf = self.buf
         n = len(buf)
         pos = 0
+        # right after a cut the bytes start where a segment did, where senders start messages:
+        # a header there that fits its layout needs no confirmation (waiting for the next
+        # header would deliver it after what the other direction sent meanwhile)
+        first = self.resync_reason == "after_gap" and not self._pending_skip
         while pos + HEADER_SIZE <= n:
             if plausible(buf, pos):
                 nxt = pos + frame_size(buf, pos)
+                if first and pos == 0 and fits_layout(buf, 0):
+                    break
                 if nxt + HEADER_SIZE <= n:
                     if plausible(buf, nxt):
                         break

@@ -265,8 +265,10 @@ def _expectations(scripts: list[Script], written: ns.WrittenPackets) -> tuple[li
     A byte is delivered by the first frame (in file order) carrying it. Framing holds from
     the stream's first byte (or not, when the capture starts inside the stream) and across
     missing bytes inside a message whose 24-byte header was captured: that message is
-    decoded from its prefix up to the first missing byte, cited at the prefix's frames. Missing bytes that cover a
-    message boundary (or part of a header) lose framing until the first captured header
+    decoded from its prefix up to the first missing byte, cited at the prefix's frames (one
+    whose header was cut after its length is not decoded, but framing goes on). Missing
+    bytes that cover a message boundary (or a header before its length) lose framing until
+    the first captured header
     proven by the next message's captured header right after it (or, when its frame runs
     into missing bytes, by its layout; or, last, by ending the stream).
     """
@@ -287,18 +289,23 @@ def _expectations(scripts: list[Script], written: ns.WrittenPackets) -> tuple[li
             if not msgs:
                 continue
             have = first_frame.__contains__
-            header = lambda i: all(have(b) for b in range(msgs[i][0], msgs[i][0] + 24))  # noqa: E731
+
+            def captured(i: int, n: int) -> bool:
+                return all(have(b) for b in range(msgs[i][0], msgs[i][0] + n))
+
             in_sync = have(msgs[0][0])
             for i, (off, data) in enumerate(msgs):
                 end = off + len(data)
                 if not in_sync:
-                    nxt_header = i + 1 < len(msgs) and header(i + 1)
+                    nxt_header = i + 1 < len(msgs) and captured(i + 1, 24)
                     runs_into_cut = not all(have(b) for b in range(off, end + 24 if i + 1 < len(msgs) else end))
                     last = i + 1 == len(msgs) and all(have(b) for b in range(off, end))
-                    in_sync = header(i) and (nxt_header or runs_into_cut or last)
-                if not in_sync or not header(i):
+                    in_sync = captured(i, 24) and (nxt_header or runs_into_cut or last)
+                if not in_sync or not captured(i, 24):
                     lost += 1
-                    in_sync = False
+                    # with its length (header bytes 8-11) captured, framing goes on
+                    in_sync = in_sync and captured(i, 12) and (end == script.offsets[dname]
+                                                               or have(end))
                     continue
                 cut = next((b for b in range(off, end) if not have(b)), end)
                 if cut < end:

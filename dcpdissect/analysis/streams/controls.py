@@ -157,7 +157,8 @@ class Controls:
 
     def on_cut(self, c: Conn, consumer_side: bool) -> None:
         """A cut of the consumer's direction may have hidden control requests (the
-        negotiation of later streams is unknown); of the producer's, a noop."""
+        negotiation of later streams is unknown); of the producer's, a noop or the answers
+        to the control requests awaiting one."""
         rec = self.conns.get(c.id)
         if rec is None or rec.conn is not c:
             return
@@ -165,6 +166,8 @@ class Controls:
             rec.unseen = True
         else:
             rec.noop_opaque = None
+            if rec.pending:         # their answers may be hidden: accepted or not, unknown
+                rec.unseen = True
 
     def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
         rec = self.conns.get(c.id)
@@ -215,8 +218,10 @@ class Controls:
         st = c.stream_requests.get(msg.opaque)
         if st is not None and st.request_pdu is pdu:
             # active_stream.cc: the start after filtering; only a collection/scope filter
-            # holds items back (kv_engine's own consumer always sends {"uid":...})
-            st.request["filtered"] = bool(value) and ("collections" in value or "scope" in value)
+            # holds items back (kv_engine's own consumer always sends {"uid":...}); a value
+            # the capture cut may hold one
+            st.request["filtered"] = msg.value_cut or (
+                bool(value) and ("collections" in value or "scope" in value))
             neg = self._negotiated(c, rec, bool(msg.value_len))
             key = (st.vb, st.sid)
             if key not in rec.streams and len(rec.streams) >= limits.MAX_STREAMS:
@@ -224,8 +229,8 @@ class Controls:
             rec.streams[key] = (st, neg)
         else:
             neg = self._negotiated(c, rec, bool(msg.value_len))
-        if neg is None:
-            return
+        if neg is None or msg.value_cut:
+            return                      # (a value the capture cut: its sid is not known)
         has_sid = value is not None and "sid" in value
         if has_sid != neg.stream_ids:
             why = ("carries a stream id (sid) but enable_stream_id was not accepted"

@@ -151,6 +151,8 @@ class Flow:
             rec.noop_pending = True          # judged again once a noop response is seen
         else:
             rec.idle_since = None
+            if rec.pending:                  # a control's answer may be hidden
+                rec.window = rec.noop = None
 
     def on_end(self, c: Conn) -> None:
         rec = self.conns.pop(c.id, None)
@@ -162,6 +164,9 @@ class Flow:
     def _consumer_request(self, rec: ConnFlow, pdu, msg, out) -> None:
         op = msg.opcode
         if op == OP["DcpControl"]:
+            if msg.value_cut or msg.key_cut:        # which control: not captured
+                rec.window = rec.noop = None
+                return
             if len(rec.pending) >= 64:
                 del rec.pending[next(iter(rec.pending))]
             rec.pending[msg.opaque] = (bytes(msg.key).decode("utf-8", "replace"),

@@ -192,8 +192,9 @@ class Snapshots:
         field = spec.seqno_field if spec else None
         seq = msg.fields.get(field) if field else None
         if seq is None:
-            if len(msg.extras) < msg.extlen and st.snap is not None:   # seqno not captured
-                self.on_cut(st)         # the snapshot's completeness and convention unknown
+            if len(msg.extras) < msg.extlen:    # its seqno not captured: as if hidden
+                st.cut = True
+                self.on_cut(st)
             return
         if st.in_oso:
             st.oso_highest = max(st.oso_highest, seq)

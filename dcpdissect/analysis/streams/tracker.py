@@ -148,6 +148,18 @@ class StreamTracker:
         return self._cut(c, Cut(ev.direction, ev.since_ts, ev.frame), ev,
                          f"{side} bytes {what} before frame {ev.frame} hid messages")
 
+    def on_lost(self, ev) -> list[Finding]:
+        """A message whose header was not captured whole (or that the capture's end cut):
+        a cut of one message, whatever it was."""
+        c = self.conns.get(ev.conn)
+        if c is None:
+            return []
+        cut = Cut(ev.direction, c.known_to[ev.direction], ev.frame)
+        cut.until_ts = ev.ts_ns
+        side = "client→server" if ev.direction == 0 else "server→client"
+        return self._cut(c, cut, ev, f"a {side} message was not captured whole at frame "
+                                     f"{ev.frame}")
+
     def on_resync(self, ev) -> list[Finding]:
         """Framing resumed: after a cut, or after garbage (itself a cut)."""
         c = self.conns.get(ev.conn)
@@ -236,10 +248,13 @@ class StreamTracker:
             self._open_stream(c, pdu, msg, out)
 
     def _open_stream(self, c: Conn, pdu, msg, out) -> None:
+        neg = c.negotiation
+        if msg.value_cut and (neg.unseen or neg.controls.get("enable_stream_id") == "true"):
+            return          # its sid (in the value the capture cut) may name the stream
         request = dict(msg.fields)
         request["filtered"] = bool(msg.value_len)   # a JSON value: collection filter, sid, ...
         sid = None
-        if msg.value_len:
+        if msg.value_len and not msg.value_cut:
             try:
                 sid = json.loads(bytes(msg.value)).get("sid")
             except (ValueError, AttributeError, RecursionError):
