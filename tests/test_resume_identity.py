@@ -182,14 +182,25 @@ def test_a_refused_dcp_open_takes_no_name():
 
 
 @pytest.mark.parametrize("kw", [dict(name="other"), dict(bucket="b2"),
-                                dict(server=("10.0.0.9", 11210))])
-def test_another_name_bucket_or_server_is_another_consumer(kw):
+                                dict(name="other", server=("10.0.0.9", 11210))])
+def test_another_name_or_bucket_is_another_consumer(kw):
     f = Feed()
     first(f, bucket="b1")
     f.open(2, 5001, **({"server": kw["server"]} if "server" in kw else {}))
     f.send(2, *opening(kw.get("name", "r"), kw.get("bucket", "b1")),
            (0, stream_req(0, 0x20, **COLLAPSED)))
     assert f.stream() == []
+
+
+@pytest.mark.parametrize("server", [("10.0.0.9", 11210), ("10.0.0.1", 11207)])
+def test_the_same_name_and_bucket_on_another_node_or_port_is_the_same_consumer(server):
+    """A rebalance or failover moves the vbucket to another node; 11207 is TLS to the same
+    memcached: the consumer resumes there and is judged against its stream before."""
+    f = Feed()
+    first(f, bucket="b1")
+    f.open(2, 5001, server=server)
+    req = f.send(2, *opening(bucket="b1"), (0, stream_req(0, 0x20, **COLLAPSED)))
+    assert f.stream() == [("resume-collapsed-snapshot", req)]
 
 
 def test_same_bucket_is_the_same_consumer():
@@ -233,3 +244,47 @@ def test_implicit_stream_applies_marker_rules_only():
     again = f.send(1, (1, marker(0, 0x10, 10, 10, "memory")))   # end not above 10
     assert f.stream() == [("semantics-suppressed", 2), ("data-seqno-not-increasing", late),
                           ("snapshot-incomplete", again), ("snapshot-end-not-increasing", again)]
+
+
+# --- consumers that move, nodes that restart (scenarios_moves, samples/tls) ----------------
+
+def not_info(name, **kw):
+    return sorted((f.rule, f.frame, f.connection) for f in analyze_file(str(SAMPLES / name),
+                                                                         **kw)[0]
+                  if RULES[f.rule].severity != INFO)
+
+
+def test_a_resume_on_another_node_is_judged_against_the_stream_before_it():
+    # connection 1 on node A (10.0.6.1) ends without a FIN; the stream request on node C
+    # (10.0.6.3) is frame 21
+    got = analyze_file(str(SAMPLES / "move-node-collapsed.pcap"))[0]
+    bad = [f for f in got if RULES[f.rule].severity != INFO]
+    assert [(f.rule, f.frame, f.connection) for f in bad] == [
+        ("resume-collapsed-snapshot", 21, 2)]
+    assert bad[0].fields["previous_connection"] == 1 and bad[0].context == (12,)
+    assert not_info("move-node-correct.pcap") == []
+
+
+def test_a_rollback_before_the_new_log_is_judged_with_it():
+    """The node restarted between the connections (a branch at 10 in its log): the
+    ROLLBACK(10) of frame 23 is judged with the log its next success (frame 27) carries, not
+    with the log the first connection saw."""
+    assert not_info("restart-rollback-legal.pcap") == []
+    got = [f for f in analyze_file(str(SAMPLES / "restart-rollback-unexpected.pcap"))[0]
+           if RULES[f.rule].severity != INFO]
+    assert [(f.rule, f.frame, f.vbucket) for f in got] == [("rollback-unexpected", 23, 0)]
+    assert "model: no rollback" in got[0].message
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("resume-collapsed-11207-after-11210", [("resume-collapsed-snapshot", 2)]),
+    ("resume-correct-11207-after-11210", [])])
+def test_a_resume_on_11207_after_11210_is_judged(name, expected):
+    """The first connection in plaintext on 11210, the resume over TLS on 11207 (decrypted
+    with its key log): one memcached, one consumer."""
+    from dcpdissect.reassembly.pdus import Options
+    keylog = (SAMPLES / "tls" / f"{name}.keylog").read_text()
+    got = analyze_file(str(SAMPLES / "tls" / f"{name}.pcap"), Options(tls_keylog=keylog))[0]
+    assert [(f.rule, f.connection) for f in got if RULES[f.rule].severity != INFO] == expected
+    ends = {f.fields.get("server") for f in got if f.rule == "tls-connection"}
+    assert not ends                       # the TLS connection was decrypted, not skipped

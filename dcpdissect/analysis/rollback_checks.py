@@ -51,14 +51,29 @@ MAX_PENDING = 65536       # unanswered stream / failover-log requests remembered
 KV_REPLICATION = "replication:"   # DcpOpen names of kv_engine's own replication consumers
 
 
+@dataclass
+class _Waiting:
+    """A ROLLBACK answered where the capture does not show the node's failover log as it
+    was then (only one from another connection, maybe before the node restarted)."""
+    req: _Request
+    msg: object
+    pdu: object
+    negotiated: object
+
+
+MAX_WAITING = 4096        # ROLLBACKs waiting for their node's failover log
+
+
 class RollbackTracker:
     def __init__(self):
         self.pending: dict[tuple[int, int], _Request] = {}
-        self.tables: dict[tuple, list[FailoverEntry]] = {}  # (server, bucket, vb) -> table
+        # (server, bucket, vb) -> (table, the connection whose response carried it)
+        self.tables: dict[tuple, tuple[list[FailoverEntry], int]] = {}
         self.high: dict[tuple, int] = {}        # (server, bucket, vb) -> highest seqno seen
         self.purge: dict[tuple, int] = {}       # (server, bucket, vb) -> highest purge seqno seen
-        self.seen_purge: dict[tuple, int] = {}  # (consumer name, server, bucket, vb) -> purge
-        self.rollbacks: dict[tuple, _LastRollback] = {}     # (client ip, server, bucket, vb)
+        self.seen_purge: dict[tuple, int] = {}  # (consumer name, bucket, vb) -> purge
+        self.rollbacks: dict[tuple, _LastRollback] = {}     # (consumer, bucket, vb)
+        self.waiting: dict[tuple, list[_Waiting]] = {}      # (server, bucket, vb) -> ROLLBACKs
 
     def on_close(self, conn: int) -> None:
         for key in [k for k in self.pending if k[0] == conn]:
@@ -89,10 +104,13 @@ class RollbackTracker:
         log = msg.fields.get("failover_log")
         if msg.status == STATUS_SUCCESS and log:
             # the response's own log is the one the producer decided with (producer.cc)
-            self.tables[key] = [FailoverEntry(e["vbucket_uuid"], e["seqno"]) for e in log]
-            if req.opcode == STREAM_REQ:
-                return self._judge(req, msg, pdu, opened, negotiated, key, success=True)
-            return []
+            self.tables[key] = ([FailoverEntry(e["vbucket_uuid"], e["seqno"]) for e in log],
+                                pdu.conn)
+            out = self._judge(req, msg, pdu, opened, negotiated, key, success=True) \
+                if req.opcode == STREAM_REQ else []
+            for w in self.waiting.pop(key, ()):
+                out += self._model(w.req, w.msg, w.pdu, w.negotiated, key, False)
+            return out
         if req.opcode == STREAM_REQ and msg.status == STATUS_ROLLBACK and "rollback_seqno" in msg.fields:
             return self._judge(req, msg, pdu, opened, negotiated, key, success=False)
         return []
@@ -110,7 +128,7 @@ class RollbackTracker:
             self.purge[key] = max(purge, self.purge.get(key, 0))
             name = getattr(negotiated, "name", None)
             if name:
-                self.seen_purge[(name,) + key] = purge
+                self.seen_purge[(name,) + key[1:]] = purge
 
     def _check_request(self, pdu, msg, opened, negotiated, key) -> list[Finding]:
         """R11: a request after ROLLBACK(R) must start at or below R with a uuid below R;
@@ -118,7 +136,7 @@ class RollbackTracker:
         f = msg.fields
         out = []
         name = getattr(negotiated, "name", None)
-        purge = self.seen_purge.get((name,) + key) if name else None
+        purge = self.seen_purge.get((name,) + key[1:]) if name else None
         sent = request_purge_seqno(msg)
         if (purge and f["start_seqno"] and sent != purge and not msg.value_cut
                 and not name.startswith(KV_REPLICATION)
@@ -128,7 +146,7 @@ class RollbackTracker:
                                    f"this consumer's last disk marker for the vbucket carried "
                                    f"purge seqno {purge}", pdu, msg,
                                    {"purge_seqno": sent, "last_marker_purge_seqno": purge}))
-        last = self.rollbacks.get((opened.client[0],) + key)
+        last = self.rollbacks.get(_consumer(opened, negotiated) + key[1:])
         if last is None:
             return out
         if last.seqno == 0 and f["start_seqno"] == last.start:
@@ -160,7 +178,7 @@ class RollbackTracker:
         if not success:
             r = msg.fields["rollback_seqno"]
             shown["rollback_seqno"] = r
-            rb_key = (opened.client[0],) + key
+            rb_key = _consumer(opened, negotiated) + key[1:]
             last = self.rollbacks.get(rb_key)
             if r > start and not from_latest:        # FromLatest replaced start by the high seqno
                 out.append(finding_for("rollback-seqno-above-start",
@@ -170,9 +188,36 @@ class RollbackTracker:
                 out.append(finding_for("rollback-loop", f"ROLLBACK({r}) answered again to the same "
                                        f"request (uuid {uuid:#x}, start {start}, snapshot "
                                        f"[{snap[0]}, {snap[1]}])", pdu, msg, shown, context))
-            self.rollbacks[rb_key] = _LastRollback(r, uuid, start, snap,
-                                                   list(self.tables.get(key, [])))
-        table = self.tables.get(key)
+            table, conn = self.tables.get(key, ([], None))
+            self.rollbacks[rb_key] = _LastRollback(r, uuid, start, snap, list(table))
+            if conn != pdu.conn:
+                # the node's log as it was when it answered is not known yet (a log from
+                # another connection may be from before a restart): it comes with the
+                # node's next successful answer
+                waiting = self.waiting.setdefault(key, [])
+                if len(waiting) < MAX_WAITING:
+                    waiting.append(_Waiting(req, msg, pdu, negotiated))
+                for finding in out:
+                    finding.vbucket = req.vbucket
+                return out
+        for finding in out:
+            finding.vbucket = req.vbucket
+        return out + self._model(req, msg, pdu, negotiated, key, success)
+
+    def _model(self, req: _Request, msg, pdu, negotiated, key, success: bool) -> list[Finding]:
+        """The server's answer against needsRollback on the node's failover log."""
+        f = req.fields
+        start, uuid = f["start_seqno"], f["vbucket_uuid"]
+        snap = (f["snap_start_seqno"], f["snap_end_seqno"])
+        flags = f.get("flags", 0)
+        from_latest = bool(flags & FROM_LATEST)
+        shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
+                 "snap_end_seqno": snap[1]}
+        if not success:
+            shown["rollback_seqno"] = msg.fields["rollback_seqno"]
+        context = tuple(req.pdu.frames)
+        out: list[Finding] = []
+        table = self.tables.get(key, (None, None))[0]
         if table is None or start == 0 and not flags & STRICT_VBUUID and not from_latest:
             return out
         high_lb = self.high.get(key, 0)
@@ -231,6 +276,13 @@ class RollbackTracker:
         else:
             sure = ignore_purge or start == 0 or not success
         return d, sure
+
+
+def _consumer(opened, negotiated) -> tuple:
+    """Who asked, across connections and nodes: the DcpOpen name, else the client's address
+    on that server."""
+    name = getattr(negotiated, "name", None)
+    return (name,) if name else (opened.client[0], opened.server)
 
 
 def _pass_through(msg, negotiated) -> bool:

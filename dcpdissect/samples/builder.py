@@ -460,7 +460,8 @@ def all_specs() -> tuple[Spec, ...]:
             + tuple(__import__(f"{__package__}.scenarios_durability", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_ports", fromlist=['SPECS']).SPECS)
             + tuple(__import__(f"{__package__}.scenarios_collections", fromlist=['SPECS']).SPECS)
-            + tuple(__import__(f"{__package__}.scenarios_cuts", fromlist=['SPECS']).SPECS))
+            + tuple(__import__(f"{__package__}.scenarios_cuts", fromlist=['SPECS']).SPECS)
+            + tuple(__import__(f"{__package__}.scenarios_moves", fromlist=['SPECS']).SPECS))
 
 
 def build(spec: Spec) -> BuiltSample:

@@ -10,7 +10,9 @@ the TLS port. The self-signed certificate is made on the fly; the key log is Ope
 
 ``python -m dcpdissect.samples.tls_capture samples/tls`` writes ``tls13-resume-collapsed.pcap``
 and its ``.keylog`` from ``samples/resume-collapsed.pcap`` (in their own folder: they are not
-the deterministic builder's output), and ``tls-problems.pcap`` (see :func:`build_problems`). TLS 1.3 suites cannot be chosen through
+the deterministic builder's output), ``tls-problems.pcap`` (see :func:`build_problems`), and
+``resume-collapsed-11207-after-11210.pcap`` / ``resume-correct-11207-after-11210.pcap``: the
+first connection in plaintext on 11210, the resume over TLS on 11207. TLS 1.3 suites cannot be chosen through
 ``ssl``; ``--tls13-suite`` re-runs the build in a child process whose OpenSSL configuration
 (``OPENSSL_CONF``, ``Ciphersuites``) allows only that suite.
 """
@@ -185,23 +187,38 @@ def tls_conversation(c: dict, contexts: tuple, client_port: int | None = None,
 
 def build(source: str, pcap: str, keylog: str, version: str = "1.3",
           suite: str | None = None, mss: int = 1448, port: int = TLS_PORT,
-          resume: bool = False) -> list[TlsPair]:
+          resume: bool = False, plain: tuple[int, ...] = ()) -> list[TlsPair]:
     """Write ``pcap`` (and OpenSSL's ``keylog``) carrying ``source``'s connections over TLS
     to server ``port`` in segments of at most ``mss`` bytes; with ``resume`` each connection
-    resumes the previous one's TLS session. Returns the TLS pairs."""
+    resumes the previous one's TLS session; the connections numbered in ``plain`` (from 1)
+    stay plaintext on their own port. Returns the TLS pairs."""
     if os.path.exists(keylog):
         os.unlink(keylog)
     convs, pairs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         cert = self_signed(tmp, rsa=bool(suite and "-RSA-" in suite))
         contexts = tls_contexts(version, suite, cert, keylog)
-        for c in conversations(source):
+        for n, c in enumerate(conversations(source), start=1):
+            if n in plain:
+                convs.append(plain_conversation(c, mss))
+                continue
             session = pairs[-1].ends[0].session if resume and pairs else None
             conv, pair = tls_conversation(c, contexts, mss=mss, port=port, session=session)
             convs.append(conv)
             pairs.append(pair)
     write_pcap(pcap, convs)
     return pairs
+
+
+def plain_conversation(c: dict, mss: int = 1448) -> TcpConversation:
+    """One connection of :func:`conversations` replayed as it was, in plaintext."""
+    conv = TcpConversation(Endpoint(*c["client"]), Endpoint(*c["server"]), start_ns=c["ts_ns"],
+                           mss=mss)
+    for direction, data in c["chunks"]:
+        conv.send("c2s" if direction == 0 else "s2c", data)
+    if c["closed"] in ("fin", "rst"):
+        conv.close(c["closed"])
+    return conv
 
 
 def build_problems(source: str, pcap: str, keylog: str) -> None:
@@ -269,6 +286,10 @@ def main(argv=None) -> int:
         args.pcap, args.keylog = stem + ".pcap", stem + ".keylog"
         problems = os.path.join(args.dir, "tls-problems")
         build_problems(args.source, problems + ".pcap", problems + ".keylog")
+        for name in ("resume-collapsed", "resume-correct"):   # 11210, then 11207 (TLS)
+            moved = os.path.join(args.dir, f"{name}-11207-after-11210")
+            build(os.path.join(os.path.dirname(args.source), f"{name}.pcap"),
+                  moved + ".pcap", moved + ".keylog", plain=(1,))
     if not args.pcap or not args.keylog:
         p.error("give DIR, or --pcap and --keylog")
     if args.suite and not args.expect_suite:

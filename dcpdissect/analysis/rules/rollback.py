@@ -16,7 +16,9 @@ RULES = (
          "rollback-missed.pcap"),
     rule("rollback-unexpected", WARNING, "server asked for a rollback that the model does not require",
          f"{FT}; a ROLLBACK(0) the model cannot explain is only 'unsure' (the purge seqno seen is a "
-         "lower bound)", "rollback-violations.pcap"),
+         "lower bound). Judged with the node's failover log as it was when it answered: one its "
+         "answers carried on the same connection, else the next one it sends (a node that "
+         "restarted between two connections has a new branch)", "rollback-violations.pcap"),
     rule("rollback-seqno-above-start", ERROR, "rollback seqno greater than the request's start seqno",
          f"{FT}: the rollback seqno is min(upper, snap_start) <= start (FromLatest requests "
          "excepted: the producer replaces their start)", "rollback-violations.pcap"),

@@ -153,11 +153,19 @@ RULES = (
          "KEY_EEXISTS/OPAQUE_NO_MATCH otherwise", "stream-add-stream.pcap"),
     rule("resume-collapsed-snapshot", ERROR,
          "resume collapsed a partly received snapshot to [start, start]",
-         "R12; the resume must send the last marker's [S,E] with start X; [X,X] hides the need for "
-         "a rollback and can lose data (DCP design discussion, humpty_dumpty)", "resume-collapsed.pcap"),
+         "engines/ep/src/failover-table.cc FailoverTable::needsRollback judges a resume by its "
+         "snapshot range: a consumer at X inside a partly received snapshot [S,E] must send "
+         "[S,E] start X; [X,X] hides a branch between X and E, the server answers success and "
+         "the data after the branch is lost (DCP design discussion, humpty_dumpty). A consumer "
+         "is its DcpOpen name in a bucket across connections and nodes: a resume after a "
+         "rebalance or failover, or on 11207 after 11210, is judged against the stream before it",
+         "resume-collapsed.pcap"),
     rule("resume-beyond-received", ERROR, "resume start is beyond the last seqno received",
-         "R12; the consumer asks to skip seqnos it never received (after an unfinished OSO "
-         "snapshot: beyond the seqno held before its start, oso_snapshot.md)", "resume-beyond.pcap"),
+         "engines/ep/src/dcp/producer.cc DcpProducer::streamRequest streams from the start "
+         "seqno asked: a consumer that asks to start after the last seqno it received skips the "
+         "seqnos in between (after an unfinished OSO snapshot: beyond the seqno held before its "
+         "start, oso_snapshot.md); judged across connections and nodes like "
+         "resume-collapsed-snapshot", "resume-beyond.pcap"),
     rule("semantics-suppressed", INFO, "stream rules not applied here",
          "a cut (lost or uncaptured bytes that hid message boundaries, garbage skipped) makes "
          "uncertain only what it could have hidden: each stream's snapshot rules resume at its "

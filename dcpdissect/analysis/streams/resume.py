@@ -1,9 +1,10 @@
 """Resume fidelity: does a consumer resume a vbucket where its previous stream stopped?
 
 When a stream ends (or its connection does), the point it reached is remembered per
-consumer and vbucket: the DcpOpen name on a producer (server) and bucket (SelectBucket; each
-bucket has its own DcpConnMap, so one name may be used in two buckets of one node), with the
-vbucket and stream id. How the connection ended does not matter: a FIN both ways, an RST, a
+consumer and vbucket: the DcpOpen name in a bucket (SelectBucket; each bucket has its own
+DcpConnMap, so one name may be used in two buckets), with the vbucket and stream id, across
+the cluster: a consumer that resumes the vbucket on another node after a rebalance or a
+failover, or on 11207 after 11210, is judged against the stream before it. How the connection ended does not matter: a FIN both ways, an RST, a
 half-close, nothing at all (the server restarted) or a connection still open in the capture,
 because a second accepted DcpOpen with the same name on the same server and bucket ends the
 old connection's streams (the tracker calls :meth:`Resume.on_stream_end` for them then, as
@@ -29,7 +30,7 @@ class Resume:
     """Resume points of the consumers' streams, judged when a consumer requests again."""
 
     def __init__(self):
-        # (name, server, bucket, vb, sid) -> point
+        # (name, bucket, vb, sid) -> point
         self.points: dict[tuple, ResumePoint] = {}
 
     def on_stream_end(self, c: Conn, st: Stream) -> None:
@@ -94,7 +95,7 @@ class Resume:
 
 
 def _consumer(c: Conn, st: Stream):
-    """(DcpOpen name, server, bucket, vbucket, stream id), or None before the DcpOpen was
-    accepted. The bucket is None when no SelectBucket was seen."""
+    """(DcpOpen name, bucket, vbucket, stream id), or None before the DcpOpen was accepted.
+    The bucket is None when no SelectBucket was seen."""
     name = c.negotiation.name
-    return None if name is None else (name, c.server, c.negotiation.bucket, st.vb, st.sid)
+    return None if name is None else (name, c.negotiation.bucket, st.vb, st.sid)

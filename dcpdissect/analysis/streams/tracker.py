@@ -24,7 +24,8 @@ conventions, resume, Add Stream and opaque correlation). Such a stream has ``req
 
 A consumer is its DcpOpen name on a server and bucket, not its TCP connection: when a
 DcpOpen with a name is accepted, a connection that holds the same name on the same server
-and bucket loses its streams, whether or not the capture shows it closing (kv_engine
+(its address: 11207 is TLS to the same memcached as 11210) and bucket loses its streams,
+whether or not the capture shows it closing (kv_engine
 engines/ep/src/dcp/dcpconnmap.cc DcpConnMap::newProducer "Disconnecting existing Dcp
 Producer as it has the same name as a new connection" → flagDisconnect, then
 DcpProducer::setDisconnect sets every stream dead; DcpConnMap::newConsumer likewise
@@ -66,7 +67,7 @@ class StreamTracker:
     def __init__(self, on_marker=None, all_rules: bool = True):
         self.all_rules = all_rules   # False: the bookkeeping and snapshot rules only
         self.conns: dict[int, Conn] = {}
-        self.names: dict[tuple, int] = {}   # (DcpOpen name, server, bucket) -> connection
+        self.names: dict[tuple, int] = {}   # (DcpOpen name, server address, bucket) -> conn
         self.snapshots = Snapshots(on_marker, duplicate_keys=all_rules)
         self.correlation = Correlation()
         self.resume = Resume()
@@ -221,7 +222,7 @@ class StreamTracker:
         name = c.negotiation.name
         if name is None:
             return
-        ident = (name, c.server, c.negotiation.bucket)
+        ident = (name, c.server[0], c.negotiation.bucket)
         old = self.conns.get(self.names.get(ident, c.id))
         if old is not None and old is not c:
             for st in old.streams.values():
@@ -234,7 +235,7 @@ class StreamTracker:
 
     def _release_name(self, c: Conn) -> None:
         name = c.negotiation.name
-        ident = (name, c.server, c.negotiation.bucket)
+        ident = (name, c.server[0], c.negotiation.bucket)
         if name is not None and self.names.get(ident) == c.id:
             del self.names[ident]
 
@@ -273,8 +274,23 @@ class StreamTracker:
         if len(c.stream_requests) >= limits.MAX_PENDING:   # never answered: forget the oldest
             del c.stream_requests[next(iter(c.stream_requests))]
         c.stream_requests[msg.opaque] = st
+        self._moved(c, key, out)
         self.correlation.on_stream_request(c, st)
         self.resume.on_stream_request(c, st, pdu, msg, out)
+
+    def _moved(self, c: Conn, key, out) -> None:
+        """The consumer asks for a vbucket on another connection (another node after a
+        rebalance or failover, 11207 after 11210): its stream there has ended, whether or
+        not the capture shows that connection ending (a failed node sends no FIN)."""
+        name, bucket = c.negotiation.name, c.negotiation.bucket
+        if name is None:
+            return
+        for other in self.conns.values():
+            if (other is not c and other.negotiation.name == name
+                    and other.negotiation.bucket == bucket):
+                st = other.streams.get(key)
+                if st is not None and st.active:
+                    self._end_stream(other, st, out)
 
     def _producer_response(self, c: Conn, pdu, msg, out) -> None:
         if msg.opcode == STREAM_REQUEST:
