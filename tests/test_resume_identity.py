@@ -288,3 +288,12 @@ def test_a_resume_on_11207_after_11210_is_judged(name, expected):
     assert [(f.rule, f.connection) for f in got if RULES[f.rule].severity != INFO] == expected
     ends = {f.fields.get("server") for f in got if f.rule == "tls-connection"}
     assert not ends                       # the TLS connection was decrypted, not skipped
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("move-node-collapsed-lo.pcapng", ["resume-collapsed-snapshot"]),
+    ("move-node-correct-lo.pcapng", []), ("restart-rollback-legal-lo.pcapng", [])])
+def test_real_captures_of_moves_and_restarts(name, expected):
+    """The same scenarios replayed over real loopback TCP (samples/real)."""
+    got = analyze_file(str(SAMPLES / "real" / name))[0]
+    assert [f.rule for f in got if RULES[f.rule].severity != INFO] == expected

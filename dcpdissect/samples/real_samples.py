@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..codec.header import peek
 from ..protocol.constants import HEADER_SIZE
-from . import builder, scenarios_large, scenarios_streams
+from . import builder, scenarios_large, scenarios_moves, scenarios_streams
 from .realnet import UNDERLAY, Capture, Marker, NamespaceNet, Namespaces, delete_frames, missing
 from .replay import Loopback, Player
 
@@ -140,6 +140,24 @@ def resume_on_loopback(out: Path) -> list[Made]:
     return made
 
 
+def moves_on_loopback(out: Path) -> list[Made]:
+    """A consumer that moves to another node, a node that restarts (scenarios_moves)."""
+    made = []
+    for name, scripts, shows in (
+            ("move-node-collapsed", lambda: scenarios_moves.moved(True),
+             "a connector's vbucket moves from node A (no FIN) to node C; the resume on C sends "
+             "{3,3} start 3 after items 2, 3 of [1,4] (collapsed)"),
+            ("move-node-correct", lambda: scenarios_moves.moved(False),
+             "the same move resumed with {1,4} start 3: C rolls back to 1"),
+            ("restart-rollback-legal", lambda: scenarios_moves.restarted(10),
+             "a node restarted between two connections (branch at 10): ROLLBACK(10) before "
+             "the new log, which the next success brings")):
+        on_loopback(out / f"{name}-lo.pcapng", scripts())
+        made.append(Made(f"{name}-lo.pcapng", "dumpcap -i lo, full snaplen, pcapng; nodes "
+                         "A and C are two loopback addresses", shows))
+    return made
+
+
 def big_document(out: Path, work: Path) -> list[Made]:
     """The 12 MB document on loopback, and two copies with one frame deleted."""
     script = scenarios_large.big_document()
@@ -211,19 +229,39 @@ def replication_in_namespaces(out: Path) -> list[Made]:
     return made
 
 
-def build_all(out: Path) -> list[Made]:
+GROUPS = {
+    "replication": lambda out, work: replication_on_loopback(out),
+    "resume": lambda out, work: resume_on_loopback(out),
+    "moves": lambda out, work: moves_on_loopback(out),
+    "big-document": big_document,
+    "namespaces": lambda out, work: replication_in_namespaces(out),
+}
+
+
+def build_all(out: Path, only: list[str] | None = None) -> list[Made]:
+    """Rebuild every group of samples (or only those named)."""
     out.mkdir(parents=True, exist_ok=True)
+    made = []
     with tempfile.TemporaryDirectory() as work:
-        made = replication_on_loopback(out) + resume_on_loopback(out) + big_document(
-            out, Path(work))
-    return made + replication_in_namespaces(out)
+        for name, group in GROUPS.items():
+            if only is None or name in only:
+                made += group(out, Path(work))
+    return made
 
 
 def readme(out: Path, made: list[Made]) -> str:
-    rows = []
+    """The README, its table rows in file name order; rows of files not rebuilt now are
+    kept from the README there."""
+    rows = {}
+    old = out / "README.md"
+    if old.is_file():
+        for line in old.read_text().splitlines():
+            if line.startswith("| `"):
+                rows[line.split("`")[1]] = line
     for m in made:
         ops = tshark_opcodes(out / m.filename)
-        rows.append(f"| `{m.filename}` | {m.how} | {m.shows} | {len(ops)} |")
+        rows[m.filename] = f"| `{m.filename}` | {m.how} | {m.shows} | {len(ops)} |"
+    rows = [rows[k] for k in sorted(rows) if (out / k).is_file()]
     return "\n".join([
         "# Real captures",
         "",
@@ -250,13 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dcpdissect.samples.replay",
                                 description="rebuild the real samples (needs root)")
     p.add_argument("dir", help="output folder, e.g. samples/real")
+    p.add_argument("--only", nargs="+", choices=sorted(GROUPS), help="rebuild these groups")
     args = p.parse_args(argv)
     why = missing(namespaces=True)
     if why:
         print(f"cannot make real captures here: {why}", file=sys.stderr)
         return 2
     out = Path(args.dir)
-    made = build_all(out)
+    made = build_all(out, args.only)
     (out / "README.md").write_text(readme(out, made))
     for m in made:
         print(out / m.filename)
