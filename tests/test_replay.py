@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_streams
+from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_moves, scenarios_streams
 from dcpdissect.samples.builder import Script, dcp_open, ok
 from dcpdissect.samples.netsynth import Endpoint
 from dcpdissect.samples.real_samples import on_loopback, replication_scripts
@@ -84,9 +84,14 @@ FULL = {
     "replication-vxlan.pcapng": replication_scripts,
     "replication-vxlan-any.pcap": replication_scripts,
     "two-interfaces.pcapng": replication_scripts,
+    "move-node-collapsed-lo.pcapng": lambda: scenarios_moves.moved(True),
+    "move-node-correct-lo.pcapng": lambda: scenarios_moves.moved(False),
+    "restart-rollback-legal-lo.pcapng": lambda: scenarios_moves.restarted(10),
 }
 FULL_COUNTS = {"replication-lo.pcapng": 49, "resume-collapsed-lo.pcapng": 16,
-               "resume-correct-lo.pcapng": 13, "big-document-lo.pcapng.gz": 17}
+               "resume-correct-lo.pcapng": 13, "big-document-lo.pcapng.gz": 17,
+               "move-node-collapsed-lo.pcapng": 14, "move-node-correct-lo.pcapng": 18,
+               "restart-rollback-legal-lo.pcapng": 28}
 CUT = {"replication-lo-snap128.pcap": (128, 30), "replication-lo-snap256.pcap": (256, 37),
        "replication-lo-snap512.pcap": (512, 45)}
 LOSS = {"big-document-lost-value.pcapng.gz": 16, "big-document-lost-headers.pcapng.gz": 12}
