@@ -46,7 +46,8 @@ from dcpdissect.samples.netsynth import Endpoint, Link
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "samples").iterdir() if p.is_file())
+SAMPLES = sorted(str(p.relative_to(ROOT)) for folder in ("samples", "samples/real")
+                 for p in (ROOT / folder).iterdir() if p.is_file() and p.suffix != ".md")
 
 
 # -- corpus helpers ----------------------------------------------------------------------------

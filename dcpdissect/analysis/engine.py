@@ -165,12 +165,9 @@ class Analyzer:
         return out
 
     def _unjudged(self, pdu: Pdu, msg, neg, from_client: bool, out: list) -> None:
-        """Once per rule: a message the capture cut could not be judged by it (the note
-        counts the messages at the end)."""
+        """Once per rule: a message the capture cut could not be judged by it."""
         for rid, part in unjudged(msg, neg, from_client):
-            note = self._not_judged.get(rid)
-            if note is not None:
-                note.fields["messages"] += 1
+            if rid in self._not_judged:
                 continue
             what = ("its extras" if part == "extras" else f"its {part}")
             self._not_judged[rid] = note = Finding(
@@ -178,7 +175,7 @@ class Analyzer:
                 f"of the message missing): " + ("no single-message rule" if rid == "extras"
                                                 else f"{rid}") + " could judge it, nor the "
                 "messages cut alike after it", pdu.frame, pdu.frames, pdu.ts_ns, pdu.conn,
-                msg.vbucket, msg.opaque, {"rule": rid, "part": part, "messages": 1})
+                msg.vbucket, msg.opaque, {"rule": rid, "part": part})
             out.append(note)
 
     def _lost_bytes(self, conn: int) -> None:

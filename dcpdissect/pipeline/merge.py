@@ -194,9 +194,9 @@ class FileMerge:
     def merged(self, max_per_rule: int | None = None) -> Merged:
         from .core import ConnRow, FileTotals, record_rows
         results = [self.results[g] for g in sorted(self.results)]
-        found = _one_not_mcbp(sorted(((m, f) for r in results
-                                      for m, f in zip(r.moments, r.findings)),
-                                     key=lambda mf: mf[0]))
+        found = _first_notes(_one_not_mcbp(sorted(((m, f) for r in results
+                                                   for m, f in zip(r.moments, r.findings)),
+                                                  key=lambda mf: mf[0])))
         analyzer = Analyzer() if max_per_rule is None else Analyzer(max_per_rule)
         findings = analyzer._cap([f for _m, f in found]) + analyzer._capped()
         findings.sort(key=Finding.sort_key)
@@ -227,6 +227,20 @@ class FileMerge:
             return None
         return [ev for _m, ev in sorted((e for r in results for e in r.events),
                                         key=lambda e: e[0])]
+
+
+def _first_notes(found: list) -> list:
+    """(moment, finding) pairs with only the first ``uncaptured-not-judged`` note of each
+    rule, as ``analyze`` says it once per capture (each group said it once)."""
+    seen: set = set()
+    out = []
+    for m, f in found:
+        if f.rule == "uncaptured-not-judged":
+            if f.fields["rule"] in seen:
+                continue
+            seen.add(f.fields["rule"])
+        out.append((m, f))
+    return out
 
 
 def _one_not_mcbp(found: list) -> list:
