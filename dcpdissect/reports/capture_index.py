@@ -110,6 +110,7 @@ class CaptureIndex:
         except CaptureError:
             pass
         self.tls_randoms = summary.tls_randoms          # decrypted connections
+        self.file_keylog = summary.file_keylog          # the capture's own key log lines
         for key in [k for k in self.clear if k[0] in self.tls_randoms]:
             del self.clear[key]         # their payload is ciphertext: none of it stays clear
         for spans in self.clear.values():
