@@ -116,7 +116,7 @@ class Summary:
                        f"frame{'s' * (self.late_frames != 1)} came later than the time-order "
                        f"window ({WINDOW_NS / 1e9:g} s) allows, up to "
                        f"{self.late_max_ns / 1e9:.6f} s out of order; each was processed "
-                       "where it was read")
+                       "as soon as it was read")
         if self.secrets_ignored:
             kinds = ", ".join(f"0x{t:08x} ({n} block{'s' * (n != 1)})"
                               for t, n in sorted(self.secrets_ignored.items()))

@@ -20,7 +20,7 @@ chunks in the recorded order, paced, after reading the other side's chunks befor
     ``merged.pcapng``'s frames re-written by hand in what the tools do not write: a
     big-endian second section, an interface whose frames end in an Ethernet FCS
     (``if_fcslen``, then ``epb_flags``), one of them with an IP total length of 0 (as
-    segmentation offload leaves it), binary and coarse ``if_tsresol``, ``if_tsoffset``, a
+    segmentation offload leaves it), binary and decimal ``if_tsresol``, ``if_tsoffset``, a
     simple packet block, a custom block, name resolution and interface statistics blocks,
     comments;
 ``*-dsb.pcapng``
@@ -260,14 +260,14 @@ def variants(source: str, out: str) -> None:
     parts.append(le.isb(0, frames[half - 1].ts_ns, half))
     parts += [be.shb(), be.idb(1, (2, b"toc"), (9, b"\x06"),       # microseconds, offset t0
                                (14, struct.pack(">q", t0))),
-              be.idb(1, (2, b"tos"), (9, b"\x03"))]                 # milliseconds
+              be.idb(1, (2, b"tos"), (9, b"\x07"))]                 # 100 ns
     for i, f in enumerate(frames[half:], half):
         if i == spb:
             parts.append(be.spb(f.data))
         elif f.interface == 0:
             parts.append(be.epb(0, (f.ts_ns - t0 * 10**9) // 1000, f.data, f.wirelen))
         else:                                        # FCS length 4 in epb_flags
-            parts.append(be.epb(1, f.ts_ns // 10**6, with_fcs(f.data), f.wirelen + 4,
+            parts.append(be.epb(1, f.ts_ns // 100, with_fcs(f.data), f.wirelen + 4,
                                 (2, struct.pack(">I", 4 << 5))))
     Path(out).write_bytes(b"".join(parts))
 
