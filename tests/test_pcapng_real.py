@@ -5,8 +5,10 @@ big-endian sections, binary time resolutions), and dumpcap's blocks out of time 
 Frame numbers and times are tshark's; the out-of-order capture must give what its
 reordercap copy gives, and would not without the time order."""
 
+import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import warnings
 from collections import Counter
@@ -370,3 +372,22 @@ def test_tshark_decrypts_the_injected_files_without_a_key_log(name):
 
     assert decrypted(NG / name) == decrypted(original, "-o", f"tls.keylog_file:{keys}") > 0
     assert decrypted(original) == 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None or not importlib.util.find_spec("pyspark"),
+                    reason="needs java and pyspark")
+def test_spark_pipeline_orders_and_decrypts(spark, tmp_path):
+    """Whole (one chunk) and chunked: the out-of-order capture and the secrets blocks give
+    analyze's findings and summaries."""
+    from dcpdissect.pipeline.spark import run_pipeline
+    paths = [str(p) for p in (TWO, SECTIONS, NG / "tls-problems-dsb.pcapng",
+                              NG / "tls13-late-dsb.pcapng")]
+    for chunk_size in (1 << 30, 3000):
+        res = run_pipeline(spark, paths, str(tmp_path / f"out{chunk_size}"),
+                           chunk_size=chunk_size, progress=None)
+        for path in paths:
+            found, summary = analyze_file(path)
+            assert res.findings[path] == found and res.summaries[path] == summary, path
+        assert res.whole == (frozenset(paths) if chunk_size > 1 << 20 else frozenset())
