@@ -294,6 +294,10 @@ def test_injected_secrets_give_the_key_logs_findings(name, capsys):
     rc3, out3, _ = run(capsys, "analyze", NG / name, "--format", "jsonl", "--fail-on", "never",
                        "--tls-keylog", keys)
     assert out3 == out
+    for cmd in ("dissect", "streams"):
+        _rc, got, _err = run(capsys, cmd, NG / name, "--format", "jsonl")
+        _rc, want, _err = run(capsys, cmd, original, "--format", "jsonl", "--tls-keylog", keys)
+        assert got == want and got, cmd
 
 
 def test_unknown_secrets_type_is_said_once(capsys):
@@ -391,3 +395,30 @@ def test_spark_pipeline_orders_and_decrypts(spark, tmp_path):
             found, summary = analyze_file(path)
             assert res.findings[path] == found and res.summaries[path] == summary, path
         assert res.whole == (frozenset(paths) if chunk_size > 1 << 20 else frozenset())
+
+
+def test_dumpcap_like_block_order_gives_the_findings_and_evidence(tmp_path, capsys):
+    """A capture with findings whose blocks come as dumpcap drains two buffers (each batch
+    of frames: the server's, then the client's): the findings of the capture in order, each
+    citing its own frame, and an evidence bundle that reproduces them."""
+    src = frames(ROOT / "samples" / "violations-marker.pcap")
+    order = []
+    for i in range(0, len(src), 8):
+        batch = src[i:i + 8]
+        server = [f for f in batch if decode_packet(f.linktype, f.data).sport == 11210]
+        order += server + [f for f in batch if f not in server]
+    assert order != src
+    path = tmp_path / "drained.pcapng"
+    with open(path, "wb") as fh:
+        out = PcapngWriter(fh)
+        out.add_interface(src[0].linktype, tsresol=9)
+        for f in order:
+            out.write(0, f.ts_ns, f.data, f.wirelen)
+    number = {f.ts_ns: n for n, f in enumerate(order, 1)}
+    want = [(rule, number[src[frame - 1].ts_ns], conn, vb, msg)
+            for rule, frame, conn, vb, msg in findings(ROOT / "samples" / "violations-marker.pcap")]
+    assert sorted(findings(path)) == sorted(want) and want
+    assert file_order_findings(path) != sorted(r[:3] for r in want)
+    _rc, _out, err = run(capsys, "analyze", path, "--evidence", tmp_path / "bundle",
+                         "--fail-on", "never")
+    assert "evidence written" in err and "does not reproduce" not in err
