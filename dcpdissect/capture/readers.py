@@ -61,7 +61,7 @@ _new_tuple = tuple.__new__
 
 
 class Frame(NamedTuple):
-    """One captured packet."""
+    """One frame, as tshark numbers them: a captured packet, or a record without one."""
 
     number: int      # 1-based frame number across the whole file, as tshark numbers it
     ts_ns: int       # absolute timestamp, nanoseconds since the epoch (0: none recorded)
