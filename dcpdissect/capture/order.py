@@ -15,8 +15,9 @@ is at least the current floor, so a frame leaves the window as soon as its key i
 than that; and any subset of the frames (the pipeline's analysis groups) comes out in the
 same relative order as in the whole file. A frame older than its floor came later than
 the window allows: it is processed at its floor (as soon as it is read, before the newer
-frames still in the window), counted as late with how far it was behind the newest time. Frames without a time (``ts_ns`` 0: simple packet blocks,
-records without a packet) take the newest time read so far.
+frames still in the window), counted as late with how far it was behind the newest time.
+Frames without a time (``ts_ns`` 0: simple packet blocks, records without a packet) take
+the newest time read so far.
 """
 
 from __future__ import annotations
