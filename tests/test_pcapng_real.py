@@ -124,6 +124,7 @@ def test_the_samples_hold_what_they_say():
     assert section_orders(SECTIONS) == ["<", "<"]
     assert section_orders(VARIANTS) == ["<", ">"]
     assert [f.number for f in frames(VARIANTS) if f.linktype == NO_LINKTYPE] == [7]
+    assert {f.linktype for f in frames(VARIANTS)} == {NO_LINKTYPE, 1, 113}
 
 
 # -- time order ---------------------------------------------------------------------------------

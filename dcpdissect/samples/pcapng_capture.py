@@ -18,7 +18,8 @@ chunks in the recorded order, paced, after reading the other side's chunks befor
     (two sections, each with its interface), and ``mergecap``'s chronological merge;
 ``variants.pcapng``
     ``merged.pcapng``'s frames re-written by hand in what the tools do not write: a
-    big-endian second section, an interface whose frames end in an Ethernet FCS
+    big-endian second section with a Linux cooked interface beside the Ethernet ones,
+    an interface whose frames end in an Ethernet FCS
     (``if_fcslen``, then ``epb_flags``), one of them with an IP total length of 0 (as
     segmentation offload leaves it), binary and decimal ``if_tsresol``, ``if_tsoffset``, a
     simple packet block, a custom block, name resolution and interface statistics blocks,
@@ -217,6 +218,11 @@ def with_fcs(frame: bytes) -> bytes:
     return frame + struct.pack("<I", zlib.crc32(frame))
 
 
+def cooked(frame: bytes) -> bytes:
+    """An Ethernet frame as a Linux cooked capture (SLL) of a packet sent shows it."""
+    return struct.pack("!HHH", 4, 1, 6) + frame[6:12] + b"\0\0" + frame[12:]
+
+
 def without_ip_length(frame: bytes) -> bytes:
     """An Ethernet/IPv4 frame whose IP total length is 0 (checksum made again), as a
     capture of a segmentation-offloaded packet shows it."""
@@ -260,12 +266,15 @@ def variants(source: str, out: str) -> None:
     parts.append(le.isb(0, frames[half - 1].ts_ns, half))
     parts += [be.shb(), be.idb(1, (2, b"toc"), (9, b"\x06"),       # microseconds, offset t0
                                (14, struct.pack(">q", t0))),
-              be.idb(1, (2, b"tos"), (9, b"\x07"))]                 # 100 ns
+              be.idb(1, (2, b"tos"), (9, b"\x07")),                # 100 ns
+              be.idb(113, (2, b"any"), (9, b"\x09"))]              # Linux cooked capture
     for i, f in enumerate(frames[half:], half):
         if i == spb:
             parts.append(be.spb(f.data))
         elif f.interface == 0:
             parts.append(be.epb(0, (f.ts_ns - t0 * 10**9) // 1000, f.data, f.wirelen))
+        elif i % 2:
+            parts.append(be.epb(2, f.ts_ns, cooked(f.data), f.wirelen + 2))
         else:                                        # FCS length 4 in epb_flags
             parts.append(be.epb(1, f.ts_ns // 100, with_fcs(f.data), f.wirelen + 4,
                                 (2, struct.pack(">I", 4 << 5))))
