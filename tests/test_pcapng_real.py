@@ -18,7 +18,7 @@ import pytest
 
 from dcpdissect.analysis.engine import Analyzer
 from dcpdissect.analysis.run import analyze_file
-from dcpdissect.capture.order import TimeKeys, TimeOrder
+from dcpdissect.capture.order import FRAME_BYTES, TimeKeys, TimeOrder
 from dcpdissect.capture.packets import decode_packet
 from dcpdissect.capture.pcapwrite import PcapngWriter
 from dcpdissect.capture.readers import NO_LINKTYPE, Frame, open_capture
@@ -217,11 +217,11 @@ def test_window_is_bounded_in_frames_and_time():
             held.append(f.number - 1 - len(out))        # read before f and not out yet
             yield f
 
-    for f in TimeOrder(reading(), window_ns=10**9, block_frames=block):
+    for f in TimeOrder(reading(), window_ns=10**9, block_bytes=block * (1 + FRAME_BYTES)):
         out.append(f)
     assert max(held) <= 2 * block
     assert sorted(f.number for f in out) == [f.number for f in src]
-    keys = TimeKeys(window_ns=10**9, block_frames=block)
+    keys = TimeKeys(window_ns=10**9, block_bytes=block * (1 + FRAME_BYTES))
     ranked = sorted(src, key=lambda f: (keys.key(f.ts_ns, 1), f.number))
     assert out == ranked
     same = [f.number for f in TimeOrder([Frame(n, 7 if n % 2 else 9, 1, b"", 0, 0)

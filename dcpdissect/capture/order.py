@@ -5,8 +5,8 @@ so the blocks of a file are not in timestamp order (Wireshark's ``reordercap`` s
 Reassembly wants the frames in the order they crossed the wire: :class:`TimeOrder` sorts
 them by timestamp, stably (frames equal in time keep file order), over a window of
 ``WINDOW_NS`` of capture time and of one to two blocks of frames, whichever is shorter: a
-block ends after ``BLOCK_FRAMES`` frames or ``BLOCK_BYTES`` captured bytes, so memory stays
-bounded.
+block holds ``BLOCK_BYTES`` of captured bytes, each frame counting ``FRAME_BYTES`` more
+(8 MiB: at most 32 768 frames), so memory stays bounded.
 
 The order is a key per frame, ``(max(ts, floor), number)``, where ``floor`` is the later
 of the newest time read so far (this frame included) less ``WINDOW_NS`` and the newest
@@ -28,11 +28,11 @@ from collections.abc import Iterable, Iterator
 
 from .readers import IDLE, CaptureError, Frame
 
-__all__ = ["BLOCK_BYTES", "BLOCK_FRAMES", "WINDOW_NS", "TimeKeys", "TimeOrder", "position"]
+__all__ = ["BLOCK_BYTES", "FRAME_BYTES", "WINDOW_NS", "TimeKeys", "TimeOrder", "position"]
 
 WINDOW_NS = 2_000_000_000
-BLOCK_FRAMES = 32768
 BLOCK_BYTES = 8 << 20
+FRAME_BYTES = 256               # what a frame counts in a block besides its captured bytes
 NONE = -(1 << 62)               # no time read yet: before every real timestamp
 
 
@@ -46,37 +46,36 @@ class TimeKeys:
     before the first of them (None: the start of a file; or :meth:`state` saved where a
     piece of it starts)."""
 
-    __slots__ = ("newest", "back1", "back2", "frames", "nbytes", "window", "block_frames",
-                 "block_bytes")
+    __slots__ = ("newest", "back1", "back2", "used", "window", "block", "behind")
 
     def __init__(self, state: tuple | None = None, window_ns: int = WINDOW_NS,
-                 block_frames: int = BLOCK_FRAMES, block_bytes: int = BLOCK_BYTES):
-        self.newest, self.back1, self.back2, self.frames, self.nbytes = \
-            state or (NONE, NONE, NONE, 0, 0)
+                 block_bytes: int = BLOCK_BYTES):
+        self.newest, self.back1, self.back2, self.used = state or (NONE, NONE, NONE, 0)
         self.window = window_ns
-        self.block_frames = block_frames
-        self.block_bytes = block_bytes
+        self.block = block_bytes
+        self.behind = 0             # how far the last frame keyed was late (0: it was not)
 
     def state(self) -> tuple:
         """What :class:`TimeKeys` needs to go on from here (before the next frame)."""
-        return self.newest, self.back1, self.back2, self.frames, self.nbytes
+        return self.newest, self.back1, self.back2, self.used
 
     def key(self, ts: int, size: int) -> int:
         """The order time of the next frame (``ts``: its time, 0 for none; ``size``: its
         captured bytes): its time, or its floor when it is older than that."""
-        if self.frames >= self.block_frames or self.nbytes >= self.block_bytes:
+        self.used += size + FRAME_BYTES
+        if self.used > self.block:              # it starts a new block
             self.back2, self.back1 = self.back1, self.newest
-            self.frames = self.nbytes = 0
-        self.frames += 1
-        self.nbytes += size
+            self.used = size + FRAME_BYTES
+        self.behind = 0
         if not ts:
             return self.newest
         if ts > self.newest:
             self.newest = ts
-        floor = self.newest - self.window
-        if self.back2 > floor:
-            floor = self.back2
-        return ts if ts >= floor else floor
+        floor = self.bound()
+        if ts >= floor:
+            return ts
+        self.behind = self.newest - ts
+        return floor
 
     def bound(self) -> int:
         """No frame after those keyed so far gets a lower order time than this."""
@@ -93,24 +92,21 @@ class TimeOrder:
     ``IDLE`` among the frames (live input waiting for more: what was read leaves now)."""
 
     def __init__(self, frames: Iterable[Frame], window_ns: int = WINDOW_NS,
-                 block_frames: int = BLOCK_FRAMES, block_bytes: int = BLOCK_BYTES,
-                 on_first=None):
+                 block_bytes: int = BLOCK_BYTES, on_first=None):
         self.frames = frames
         self.window = window_ns
-        self.block_frames = block_frames
-        self.block_bytes = block_bytes
+        self.block = block_bytes
         self.on_first = on_first
         self.late = 0
         self.late_max_ns = 0
 
     def __iter__(self) -> Iterator[Frame]:
         # TimeKeys.key and .bound, inlined: this runs once per frame of every capture.
-        window, block_frames, block_bytes = self.window, self.block_frames, self.block_bytes
-        newest = back1 = back2 = NONE
-        count = nbytes = 0
+        window, block = self.window, self.block
+        newest = back1 = back2 = upto = last = NONE     # upto: TimeKeys.bound()
+        used = 0
         run: deque = deque()        # frames whose order time is their own time, in order
         held: list = []             # heap of (order time, number, frame): the others
-        last = NONE                 # the order time of run's last frame
         push, pop, append, popleft = heapq.heappush, heapq.heappop, run.append, run.popleft
         first = self.on_first
         try:
@@ -123,33 +119,29 @@ class TimeOrder:
                 if first is not None:
                     first(ts)
                     first = None
-                if count >= block_frames or nbytes >= block_bytes:
+                used += len(frame[3]) + FRAME_BYTES
+                if used > block:                # the frame starts a new block
                     back2, back1 = back1, newest
-                    count = nbytes = 0
-                count += 1
-                nbytes += len(frame[3])
+                    used = len(frame[3]) + FRAME_BYTES
+                    if back2 > upto:
+                        upto = back2
                 if ts > newest:                 # the newest so far: its own time, in order
                     newest = last = ts
                     append(frame)
-                elif ts:
-                    floor = newest - window
-                    if back2 > floor:
-                        floor = back2
-                    if ts < floor:              # later than the window allows
-                        self.late += 1
-                        if newest - ts > self.late_max_ns:
-                            self.late_max_ns = newest - ts
-                        push(held, (floor, frame[0], frame))
-                    elif ts >= last:
-                        last = ts
-                        append(frame)
-                    else:
-                        push(held, (ts, frame[0], frame))
-                else:
+                    if ts - window > upto:
+                        upto = ts - window
+                elif not ts:                    # no time: the newest so far
                     push(held, (newest, frame[0], frame))
-                upto = newest - window
-                if back2 > upto:
-                    upto = back2
+                elif ts < upto:                 # later than the window allows
+                    self.late += 1
+                    if newest - ts > self.late_max_ns:
+                        self.late_max_ns = newest - ts
+                    push(held, (upto, frame[0], frame))
+                elif ts >= last:
+                    last = ts
+                    append(frame)
+                else:
+                    push(held, (ts, frame[0], frame))
                 while run and run[0][1] <= upto:
                     if held and _before(held[0], run[0]):
                         yield pop(held)[2]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import select
 import stat
 import sys
 import zlib
@@ -299,6 +298,7 @@ class CaptureReader:
         """Whether live input has no byte ready now (the next read would wait)."""
         if self._fd is None:
             return False
+        import select           # live input only: not loaded for files
         try:
             return not select.select([self._fd], [], [], 0)[0]
         except (OSError, ValueError):

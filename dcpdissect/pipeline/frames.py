@@ -92,9 +92,9 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
             frames += 1
             ts = frame.ts_ns
             k = keys.key(ts, len(frame.data))
-            if ts and k != ts:
+            if keys.behind:
                 late += 1
-                late_max = max(late_max, keys.newest - ts)
+                late_max = max(late_max, keys.behind)
             seg = decode_packet(frame.linktype, frame.data)
             if seg is None:
                 continue
