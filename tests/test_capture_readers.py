@@ -17,6 +17,7 @@ import pytest
 from scapy.utils import RawPcapNgReader
 
 from dcpdissect.capture import CaptureError, Frame, open_capture
+from dcpdissect.capture.readers import NO_LINKTYPE
 from dcpdissect.capture import readers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -295,8 +296,10 @@ def test_pcapng_sections_and_interfaces_against_scapy(tmp_path, orders):
     full = tmp_path / "full.pcapng"
     full.write_bytes(s1 + s2)
 
-    # scapy knows nothing of if_tsoffset: add it to the LINKTYPE_LINUX_SLL interface by hand
-    expected = (_with_offset(_scapy_oracle(tmp_path / "s1.pcapng"), {113: 100 * 10**9})
+    # scapy knows nothing of if_tsoffset: add it to the LINKTYPE_LINUX_SLL interface by hand;
+    # nor does it number the custom block as a frame, as tshark does (frame 1, no packet)
+    expected = ([(b"", NO_LINKTYPE, 0, 0)]
+                + _with_offset(_scapy_oracle(tmp_path / "s1.pcapng"), {113: 100 * 10**9})
                 + _scapy_oracle(tmp_path / "s2.pcapng"))
     with open_capture(str(full)) as r:
         assert r.format == "pcapng" and not r.compressed
@@ -305,14 +308,15 @@ def test_pcapng_sections_and_interfaces_against_scapy(tmp_path, orders):
     got = [(f.data, f.linktype, f.ts_ns, f.wirelen) for f in frames]
     assert got == expected
     assert [f.number for f in frames] == list(range(1, len(frames) + 1))
-    assert len(frames) == 12 + 5
+    assert len(frames) == 1 + 12 + 5
 
 
 def test_pcapng_exact_values(tmp_path):
     """Hand-computed timestamps / interfaces, independent of any oracle."""
     p = tmp_path / "x.pcapng"
     p.write_bytes(_section1("<") + _section2(">"))
-    f = read_all(p)
+    record, *f = read_all(p)
+    assert (record.number, record.linktype, record.data, record.ts_ns) == (1, NO_LINKTYPE, b"", 0)
     # section 1: interface i % 3
     assert [x.interface for x in f[:12]] == [i % 3 for i in range(12)]
     assert [x.linktype for x in f[:12]] == [(1, 101, 113)[i % 3] for i in range(12)]
@@ -327,7 +331,7 @@ def test_pcapng_exact_values(tmp_path):
     assert (epb_v6.linktype, epb_v6.interface, epb_v6.ts_ns) == (229, 1, 5_000_000_000_000_000_001)
     assert (pb.linktype, pb.interface, pb.ts_ns, len(pb.data), pb.wirelen) == (228, 0, 1_700_000_000_456_000_000, 20, 60)
     assert epb.ts_ns == 1_700_000_000_457_000_000
-    assert [x.number for x in f] == list(range(1, 18))
+    assert [x.number for x in f] == list(range(2, 19))
 
 
 def test_pcapng_spb_without_snaplen_uses_block_body(tmp_path):
@@ -372,7 +376,7 @@ def test_pcapng_isb_and_unknown_only(tmp_path):
     o = ">"
     p = tmp_path / "n.pcapng"
     p.write_bytes(ng_shb(o) + ng_idb(o, 1) + ng_isb(o, 0) + ng_custom(o) + ng_nrb(o))
-    assert read_all(p) == []
+    assert [(f.number, f.linktype, f.data) for f in read_all(p)] == [(1, NO_LINKTYPE, b"")]
 
 
 # --------------------------------------------------------------------------

@@ -18,7 +18,8 @@ import zlib
 from struct import Struct
 from typing import Iterator, NamedTuple, Optional
 
-__all__ = ["Frame", "CaptureError", "CaptureReader", "open_capture", "parse_idb", "walk_pcapng"]
+__all__ = ["Frame", "CaptureError", "CaptureReader", "open_capture", "parse_idb", "walk_pcapng",
+           "IDLE", "NO_LINKTYPE", "TLS_KEY_LOG"]
 
 CHUNK = 1 << 20                 # read size
 MAX_CAPLEN = 0x10000000         # 256 MiB: anything bigger is corruption
@@ -47,17 +48,24 @@ _NG_EPB = {e: Struct(e + "IIIII") for e in "<>"}           # ifid, tshi, tslo, c
 _NG_PB = {e: Struct(e + "HHIIII") for e in "<>"}           # ifid, drops, tshi, tslo, caplen, wirelen at +8
 _NG_OPT = {e: Struct(e + "HH") for e in "<>"}
 _NG_I64 = {e: Struct(e + "q") for e in "<>"}
+_NG_DSB = {e: Struct(e + "II") for e in "<>"}              # secrets type, length at +8
+
+NO_LINKTYPE = -1            # a record that carries no packet (and no time: ts_ns 0)
+TLS_KEY_LOG = 0x544C534B    # decryption secrets type "TLSK": NSS key log lines
+_ETHERNET = 1               # the link type whose frames may end in an FCS
+IDLE = None                 # iterated instead of a frame (when asked): live input has no
+#                             more bytes ready for now
 
 _new_tuple = tuple.__new__
 
 
 class Frame(NamedTuple):
-    """One captured packet."""
+    """One frame, as tshark numbers them: a captured packet, or a record without one."""
 
-    number: int      # 1-based frame number across the whole file
-    ts_ns: int       # absolute timestamp, nanoseconds since the epoch
-    linktype: int    # LINKTYPE_ value of the capturing interface
-    data: bytes      # captured bytes
+    number: int      # 1-based frame number across the whole file, as tshark numbers it
+    ts_ns: int       # absolute timestamp, nanoseconds since the epoch (0: none recorded)
+    linktype: int    # LINKTYPE_ value of the capturing interface (NO_LINKTYPE: no packet)
+    data: bytes      # captured bytes (without the Ethernet FCS an interface declares)
     wirelen: int     # original length on the wire
     interface: int   # pcapng interface id (0 for classic pcap)
 
@@ -151,6 +159,13 @@ class CaptureReader:
         self._buf = b""         # bytes already read but not consumed
         self._iter: Optional[Iterator[Frame]] = None
         self._pcap_hdr = None
+        # pcapng decryption secrets blocks, as the walk meets them (set before iterating):
+        # on_secrets(frames read before the block, secrets type, secrets data)
+        self.on_secrets = None
+        # live input (a pipe, stdin): when set, IDLE comes between the frames where no
+        # more bytes are ready, so that a consumer holding frames can let them go
+        self.idle_marks = False
+        self._fd: Optional[int] = None
         try:
             self._open()
         except BaseException:
@@ -175,6 +190,10 @@ class CaptureReader:
         if self.path == "-":
             stdin = sys.stdin
             raw = getattr(stdin, "buffer", stdin)
+            try:
+                self._fd = raw.fileno()
+            except (AttributeError, OSError, ValueError):
+                self._fd = None
         else:
             try:
                 raw = io.open(self.path, "rb", buffering=0)
@@ -195,6 +214,8 @@ class CaptureReader:
                 raise self._error(None, "is a directory")
             if st is not None and stat.S_ISREG(st.st_mode):
                 self.size = st.st_size
+            elif st is not None:
+                self._fd = raw.fileno()
         read = getattr(raw, "read1", None) or raw.read
         head = self._read_at_least(read, b"", 4, None)
         if not head:
@@ -273,6 +294,16 @@ class CaptureReader:
                 except (OSError, EOFError, ValueError, zlib.error):
                     pass
 
+    def _idle(self) -> bool:
+        """Whether live input has no byte ready now (the next read would wait)."""
+        if self._fd is None:
+            return False
+        import select           # live input only: not loaded for files
+        try:
+            return not select.select([self._fd], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
     def _iter_pcap(self) -> Iterator[Frame]:
         order, nano, snaplen, linktype = self._pcap_hdr
         unpack_rec = _PCAP_REC[order].unpack_from
@@ -289,6 +320,8 @@ class CaptureReader:
         number = 0
         while True:
             if pos + 16 > n:
+                if self.idle_marks and self._idle():
+                    yield IDLE
                 base += pos
                 buf = fill(read, buf[pos:], 16, number + 1)
                 pos = 0
@@ -303,6 +336,8 @@ class CaptureReader:
             start = pos + 16
             end = start + caplen
             if end > n:
+                if self.idle_marks and self._idle():
+                    yield IDLE
                 base += pos
                 buf = fill(read, buf[pos:], 16 + caplen, number + 1)
                 pos = 0
@@ -321,18 +356,21 @@ class CaptureReader:
         new = _new_tuple
         src = _StreamView(self._buf, self._read, self._read_at_least)
         self._buf = b""
-        for number, ts, linktype, buf, start, caplen, wirelen, ifid, _pos, end, _ctx in \
-                walk_pcapng(self.path, src.view):
+        live = self.idle_marks and self._fd is not None
+        for number, ts, linktype, buf, start, caplen, wirelen, ifid, _pos, end, ctx in \
+                walk_pcapng(self.path, src.view, secrets=self.on_secrets):
             self.bytes_read = end
             yield new(Frame, (number, ts, linktype, buf[start:start + caplen], wirelen, ifid))
+            if live and not src.holds_block(end, ctx[1]) and self._idle():
+                yield IDLE
         self.bytes_read = src.base + len(src.buf)       # the end: every block was read
 
 
-def parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int, int, int]:
-    """(linktype, snaplen, ts mul, ts div, ts offset ns) from an IDB."""
+def parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int, int, int, int]:
+    """(linktype, snaplen, ts mul, ts div, ts offset ns, FCS bytes) from an IDB."""
     linktype, snaplen = _NG_IDB[order].unpack_from(buf, pos + 8)
     resol = 6
-    offset = 0
+    offset = fcs = 0
     opt = _NG_OPT[order]
     o = pos + 16
     limit = end - 4
@@ -347,9 +385,36 @@ def parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int
             resol = buf[v]
         elif code == 14 and olen == 8:
             offset = _NG_I64[order].unpack_from(buf, v)[0] * 1_000_000_000
+        elif code == 13 and olen >= 1:
+            fcs = buf[v]
         o = v + ((olen + 3) & ~3)
     mul, div = _tsresol(resol)
-    return linktype, snaplen, mul, div, offset
+    return linktype, snaplen, mul, div, offset, fcs if linktype == _ETHERNET else 0
+
+
+def _flags_fcs(buf: bytes, o: int, limit: int, order: str) -> int | None:
+    """The FCS length of a packet block's ``epb_flags`` option (options from ``o`` to
+    ``limit``), None when the block does not give one."""
+    opt = _NG_OPT[order]
+    while o + 4 <= limit:
+        code, olen = opt.unpack_from(buf, o)
+        if code == 0:
+            break
+        v = o + 4
+        if v + olen > limit:
+            break
+        if code == 2 and olen == 4:
+            fcs = (_NG_U32[order].unpack_from(buf, v)[0] >> 5) & 0xF
+            return fcs or None
+        o = v + ((olen + 3) & ~3)
+    return None
+
+
+def _without_fcs(caplen: int, wirelen: int, fcs: int) -> int:
+    """The captured length of a frame without the FCS bytes it holds (none when the
+    capture cut the frame before them)."""
+    keep = wirelen - fcs
+    return max(keep, 0) if caplen > keep else caplen
 
 
 class _StreamView:
@@ -363,6 +428,12 @@ class _StreamView:
         self.read = read
         self.fill = fill
 
+    def holds_block(self, pos: int, order: str) -> bool:
+        """Whether the whole block at ``pos`` has been read already."""
+        off = pos - self.base
+        left = len(self.buf) - off
+        return left >= 12 and left >= _NG_U32[order].unpack_from(self.buf, off + 4)[0]
+
     def view(self, pos: int, n: int, frame: int) -> tuple[bytes, int, int]:
         off = pos - self.base
         buf = self.buf
@@ -374,10 +445,14 @@ class _StreamView:
 
 
 _SHB = 0x0A0D0D0A
+_DSB = 0x0000000A
+# Blocks that tshark numbers as frames though they carry no packet: systemd journal
+# export, custom blocks (copiable or not), sysdig events.
+_RECORDS = frozenset((0x00000009, 0x00000BAD, 0x40000BAD, 0x00000204, 0x00000216, 0x00000221))
 
 
 def walk_pcapng(path: str, view, pos: int = 0, number: int = 0, ctx: tuple | None = None,
-                last: int | None = None):
+                last: int | None = None, secrets=None):
     """The one pcapng block walker (the reader, the pipeline's index pass and its chunk
     reader all use it). ``view(pos, n, frame)`` gives ``(buffer, offset, available)`` for
     the ``n`` bytes at file offset ``pos``. Starts at ``pos`` with frame ``number`` behind
@@ -385,8 +460,12 @@ def walk_pcapng(path: str, view, pos: int = 0, number: int = 0, ctx: tuple | Non
     section header comes first) and stops at the end of the file or after frame ``last``.
 
     Yields ``(number, ts_ns, linktype, buffer, start, caplen, wirelen, interface, pos, end,
-    ctx)`` per packet block: its data is ``buffer[start:start + caplen]``, the block spans
-    file offsets ``pos`` to ``end``. Faults raise :class:`CaptureError` naming the frame being read."""
+    ctx)`` per frame, numbered as tshark numbers them: packet blocks (their data is
+    ``buffer[start:start + caplen]``, an Ethernet FCS left out) and the records tshark
+    counts without a packet (``NO_LINKTYPE``, no data, no time). The block spans file
+    offsets ``pos`` to ``end``. Each decryption secrets block is handed to
+    ``secrets(frames before it, secrets type, data)`` when given. Faults raise
+    :class:`CaptureError` naming the frame being read."""
     order, ifaces = (ctx[1], ctx[2]) if ctx else ("", ())
     hdr = epb = u32 = None
     if order:
@@ -444,7 +523,13 @@ def walk_pcapng(path: str, view, pos: int = 0, number: int = 0, ctx: tuple | Non
             if ifid >= len(ifaces):
                 raise fail(f"packet names undefined interface {ifid} "
                            f"(section defines {len(ifaces)})")
-            linktype, _snap, mul, div, tsoff = ifaces[ifid]
+            linktype, _snap, mul, div, tsoff, fcs = ifaces[ifid]
+            if linktype == _ETHERNET:
+                opts = off + 28 + ((caplen + 3) & ~3)
+                if opts < off + blen - 4:
+                    fcs = _flags_fcs(buf, opts, off + blen - 4, order) or fcs
+                if fcs:
+                    caplen = _without_fcs(caplen, wirelen, fcs)
             number += 1
             yield (number, ((tshi << 32) | tslo) * mul // div + tsoff, linktype, buf, off + 28,
                    caplen, wirelen, ifid, pos, end, ctx)
@@ -453,13 +538,27 @@ def walk_pcapng(path: str, view, pos: int = 0, number: int = 0, ctx: tuple | Non
                 raise fail(f"simple packet block too short ({blen} bytes)")
             if not ifaces:
                 raise fail("simple packet block before any interface description")
-            linktype, snaplen, _mul, _div, _off = ifaces[0]
+            linktype, snaplen, _mul, _div, _off, fcs = ifaces[0]
             wirelen = u32.unpack_from(buf, off + 8)[0]
             caplen = min(wirelen, blen - 16)
             if snaplen:
                 caplen = min(caplen, snaplen)
+            if fcs:
+                caplen = _without_fcs(caplen, wirelen, fcs)
             number += 1
             yield number, 0, linktype, buf, off + 12, caplen, wirelen, 0, pos, end, ctx
+        elif btype in _RECORDS:
+            number += 1
+            yield number, 0, NO_LINKTYPE, buf, off, 0, 0, -1, pos, end, ctx
+        elif btype == _DSB:
+            if blen < 20:
+                raise fail(f"decryption secrets block too short ({blen} bytes)")
+            stype, slen = _NG_DSB[order].unpack_from(buf, off + 8)
+            if slen > blen - 20:
+                raise fail(f"decryption secrets length {slen} exceeds its block "
+                           f"({blen - 20} bytes of room)")
+            if secrets is not None:
+                secrets(number, stype, bytes(buf[off + 16:off + 16 + slen]))
         elif btype == _SHB:
             if blen < 28:
                 raise fail(f"section header block too short ({blen} bytes)")

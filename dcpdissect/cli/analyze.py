@@ -14,7 +14,7 @@ from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
                      StopOnSigint, add_capture_options, add_progress_option,
                      add_time_option, capture_options,
-                     live_output, os_error, ports_report, with_examples)
+                     capture_notes, live_output, os_error, ports_report, with_examples)
 
 FAIL_ON = ("error", "warning", "info", "never")
 
@@ -205,6 +205,7 @@ def _analyze(args, capture_copy: str) -> int:
     if _extra_files(args, findings, legend, timeline):
         return EXIT_BAD_INPUT
     print(summary_line, file=sys.stderr)
+    capture_notes(summary)
     if guard.hit:
         print(INTERRUPTED, file=sys.stderr)
     if summary.error:

@@ -165,6 +165,12 @@ def capture_options(args) -> Options:
 
 
 
+def capture_notes(summary) -> None:
+    """What the capture held that was not used as it stands, on stderr."""
+    for line in summary.notes():
+        print(line, file=sys.stderr)
+
+
 def ports_report(summary) -> int:
     """Name the ports found by the heuristic; exit 2 when no MCBP was found."""
     if summary.port_note():

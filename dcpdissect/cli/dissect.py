@@ -19,8 +19,9 @@ from ..reports.progress import Progress
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
                      TimeWindow, add_capture_options, add_progress_option, add_time_option,
-                     capture_options, checked_opcode, live_output, parse_connection,
-                     parse_follow, parse_instant, parse_vbucket, ports_report, with_examples)
+                     capture_notes, capture_options, checked_opcode, live_output,
+                     parse_connection, parse_follow, parse_instant, parse_vbucket, ports_report,
+                     with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 JSONL_BLOCK = 256      # JSON lines per write
@@ -192,6 +193,7 @@ def cmd_dissect(args) -> int:
         out.write("\n" + legend.table(shown))
     out.flush()
     print(summary.line(), file=sys.stderr)
+    capture_notes(summary)
     if guard.hit:
         print(INTERRUPTED, file=sys.stderr)
     if status == EXIT_BAD_INPUT:

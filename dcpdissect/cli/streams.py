@@ -9,7 +9,7 @@ from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary, iter_events
 from ..reports.messages import jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, StopOnSigint, add_capture_options,
-                     capture_options, ports_report)
+                     capture_notes, capture_options, ports_report)
 
 EXAMPLES = """\
 examples:
@@ -61,6 +61,7 @@ def cmd_streams(args) -> int:
         out.write(streams_table(records))
     out.flush()
     print(summary.line() + f", {len(records)} streams", file=sys.stderr)
+    capture_notes(summary)
     if guard.hit:
         print(INTERRUPTED, file=sys.stderr)
     if summary.error:

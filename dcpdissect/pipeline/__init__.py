@@ -146,6 +146,8 @@ def cmd_pipeline(args) -> int:
     for path in result.paths:
         s = result.summaries[path]
         print(s.line() + f", {len(result.findings[path])} findings", file=err)
+        for line in s.notes():
+            print(line, file=err)
         if s.error:
             print(f"dcpdissect: error: {s.error}", file=err)
             status = EXIT_BAD_INPUT

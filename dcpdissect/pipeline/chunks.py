@@ -10,7 +10,10 @@ offset: the pcap byte order, timestamp resolution, snap length and link type, or
 pcapng byte order and interface table in force there. Chunks are split further into
 blocks of at most ``block_frames`` frames with their largest timestamp; those let a
 reader find "the first packet after frame N with a timestamp of at least T" by
-re-reading one block instead of the file.
+re-reading one block instead of the file. Each piece also carries the state of the
+file's time order where it starts (:class:`~dcpdissect.capture.order.TimeKeys`), so that
+its frames get the order times they get in the whole file, and the index keeps the
+decryption secrets blocks with the number of frames before each.
 
 The index pass finds the same faults as :func:`dcpdissect.capture.readers.open_capture`,
 with the same frame numbers and reasons, so the pieces cover exactly the frames the local
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ..capture.order import TimeKeys
 from ..capture.readers import (
     _PCAP_REC,
     MAX_CAPLEN,
@@ -61,6 +65,7 @@ class Piece(NamedTuple):
     nbytes: int          # bytes covered
     ctx: tuple           # ('pcap', order, nano, snaplen, linktype) | ('pcapng', order, ifaces) | ('stream',)
     max_ts: int | None  # largest record timestamp (None: unknown)
+    order: tuple | None = None   # TimeKeys state before its first frame (None: a file's start)
 
 
 class FileIndex(NamedTuple):
@@ -71,6 +76,7 @@ class FileIndex(NamedTuple):
     chunks: list                 # [Piece]
     blocks: list                 # [Piece], finer than chunks (splittable files only)
     error: CaptureError | None
+    secrets: tuple = ()          # (frames before, secrets type, data) per secrets block
 
 
 def parse_size(text) -> int:
@@ -117,14 +123,16 @@ class _Cutter:
         self.block_frames = block_frames
         self.chunks: list[Piece] = []
         self.blocks: list[Piece] = []
-        self.chunk = None        # [offset, first, frames, ctx, max_ts]
+        self.chunk = None        # [offset, first, frames, ctx, max_ts, order]
         self.block = None
+        self.keys = TimeKeys()
 
-    def add(self, pos: int, end: int, number: int, ts: int, ctx: tuple) -> None:
+    def add(self, pos: int, end: int, number: int, ts: int, size: int, ctx: tuple) -> None:
         if self.chunk is None:
-            self.chunk = [pos, number, 0, ctx, ts]
+            self.chunk = [pos, number, 0, ctx, ts, self.keys.state()]
         if self.block is None:
-            self.block = [pos, number, 0, ctx, ts]
+            self.block = [pos, number, 0, ctx, ts, self.keys.state()]
+        self.keys.key(ts, size)
         for p in (self.chunk, self.block):
             p[2] += 1
             p[4] = max(p[4], ts)
@@ -136,14 +144,14 @@ class _Cutter:
 
     def _close_block(self, end: int) -> None:
         if self.block is not None:
-            off, first, n, ctx, ts = self.block
-            self.blocks.append(Piece(self.path, off, first, n, end - off, ctx, ts))
+            off, first, n, ctx, ts, order = self.block
+            self.blocks.append(Piece(self.path, off, first, n, end - off, ctx, ts, order))
             self.block = None
 
     def _close_chunk(self, end: int) -> None:
         if self.chunk is not None:
-            off, first, n, ctx, ts = self.chunk
-            self.chunks.append(Piece(self.path, off, first, n, end - off, ctx, ts))
+            off, first, n, ctx, ts, order = self.chunk
+            self.chunks.append(Piece(self.path, off, first, n, end - off, ctx, ts, order))
             self.chunk = None
 
     def finish(self, end: int) -> None:
@@ -171,14 +179,16 @@ def index_file(path: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
     except OSError as exc:
         return FileIndex(path, fmt, False, 0, [], [],
                          CaptureError(path, None, f"cannot open ({exc.strerror or exc})"))
+    secrets: list = []
     with f:
         win = _Window(f)
         if fmt == "pcap":
             frames, end, error = _index_pcap(path, win, size, hdr, cutter)
         else:
-            frames, end, error = _index_pcapng(path, win, size, cutter)
+            frames, end, error = _index_pcapng(path, win, size, cutter, secrets)
     cutter.finish(end)
-    return FileIndex(path, fmt, True, frames, cutter.chunks, cutter.blocks, error)
+    return FileIndex(path, fmt, True, frames, cutter.chunks, cutter.blocks, error,
+                     tuple(secrets))
 
 
 def _index_pcap(path, win, size, hdr, cutter):
@@ -204,11 +214,11 @@ def _index_pcap(path, win, size, hdr, cutter):
             return number, pos, CaptureError(path, number + 1,
                                               _cut(number + 1, "record data", size - pos - 16, caplen))
         number += 1
-        add(pos, end, number, sec * 1_000_000_000 + frac * frac_mul, ctx)
+        add(pos, end, number, sec * 1_000_000_000 + frac * frac_mul, caplen, ctx)
         pos = end
 
 
-def _index_pcapng(path, win, size, cutter):
+def _index_pcapng(path, win, size, cutter, secrets: list):
     add = cutter.add
     number = 0
     at = [0]                    # offset of the block being read
@@ -217,10 +227,13 @@ def _index_pcapng(path, win, size, cutter):
         at[0] = pos
         return win.view(pos, n)
 
+    def found(after, stype, data):
+        secrets.append((after, stype, data))
+
     try:
-        for number, ts, _lt, _buf, _start, _cap, _wire, _ifid, pos, end, ctx in \
-                walk_pcapng(path, view):
-            add(pos, end, number, ts, ctx)
+        for number, ts, _lt, _buf, _start, caplen, _wire, _ifid, pos, end, ctx in \
+                walk_pcapng(path, view, secrets=found):
+            add(pos, end, number, ts, caplen, ctx)
     except CaptureError as exc:
         return number, at[0], exc
     return number, size, None

@@ -37,7 +37,7 @@ from typing import NamedTuple
 from ..analysis.engine import MAX_FINDINGS_PER_RULE, Analyzer
 from ..analysis.findings import Finding
 from ..analysis.stream_summary import StreamSummary
-from ..capture.readers import CaptureError, open_capture
+from ..capture.readers import TLS_KEY_LOG, CaptureError, open_capture
 from ..codec import decode
 from ..protocol import HEADER_SIZE
 from ..reassembly.batches import in_batches
@@ -152,6 +152,19 @@ class FileTotals:
         self.ports: tuple[dict, dict] = ({}, {})     # heuristic_ports, undecoded_ports
         self.tls_randoms: dict = {}
         self.first: tuple = (END, None)              # (first frame, its time)
+        self.late = self.late_max_ns = 0
+        self.keylog = ""                             # the file's own TLS key log lines
+        self.secrets_ignored: dict = {}
+
+    def add_secrets(self, secrets) -> None:
+        """The file's decryption secrets blocks, (frames before, type, data) each."""
+        for _after, stype, data in secrets:
+            if stype == TLS_KEY_LOG:
+                text = data.decode("ascii", "replace")
+                if text.strip():
+                    self.keylog += text if text.endswith("\n") else text + "\n"
+            else:
+                self.secrets_ignored[stype] = self.secrets_ignored.get(stype, 0) + 1
 
     def add_chunk(self, c: ChunkStats) -> None:
         if c.frames and c.first_frame < self.first[0]:
@@ -159,6 +172,8 @@ class FileTotals:
         self.frames += c.frames
         self.tcp_segments += c.tcp_segments
         self.filtered += c.filtered
+        self.late += c.late
+        self.late_max_ns = max(self.late_max_ns, c.late_max_ns)
         if c.error is not None:
             self.errors.append(c.error)
 
@@ -184,6 +199,8 @@ class FileTotals:
         s.tcp = tcp
         s.heuristic_ports, s.undecoded_ports = (dict(sorted(d.items())) for d in self.ports)
         s.tls_randoms = dict(sorted(self.tls_randoms.items()))
+        s.late_frames, s.late_max_ns = self.late, self.late_max_ns
+        s.file_keylog, s.secrets_ignored = self.keylog, dict(self.secrets_ignored)
         if self.errors:
             s.error = str(min(self.errors, key=lambda e: e.frame or 0))
         return s
@@ -525,7 +542,7 @@ def analyze_whole(path: str, options: Options | None, result: list,
     error = None
     try:
         with open_capture(path) as reader:
-            for batch in in_batches(stream.feed_frames(reader)):
+            for batch in in_batches(stream.feed_capture(reader)):
                 yield from fp.run(batch)
     except CaptureError as exc:
         summary.error = str(exc)
@@ -583,7 +600,7 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
         while todo:                                     # stage B, then the runs again
             for task in todo:
                 got = []
-                for _cols in run_group(path, task.group, task.flows, options, task.numbers,
+                for _cols in run_group(path, task.group, task.flows, task.options, task.numbers,
                                        clock_for(idx) if clock else None, got,
                                        keep_events=keep_events):
                     pass

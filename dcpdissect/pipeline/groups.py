@@ -1,18 +1,22 @@
 """Stage B of the chunked pipeline: the ``analyze`` run over one analysis group.
 
 An analysis group is a set of flows of one capture file (:mod:`.frames`). Its frames are
-read again by offset, in frame order, and go through the same path as ``analyze``: TCP
-reassembly, framing, decode, the Analyzer (:class:`.core.FilePass`). What ties the
-group's results to the whole file's:
+read again by offset, in time order (:mod:`dcpdissect.capture.order`: the order
+``analyze`` feeds them in, restricted to the group), and go through the same path as
+``analyze``: TCP reassembly, framing, decode, the Analyzer (:class:`.core.FilePass`).
+A frame's place in that order is its **position**
+(:func:`~dcpdissect.capture.order.position`: order time, then frame number; the frame
+number itself in a file in time order). What ties the group's results to the whole file's:
 
 * Lingering FINs expire, as in one connection table, on the first TCP segment of the
   *file* past their deadline: a :class:`TcpClock` finds it between the group's frames.
-* Every event and finding carries its **moment**, ``(frame, phase, sub, n)``, the place
+* Every event and finding carries its **moment**, ``(position, phase, sub, n)``, the place
   where ``analyze`` meets it: phase 0 holds the expiries a frame triggers (``sub``: the
-  frame at which the connection started to linger, the order of the table's waiting
-  list), phase 1 the frame's own segment, phase 2 (frame ``END``) the end-of-capture
-  closes (``sub``: the frame that opened the connection, the table's id order), phase 4
-  the Analyzer's ``finish``. Sorting the moments of all groups gives ``analyze``'s order.
+  position at which the connection started to linger, the order of the table's waiting
+  list), phase 1 the frame's own segment, phase 2 (position ``END``) the end-of-capture
+  closes (``sub``: the position of the frame that opened the connection, the table's id
+  order), phase 4 the Analyzer's ``finish``. Sorting the moments of all groups gives
+  ``analyze``'s order.
 * Connection numbers: ``analyze`` numbers connections in decision order, so the number
   of a connection is the rank of the moment it was decided at among those of all groups.
   The driver hands each group the numbers it foresees (``numbers``: moment → number); the
@@ -31,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ..capture.order import TimeKeys, position
 from ..capture.packets import Segment, decode_packet
 from ..capture.readers import CaptureError
 from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
@@ -40,58 +45,72 @@ from ..reassembly.pdus import COUNTED, Options, PduStream
 from .chunks import Piece, read_piece
 from .frames import FIELDS, FlowFrames
 
-END = 1 << 62                    # moment frame of the end of the capture
+END = 1 << 127                   # moment position of the end of the capture
 UNFORESEEN = 1 << 30             # numbers from here on: a connection the driver did not foresee
 _TICK = Segment("", "", 0, 0, 0, 0, 0, b"", 0)   # an untracked segment: only a clock tick
 _LOW = 0xFFFFFFFF
 
 
 class TcpClock:
-    """Answers "first TCP segment of the file after frame a and before frame b with a
-    timestamp of at least t" by re-reading the index blocks that may hold it."""
+    """Answers "first TCP segment of the file in time order after position a and before
+    position b with a timestamp of at least t" by re-reading the index blocks that may
+    hold it."""
 
     def __init__(self, blocks: list[Piece], cache: int = 8):
         self.blocks = sorted(blocks, key=lambda p: p.first_frame)
-        self.starts = [p.first_frame for p in self.blocks]
+        # every frame of block j lies at or after lows[j] and at or before highs[j]
+        self.lows, self.highs = [], []
+        for p in self.blocks:
+            keys = TimeKeys(p.order)
+            top = keys.newest if p.max_ts is None else max(keys.newest, p.max_ts)
+            self.lows.append(position(keys.bound(), p.first_frame))
+            self.highs.append(position(top, p.first_frame + max(p.frames, 1) - 1))
         self._cache: OrderedDict = OrderedDict()
         self._size = cache
 
     def _segments(self, i: int):
+        """(positions, frame numbers, timestamps) of block ``i``'s TCP segments, sorted by
+        position."""
         got = self._cache.get(i)
         if got is None:
-            frames, stamps = array("q"), array("q")
+            p = self.blocks[i]
+            keys = TimeKeys(p.order)
+            rows = []
             try:
-                for f in read_piece(self.blocks[i]):
+                for f in read_piece(p):
+                    k = keys.key(f.ts_ns, len(f.data))
                     if decode_packet(f.linktype, f.data) is not None:
-                        frames.append(f.number)
-                        stamps.append(f.ts_ns)
+                        rows.append((position(k, f.number), f.number, f.ts_ns))
             except CaptureError:
                 pass
-            got = self._cache[i] = (frames, stamps)
+            rows.sort()
+            got = self._cache[i] = ([r[0] for r in rows], [r[1] for r in rows],
+                                    [r[2] for r in rows])
             if len(self._cache) > self._size:
                 self._cache.popitem(last=False)
         else:
             self._cache.move_to_end(i)
         return got
 
-    def first(self, after: int, before: int, min_ts: int) -> tuple[int, int] | None:
-        i = max(0, bisect_right(self.starts, after + 1) - 1)
-        for j in range(i, len(self.blocks)):
+    def first(self, after: int, before: int, min_ts: int) -> tuple[int, int, int] | None:
+        """(position, frame number, timestamp) of that segment, or None."""
+        best = None
+        for j in range(bisect_right(self.highs, after), len(self.blocks)):
+            low = self.lows[j]
+            if low >= before or best is not None and low > best[0]:
+                break
             p = self.blocks[j]
-            if p.first_frame >= before:
-                return None
-            if p.frames >= 0 and p.first_frame + p.frames <= after + 1:
-                continue
             if p.max_ts is not None and p.max_ts < min_ts:
                 continue
-            frames, stamps = self._segments(j)
-            for k in range(bisect_right(frames, after), len(frames)):
-                f = frames[k]
-                if f >= before:
-                    return None
+            places, frames, stamps = self._segments(j)
+            for k in range(bisect_right(places, after), len(places)):
+                at = places[k]
+                if at >= before or best is not None and at > best[0]:
+                    break
                 if stamps[k] >= min_ts:
-                    return f, stamps[k]
-        return None
+                    best = (at, frames[k], stamps[k])
+                    break
+        return best
 
 
 class GroupStream(PduStream):
@@ -119,55 +138,56 @@ class GroupStream(PduStream):
         self.numbered.append((moment, n, number))
         return number
 
-    def feed(self, number: int, ts_ns: int, seg):
-        """The events of the group's frame ``number`` (its segment ``seg``)."""
+    def feed(self, number: int, ts_ns: int, seg, at: int):
+        """The events of the group's frame ``number`` (its segment ``seg``) at position
+        ``at``."""
         if self.table._closing:
-            return self._feed_lingering(number, ts_ns, seg)
-        return self._feed(number, ts_ns, seg)
+            return self._feed_lingering(number, ts_ns, seg, at)
+        return self._feed(number, ts_ns, seg, at)
 
-    def _feed(self, number: int, ts_ns: int, seg, lingering=()):
+    def _feed(self, number: int, ts_ns: int, seg, at: int, lingering=()):
         """``lingering``: the connections that lingered before this frame."""
         table = self.table
         self.now = (number, ts_ns)
-        self.moment = (number, 1, 0)
-        self.prev = number
+        self.moment = (at, 1, 0)
+        self.prev = at
         events = table.feed(number, ts_ns, seg)
         for cid in table._closing:
             if cid not in lingering:
-                self.entered[cid] = number
+                self.entered[cid] = at
         if not events:
             return ()
         for ev in events:
             if type(ev) is ConnectionOpened:
-                self.opened_at[ev.conn] = ev.frame
+                self.opened_at[ev.conn] = at
         return self._route(events)
 
-    def _feed_lingering(self, number: int, ts_ns: int, seg) -> Iterator:
-        yield from self._linger(number, ts_ns)
-        yield from self._feed(number, ts_ns, seg, set(self.table._closing))
+    def _feed_lingering(self, number: int, ts_ns: int, seg, at: int) -> Iterator:
+        yield from self._linger(number, ts_ns, at)
+        yield from self._feed(number, ts_ns, seg, at, set(self.table._closing))
 
-    def _linger(self, number: int, ts_ns: int) -> Iterator:
+    def _linger(self, number: int, ts_ns: int, here: int) -> Iterator:
         """Expire lingering FINs where the file's segments since the group's previous
-        frame, then this frame, would."""
+        frame, then this frame (``number`` at position ``here``), would."""
         closing = self.table._closing
         after = self.prev
         while closing:
             deadline = min(c.deadline for c in closing.values())
-            at = self.clock.first(after, number, deadline) if self.clock else None
+            at = self.clock.first(after, here, deadline) if self.clock else None
             if at is None:
-                if number == END or ts_ns < deadline:
+                if here == END or ts_ns < deadline:
                     return
-                at = (number, ts_ns)
+                at = (here, number, ts_ns)
             after = at[0]
             self.ticks += 1
-            self.now = at
-            for ev in self.table.feed(at[0], at[1], _TICK):
+            self.now = at[1:]
+            for ev in self.table.feed(at[1], at[2], _TICK):
                 self.moment = (at[0], 0, self.entered.get(ev.conn, 0))
                 yield from self._route((ev,))
 
     def finish(self) -> Iterator:
         if self.table._closing:
-            yield from self._linger(END, 0)
+            yield from self._linger(END, 0, END)
         self._ending = True
         yield from super().finish()
 
@@ -259,8 +279,8 @@ class GroupResult(NamedTuple):
 
 
 def frames_in_order(flows: list[FlowFrames]) -> Iterator[tuple]:
-    """(number, ts_ns, data offset, captured length << 32 | link type) of every frame of
-    the flows, in frame order."""
+    """(order time, number, ts_ns, data offset, captured length << 32 | link type) of
+    every frame of the flows, in time order."""
     rows = [zip(*(f.frames[i::FIELDS] for i in range(FIELDS))) for f in flows]
     return rows[0] if len(rows) == 1 else heapq.merge(*rows)
 
@@ -281,11 +301,11 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
     def events() -> Iterator[tuple]:
         """(moment, event) of every event of the group, in order."""
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            for number, ts_ns, at, packed in frames_in_order(flows):
+            for key, number, ts_ns, at, packed in frames_in_order(flows):
                 seg = decode_packet(packed & _LOW, mm[at:at + (packed >> 32)])
                 if seg is None:      # pragma: no cover - stage A only lists TCP frames
                     continue
-                for ev in stream.feed(number, ts_ns, seg):
+                for ev in stream.feed(number, ts_ns, seg, position(key, number)):
                     yield stream.moment, ev
         for ev in stream.finish():
             yield stream.moment, ev

@@ -17,12 +17,15 @@ from the frame index, run again where they must be, and merged into ``analyze``'
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from typing import NamedTuple
 
 from ..analysis.engine import Analyzer, not_mcbp_finding
 from ..analysis.findings import Finding
 from ..analysis.stream_summary import findings_by_stream
+from ..capture.order import position
+from ..capture.readers import TLS_KEY_LOG
 from ..reassembly.pdus import Options
 from ..reports.streams import SEVERITIES, _order
 from .chunks import FileIndex
@@ -36,6 +39,7 @@ class Task(NamedTuple):
     group: int
     flows: list                 # [FlowFrames]
     numbers: dict               # moment -> [connection numbers, in order]
+    options: Options | None = None      # the file's (its own TLS secrets added)
 
 
 class Merged(NamedTuple):
@@ -61,10 +65,19 @@ class _Stream:
         self.opaque, self.first_frame = r["opaque"], r["first_frame"]
 
 
+def file_options(options: Options, index: FileIndex) -> Options:
+    """``options`` with the TLS key log lines of the file's decryption secrets blocks, each
+    at its place (:attr:`Options.tls_secrets`)."""
+    found = tuple((after, data.decode("ascii", "replace"))
+                  for after, stype, data in index.secrets if stype == TLS_KEY_LOG)
+    return dataclasses.replace(options, tls_secrets=options.tls_secrets + found) if found \
+        else options
+
+
 class FileMerge:
     def __init__(self, index: FileIndex, options: Options, groups: int):
         self.index = index
-        self.options = options
+        self.options = file_options(options, index)
         self.groups = max(1, groups)
         self.parts: dict[str, list] = {}        # flow -> [(first frame of chunk, FlowFrames)]
         self.chunks: list[ChunkStats] = []
@@ -113,23 +126,24 @@ class FileMerge:
             opens.append((ff.first_open, key))
             isn = None
             syns = ff.syns
-            for i in range(0, len(syns), 2):
-                frame, seq = syns[i], syns[i + 1]
-                if frame == ff.first_open:
+            for i in range(0, len(syns), 3):
+                at, seq = position(syns[i], syns[i + 1]), syns[i + 2]
+                if at == ff.first_open:
                     isn = seq
-                elif frame > ff.first_open and seq != isn:
-                    opens.append((frame, key))
+                elif at > ff.first_open and seq != isn:
+                    opens.append((at, key))
                     isn = seq
         out: dict[str, list] = {}
-        for number, (frame, key) in enumerate(sorted(opens), 1):
-            out.setdefault(key, []).append(((frame, 1, 0), number))
+        for number, (at, key) in enumerate(sorted(opens), 1):
+            out.setdefault(key, []).append(((at, 1, 0), number))
         return out
 
     def _task(self, members: list[str], numbers: dict) -> Task:
         group = self.next_group
         self.next_group += 1
         self.members[group] = members
-        return Task(self.index.path, group, [self.flows[k] for k in members], numbers)
+        return Task(self.index.path, group, [self.flows[k] for k in members], numbers,
+                    self.options)
 
     # -- 3 ---------------------------------------------------------------------------------
     def add_result(self, result) -> None:
@@ -201,6 +215,7 @@ class FileMerge:
         findings = analyzer._cap([f for _m, f in found]) + analyzer._capped()
         findings.sort(key=Finding.sort_key)
         totals = FileTotals(self.index.path)
+        totals.add_secrets(self.index.secrets)
         for c in self.chunks:
             totals.add_chunk(c)
         for r in results:

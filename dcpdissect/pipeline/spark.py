@@ -657,7 +657,8 @@ class _StageB:
             gc.set_threshold(50_000, *gc.get_threshold()[1:])
             cpu, wall = time.process_time(), time.monotonic()
             got: list = []
-            for cols in run_group(task.path, task.group, task.flows, options, task.numbers,
+            for cols in run_group(task.path, task.group, task.flows, task.options or options,
+                                  task.numbers,
                                   TcpClock(clocks.value[task.path]), got, time=False,
                                   header=False):
                 yield _message_batch(cols, schema)

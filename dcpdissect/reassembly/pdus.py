@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
 from ..capture.keylog import KeyLog
+from ..capture.order import WINDOW_NS, TimeOrder
 from ..capture.packets import decode_packet
-from ..capture.readers import CaptureError, Frame, open_capture
+from ..capture.readers import TLS_KEY_LOG, CaptureError, Frame, open_capture
 from ..protocol import DCP_PORTS, TLS_PORTS
 from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
@@ -71,6 +72,8 @@ class Options:
     max_connections: int = 100_000
     tls_keylog: str = ""                 # key log text (NSS format): TLS connections found
                                          # by the heuristic are decrypted with its secrets
+    tls_secrets: tuple = ()              # (frames before, key log text) of each of the
+                                         # capture's TLS secrets blocks, when known ahead
 
     @property
     def server_ports(self) -> frozenset[int]:
@@ -102,6 +105,11 @@ class Summary:
     #                                     not MCBP by their bytes (not decoded)
     tcp: dict = field(default_factory=dict)
     error: str | None = None
+    file_keylog: str = field(default="", compare=False)  # the capture's own TLS key log
+    #                                     lines (decryption secrets blocks)
+    secrets_ignored: dict = field(default_factory=dict)  # secrets type -> blocks not used
+    late_frames: int = 0                # frames later than the time-order window allows
+    late_max_ns: int = 0                # how far the furthest was behind the newest frame
 
     @property
     def not_mcbp(self) -> int:
@@ -138,6 +146,23 @@ class Summary:
         return (f"dcpdissect: MCBP found by its first bytes on port{'s' * (len(ports) != 1)} "
                 f"{listed}; --port {ports[0]} decodes it without the heuristic")
 
+    def notes(self) -> list[str]:
+        """Lines for stderr: what was read but not used as it stands, once per capture."""
+        out = []
+        if self.late_frames:
+            out.append(f"dcpdissect: info: {self.path or 'the capture'}: {self.late_frames} "
+                       f"frame{'s' * (self.late_frames != 1)} came later than the time-order "
+                       f"window ({WINDOW_NS / 1e9:g} s) allows, up to "
+                       f"{self.late_max_ns / 1e9:.6f} s out of order; each was processed "
+                       "as soon as it was read")
+        if self.secrets_ignored:
+            kinds = ", ".join(f"0x{t:08x} ({n} block{'s' * (n != 1)})"
+                              for t, n in sorted(self.secrets_ignored.items()))
+            out.append(f"dcpdissect: note: {self.path or 'the capture'}: decryption secrets "
+                       f"of type {kinds} ignored: only TLS key logs (0x{TLS_KEY_LOG:08x}) are "
+                       "used")
+        return out
+
     @property
     def no_mcbp(self) -> bool:
         """Nothing was decoded as MCBP (and the capture could be read)."""
@@ -169,7 +194,9 @@ class PduStream:
         self.server_ports = opts.server_ports
         self.tls_ports = frozenset(TLS_PORTS) - self.server_ports
         self.heuristic = opts.heuristic or opts.any_port
-        self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog else None
+        self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog or opts.tls_secrets else None
+        for after, text in opts.tls_secrets:
+            self.keylog.add(text, after)
         self.table = ConnectionTable(server_ports=self.server_ports,
                                      tls_ports=(frozenset() if self.heuristic or self.keylog
                                                 else self.tls_ports),
@@ -201,6 +228,44 @@ class PduStream:
             events = self.table.feed(frame.number, frame.ts_ns, seg)
             if events:
                 yield from self._route(events)
+
+    def feed_capture(self, reader) -> Iterator:
+        """:meth:`feed_frames` of a capture as it is read: its frames in time order, each
+        with its number (:mod:`~dcpdissect.capture.order`), and the TLS key log lines of
+        its decryption secrets blocks used from where they stand."""
+        summary = self.summary
+        reader.on_secrets = self.add_secrets
+        reader.idle_marks = True
+        order = TimeOrder(reader, on_first=self._first_frame)
+        try:
+            yield from self.feed_frames(order)
+        finally:
+            summary.late_frames += order.late
+            summary.late_max_ns = max(summary.late_max_ns, order.late_max_ns)
+
+    def _first_frame(self, ts_ns: int) -> None:
+        if self.summary.first_ts_ns is None:
+            self.summary.first_ts_ns = ts_ns
+
+    def add_secrets(self, after: int, stype: int, data: bytes) -> None:
+        """A decryption secrets block read after frame ``after``: a TLS key log's lines
+        open the connections decided from the next frame on; other types are counted."""
+        if stype != TLS_KEY_LOG:
+            ignored = self.summary.secrets_ignored
+            ignored[stype] = ignored.get(stype, 0) + 1
+            return
+        text = data.decode("ascii", "replace")
+        if text.strip():
+            self.summary.file_keylog += text if text.endswith("\n") else text + "\n"
+        if self.keylog is None:
+            self.keylog = KeyLog()
+            self.table.tls_ports = frozenset()
+        self.keylog.add(text, after)
+
+    def _keys_known(self) -> bool:
+        """Whether key log lines were read before the frame being processed."""
+        log = self.keylog
+        return log is not None and log.has_any(self.now[0] if self.now else None)
 
     def finish(self) -> Iterator:
         self.now = None
@@ -280,7 +345,7 @@ class PduStream:
         ports = self.server_ports
         on_port = ev.server[1] in ports or ev.client[1] in ports
         at_once = on_port or not self.heuristic
-        if at_once and self.keylog is None:
+        if at_once and not self._keys_known():
             yield from self._accept(ev.conn, [(ev, self.now)], heuristic=False)
         else:       # with a key log, a connection decoded at once may start TLS
             cand = self.pending[ev.conn] = _Candidate(ev, by_port=at_once,
@@ -299,7 +364,8 @@ class PduStream:
         verdict = cand.verdict(final=kind is ConnectionClosed)
         if verdict is None:
             return
-        if verdict == "tls" and self.keylog is not None:
+        keys = verdict == "tls" and self._keys_known()
+        if keys:
             random = self._client_random(cand, final=kind is ConnectionClosed)
             if random is None:
                 return                      # the ClientHello is not complete yet
@@ -310,14 +376,14 @@ class PduStream:
             return
         opened = cand.opened
         port = opened.server[1]
-        if verdict == "tls" and self.keylog is not None and self.keylog.has(random):
+        if keys and self.keylog.has(random, self.now[0] if self.now else None):
             yield from self._accept_tls(cand, random)
             return
         if verdict == "tls" or port in self.tls_ports:
             self.summary.tls_connections += 1
             at = ev if kind is StreamData else opened      # the record header's frame
             mcbp_port = cand.by_port or port in self.tls_ports
-            if verdict == "tls" and self.keylog is not None and mcbp_port:
+            if keys and mcbp_port:
                 yield TlsProblem(None, opened.client, opened.server, at.frame, at.ts_ns, NO_KEY,
                                  "the key log has no line for client random "
                                  f"{random.hex()[:16]}…" if random else
@@ -351,7 +417,8 @@ class PduStream:
             cand.number = self._new_number(opened.conn)
         conn = cand.number
         hello_dir = 0 if hello_random(cand.bufs[0]) else 1
-        self.tls[conn] = TlsSession(conn, opened.client, opened.server, self.keylog, random,
+        keylog = self.keylog.as_of(random, self.now[0] if self.now else None)
+        self.tls[conn] = TlsSession(conn, opened.client, opened.server, keylog, random,
                                     hello_dir)
         self.summary.tls_decrypted += 1
         self.summary.tls_randoms[conn] = random.hex()
@@ -404,7 +471,7 @@ def iter_events(path: str, options: Options | None = None, summary: Summary | No
         with open_capture(path) as reader:
             if reader_hook is not None:
                 reader_hook(reader)
-            yield from stream.feed_frames(reader)
+            yield from stream.feed_capture(reader)
     except CaptureError as exc:
         stream.summary.error = str(exc)
         yield from stream.finish()

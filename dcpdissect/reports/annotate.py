@@ -2,13 +2,14 @@
 
 Every frame of every finding gets one comment ``[rule] message`` per finding (Wireshark
 shows them under the frame and filters them as ``frame.comment``). Frames are copied as
-read: timestamps (nanosecond resolution), link types, captured bytes and original lengths.
+read: timestamps (nanosecond resolution), link types, captured bytes and original lengths;
+records that carry no packet (pcapng custom blocks and the like) are left out.
 """
 
 from __future__ import annotations
 
 from ..analysis.findings import Finding
-from ..capture.readers import open_capture
+from ..capture.readers import NO_LINKTYPE, open_capture
 from ..capture.pcapwrite import PcapngWriter
 from .markdown import finding_frames
 
@@ -34,6 +35,8 @@ def write_annotated(source: str, target: str, findings: list[Finding]) -> tuple[
     with open_capture(source) as reader, open(target, "wb") as fh:
         out = PcapngWriter(fh)
         for frame in reader:
+            if frame.linktype == NO_LINKTYPE:
+                continue
             key = (frame.interface, frame.linktype)
             iface = interfaces.get(key)
             if iface is None:

@@ -18,6 +18,7 @@ from collections import defaultdict
 
 from ..analysis.findings import Finding
 from ..capture.packets import decode_packet
+from ..capture.order import TimeOrder
 from ..capture.readers import CaptureError, open_capture
 from ..codec.header import peek
 from ..protocol import HEADER_SIZE, REQUEST_MAGICS, opcode_code
@@ -110,6 +111,7 @@ class CaptureIndex:
         except CaptureError:
             pass
         self.tls_randoms = summary.tls_randoms          # decrypted connections
+        self.file_keylog = summary.file_keylog          # the capture's own key log lines
         for key in [k for k in self.clear if k[0] in self.tls_randoms]:
             del self.clear[key]         # their payload is ciphertext: none of it stays clear
         for spans in self.clear.values():
@@ -133,30 +135,26 @@ class CaptureIndex:
     def _frames(self, needed: set[int]) -> None:
         """Stream offset of every data frame of the connections, their handshake and every
         frame of theirs; the connection of each needed frame."""
-        by_ends: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
-        for c, o in sorted(self.opened.items()):
-            by_ends[(o.client, o.server)].append((o.frame, c))
+        opens = {o.frame: ((o.client, o.server), c) for c, o in sorted(self.opened.items())}
+        current: dict[tuple, int] = {}      # endpoints -> the connection open on them
         state: dict[tuple[int, int], list] = {}       # (conn, dir) -> [last_seq, last_off]
         synack_seen: set[int] = set()
         try:
             with open_capture(self.path) as reader:
-                for fr in reader:
-                    self.total_frames = fr.number
+                for fr in TimeOrder(reader):            # the order the analysis saw them in
+                    self.total_frames = max(self.total_frames, fr.number)
+                    if fr.number in opens:
+                        ends, c = opens[fr.number]
+                        current[ends] = c
                     seg = decode_packet(fr.linktype, fr.data)
                     if seg is None:
                         continue
                     a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
-                    if (a, b) in by_ends:
-                        cands, direction = by_ends[(a, b)], 0
-                    elif (b, a) in by_ends:
-                        cands, direction = by_ends[(b, a)], 1
+                    if (a, b) in current:
+                        conn, direction = current[(a, b)], 0
+                    elif (b, a) in current:
+                        conn, direction = current[(b, a)], 1
                     else:
-                        continue
-                    conn = None
-                    for start, c in cands:
-                        if start <= fr.number:
-                            conn = c
-                    if conn is None:
                         continue
                     if fr.number in needed:
                         self.conn_of[fr.number] = conn

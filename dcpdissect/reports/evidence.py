@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..analysis.findings import Finding
 from ..capture.packets import decode_packet
-from ..capture.readers import CaptureError, open_capture
+from ..capture.readers import NO_LINKTYPE, CaptureError, open_capture
 from ..protocol import DCP_PORTS
 from ..reassembly.pdus import Options
 from ..reassembly.tcp import MASK
@@ -170,7 +170,7 @@ def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool):
     frames = []
     try:
         with open_capture(cap.path) as reader:
-            frames = [fr for fr in reader if fr.number in keep]
+            frames = [fr for fr in reader if fr.number in keep and fr.linktype != NO_LINKTYPE]
     except CaptureError:
         pass
     linktypes = sorted({fr.linktype for fr in frames}) or [1]
@@ -265,8 +265,8 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     (out / PLUGIN).write_text(render(), encoding="utf-8")
 
     conns = set().union(*(cap.involved(f) for f in chosen))
-    tls = tls_bundle(cap.tls_randoms, conns, cap.opened, options.tls_keylog if options else "",
-                     redact)
+    keylog = (options.tls_keylog if options else "") + cap.file_keylog
+    tls = tls_bundle(cap.tls_randoms, conns, cap.opened, keylog, redact)
     ports = ({cap.opened[c].server[1] for c in conns if c in cap.opened} - tls.ports
              | set(DCP_PORTS))
     offending = sorted({frame_map[n] for f in chosen for n in finding_frames(f) if n in frame_map})
