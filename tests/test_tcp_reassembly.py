@@ -611,3 +611,27 @@ def test_performance_in_order_100k():
             n += len(e.data)
     assert n == 100_000 * 1448
     assert t.stats["segments"] == 100_001
+
+
+def test_an_ack_past_a_hole_declares_it_lost_at_once():
+    """Later bytes wait for a hole; the other end's ACK past it shows the capture lost it:
+    the gap comes at the ACK's frame, not at the connection's end."""
+    f = Flow()
+    segs = [f.syn(), f.synack(), f.c2s(0, b"abc"), f.c2s(6, b"ghi"),
+            f.s(f.sisn + 1, b"", ACK, ack=f.cisn + 1 + 9)]
+    _, ev = run(segs, close=False)
+    assert of(ev, StreamGap) == [StreamGap(1, 0, 6, 3, 4, 4000, LOST)]
+    assert stream(ev, gap_fill=b"?") == b"abc???ghi"
+
+
+def test_data_that_comes_after_its_ack_is_kept():
+    """An ACK beyond everything captured only notes it (the segment may follow in the file);
+    bytes never seen are lost when the stream ends."""
+    f = Flow()
+    segs = [f.syn(), f.synack(), f.c2s(0, b"abc"), f.s(f.sisn + 1, b"", ACK, ack=f.cisn + 1 + 6),
+            f.c2s(3, b"def")]
+    _, ev = run(segs, close=False)
+    assert stream(ev) == b"abcdef" and not of(ev, StreamGap)
+    segs = segs[:-1]
+    _, ev = run(segs, close=True)
+    assert of(ev, StreamGap) == [StreamGap(1, 0, 6, 3, 4, 4000, LOST)]

@@ -135,7 +135,7 @@ class DirectionReassembler:
         "conn", "direction", "owner", "peer", "stats", "isn", "mid_stream", "next_off",
         "fin_off", "fin_frame", "fin_ts", "max_segments", "max_bytes",
         "_nseq", "_starts", "_pieces", "_buf_bytes", "_tail", "_tail_bytes",
-        "_tail_window", "_tail_hi", "_prev",
+        "_tail_window", "_tail_hi", "_prev", "_acked",
     )
 
     def __init__(self, conn: int = 0, direction: int = 0, *, max_segments: int = 1024,
@@ -165,6 +165,7 @@ class DirectionReassembler:
         self._tail_window = tail_window
         self._tail_hi = tail_window + (tail_window >> 2)   # trim in batches
         self._prev = None                       # previous data segment
+        self._acked = None      # (offset, frame, ts) the other end acknowledged up to, highest
 
     # -- state -----------------------------------------------------------
     @property
@@ -469,25 +470,26 @@ class DirectionReassembler:
         return self.next_off
 
     def acked(self, ack: int, frame: int, ts_ns: int) -> list:
-        """The other end acknowledged this direction up to sequence number ``ack``: the
-        bytes before it that the capture does not hold were received, so no retransmission
-        will bring them: they are lost now (at ``frame``), not when the connection ends.
-        Returns the events (gaps, then the buffered data they release)."""
+        """The other end acknowledged this direction up to sequence number ``ack``: a hole
+        before it, with later bytes already here, was received, so no retransmission will
+        fill it: it is lost now (at ``frame``), not when the connection ends. Bytes beyond
+        everything captured are only noted (the segment may come after its acknowledgement
+        in the file): lost if the stream ends without them. Returns the events (gaps, then
+        the buffered data they release)."""
         d = (ack - self._nseq) & MASK
         if not d or d & _HALF or d >= JUMP:
             return EMPTY                            # not ahead, or not the same stream
         upto = self.next_off + d
         if self.fin_off is not None and upto > self.fin_off:
             upto = self.fin_off                     # the FIN takes a sequence number
+        if self._acked is None or upto > self._acked[0]:
+            self._acked = (upto, frame, ts_ns)
         out: list = []
         starts = self._starts
         while starts and starts[0] < upto:
             p = self._pieces[0]
             if p[0] > self.next_off:
                 self._gap(p[0], p[2], p[3], out)
-            self._drain(out)
-        if self.next_off < upto:
-            self._gap(upto, frame, ts_ns, out)
             self._drain(out)
         return out
 
@@ -502,4 +504,6 @@ class DirectionReassembler:
             self._drain(out)
         if self.fin_off is not None and self.fin_off > self.next_off and self._nseq is not None:
             self._gap(self.fin_off, self.fin_frame, self.fin_ts, out)
+        elif self._acked is not None and self._acked[0] > self.next_off:
+            self._gap(*self._acked, out)        # acknowledged, never captured
         return out

@@ -85,7 +85,7 @@ SPECS = (
     Spec("cut-lost-headers", "cut-lost-headers.pcap",
          "a lost segment holding half a header, a marker and items: the stream's rules resume "
          "at its next marker (and find data outside it)", lost_headers, _drop_rest_of_header,
-         gaps=2, resyncs=1),
+         gaps=1, resyncs=1),
     Spec("cut-request-hidden", "cut-request-hidden.pcap",
          "a stream request lost, shown only after the producer answered it: nothing judged "
          "against it", request_hidden, _drop_second_request, gaps=1, resyncs=1),
