@@ -153,6 +153,15 @@ class Controls:
             rec = self.conns[c.id] = ConnControls(c)
         return rec
 
+    def accepted(self, c: Conn, key: str) -> str | None:
+        """The value of the control ``key`` the producer accepted on ``c`` so far ("" when
+        none was), whichever end of the TCP connection the DCP consumer is; None when the
+        capture does not show the connection's whole negotiation."""
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            rec = self._record(c)
+        return rec.controls.get(key, "") if _known(c, rec) else None
+
     # --- the hook (called by the tracker after it dispatched the message) -----------------
 
     def on_cut(self, c: Conn, consumer_side: bool) -> None:

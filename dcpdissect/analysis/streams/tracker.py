@@ -72,7 +72,7 @@ class StreamTracker:
         self.resume = Resume()
         self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
-        self.lifecycle = Lifecycle()
+        self.lifecycle = Lifecycle(self.controls)
         self.durability = Durability(self.controls)
         self.flow = Flow()       # flow control, noops, unrequested answers, datatypes sent
 
