@@ -110,7 +110,7 @@ def lifecycle_legal() -> list[Script]:
     s.s2c(marker(0, o, 0, 2, "memory+checkpoint"), mut(0, o, 1, k("a1")), mut(0, o, 2, k("a2")),
           end(0, o, 4))
     o = _stream(s, 0, 0x101, start=2)
-    s.s2c(marker(0, o, 3, 4, "memory+checkpoint"), mut(0, o, 3, k("a3")), mut(0, o, 4, k("a4")))
+    s.s2c(marker(0, o, 2, 4, "memory+checkpoint"), mut(0, o, 3, k("a3")), mut(0, o, 4, k("a4")))
     # vb 1: takeover: pending, acked, the rest, active, acked, StreamEnd(Ok)
     o = _stream(s, 1, 0x110, flags=TAKEOVER)
     s.s2c(marker(1, o, 0, 1, "memory+checkpoint"), mut(1, o, 1, k("t1")), set_vb(1, o, 3))

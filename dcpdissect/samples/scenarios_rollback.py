@@ -48,7 +48,7 @@ def _seed_request(answer_rollback: bool) -> list[Script]:
               *[mutation(3, 0x11, i, f"k{i}", b'{"v":1}') for i in range(2, 6)])
     else:
         s.s2c(failover(0x10, *SEED_LOG))
-        s.s2c(marker(3, 0x10, 3, 5, "memory+checkpoint"),
+        s.s2c(marker(3, 0x10, 1, 5, "memory+checkpoint"),
               *[mutation(3, 0x10, i, f"k{i}", b'{"v":1}') for i in range(4, 6)])
     s.conv.close()
     return [s]

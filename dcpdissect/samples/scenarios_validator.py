@@ -150,7 +150,7 @@ def legal_server_behaviour() -> list[Script]:
     p.s2c(marker(0, 0x10, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,
                  high_completed_seqno=3, purge_seqno=0, high_prepared_seqno=3))
     # vb 1 interleaved: a memory marker whose purge seqno is above its end (ignored by consumers)
-    p.s2c(marker(1, 0x11, 1, 2, "memory+checkpoint", layout="V2.2", max_visible_seqno=2,
+    p.s2c(marker(1, 0x11, 0, 2, "memory+checkpoint", layout="V2.2", max_visible_seqno=2,
                  high_completed_seqno=0, purge_seqno=40, high_prepared_seqno=0))
     for seqno in range(1, 13):
         p.s2c(item(0x57, 0, 0x10, seqno, ckey(8, f"user::{seqno}"), doc(seqno), datatype=0x01))
@@ -171,7 +171,7 @@ def legal_server_behaviour() -> list[Script]:
           ok(0x51, 0x43, fields={"new_opaque": 0x2043}))   # accepted: the stream opaque
     c.s2c(stream_req(6, 0x2043, start=0, value=b'{"uid":"0"}'))
     c.c2s(failover(0x2043, (UUID + 6, 0)))
-    c.c2s(marker(6, 0x2043, 1, 4, "memory+checkpoint"))
+    c.c2s(marker(6, 0x2043, 0, 4, "memory+checkpoint"))
     for seqno in (1, 2, 3):
         c.c2s(item(0x57, 6, 0x2043, seqno, ckey(0, f"doc-{seqno}"), doc(seqno), datatype=0x01))
     c.c2s(item(0x58, 6, 0x2043, 4, ckey(0, "doc-0")))      # V2 deletion (collections)

@@ -47,10 +47,15 @@ RULES = (
          "prepares) in one snapshot without MayContainDuplicates",
          "R22; checkpoints and backfills deduplicate keys (MB-71914, MB-72198)", ST),
     rule("snapshot-start-inconsistent", WARNING, "inconsistent start-seqno semantics",
-         "engines/ep/src/dcp/active_stream.cc: first marker = min(snap_start, computed) = the "
-         "requested snap_start (ActiveStream::snapshot, adjustStartIfFirstSnapshot); CHK marker "
-         "start <= first item; memory marker without CHK start = first sent item, computed after "
-         "filtering (relaxed only for a collections/scope filter); backfill start <= first item", ST),
+         "engines/ep/src/dcp/active_stream.cc: the first marker starts at min(snap_start, "
+         "computed start), the requested snap_start (ActiveStream::snapshot after filtering, "
+         "markDiskSnapshot and sendSnapshotAndSeqnoAdvanced through adjustStartIfFirstSnapshot, "
+         "also for a first snapshot the filter held back, MB-47009), or for FromLatest the "
+         "vbucket's high seqno (producer.cc DcpProducer::streamRequest), below its first item; "
+         "after an OSO backfill (completeOSOBackfill sets firstMarkerSent) the next marker is not "
+         "the first; CHK marker start <= first item; memory marker without CHK start = first "
+         "sent item, computed after filtering (relaxed only for a collections/scope filter); "
+         "backfill start <= first item", ST),
     rule("oso-unpaired", ERROR, "OSO snapshot start/end markers are not paired",
          "R24; the producer sends 0x65 start, items in key order, then 0x65 end", "stream-oso.pcap"),
     rule("oso-contains-marker", ERROR, "snapshot marker 0x56 inside an OSO snapshot",
