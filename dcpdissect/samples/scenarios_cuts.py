@@ -75,10 +75,10 @@ def _drop_second_request(pkts):
 SPECS = (
     Spec("cut-snaplen-128", "cut-snaplen-128.pcap",
          "the clean replication stream captured with tcpdump -s 128: header-only frames",
-         lambda: [replication()], snaplen=128, resyncs=5),
+         lambda: [replication()], snaplen=128, resyncs=6),
     Spec("cut-snaplen-256", "cut-snaplen-256.pcap",
          "the clean replication stream captured with tcpdump -s 256", lambda: [replication()],
-         snaplen=256, resyncs=4),
+         snaplen=256, resyncs=6),
     Spec("cut-resume-collapsed-snap256", "cut-resume-collapsed-snap256.pcap",
          "the collapsed resume captured with tcpdump -s 256: the error is still found",
          resume_collapsed, snaplen=256),

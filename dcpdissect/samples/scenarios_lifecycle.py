@@ -125,7 +125,7 @@ def lifecycle_legal() -> list[Script]:
     s.s2c(mut(2, o, 2, k("c2")), ok(0x52, 0x121))
     # vb 3: a disk History snapshot with MayContainDuplicates repeats a key; then memory
     o = _stream(s, 3, 0x130)
-    s.s2c(marker(3, o, 0, 3, HISTORY_DUP, layout="V2.0", high_completed_seqno=0),
+    s.s2c(marker(3, o, 0, 3, HISTORY_DUP),              # V1: no sync replication negotiated
           mut(3, o, 1, k("h")), mut(3, o, 2, k("h")), mut(3, o, 3, k("h")),
           marker(3, o, 4, 5, "memory+checkpoint+history"), mut(3, o, 4, k("h")),
           mut(3, o, 5, k("g")))

@@ -16,13 +16,15 @@ import struct
 
 from ..codec import encode
 from ..codec.header import peek
-from .builder import MAX_SEQNO, T0, Script, Spec, doc, failover, marker, ok, stream_req
+from .builder import MAX_SEQNO, T0, Script, Spec, control, doc, failover, marker, ok, stream_req
 from .netsynth import Endpoint
 
 PRODUCER = Endpoint("10.0.4.1", 11210)
 REPLICA = Endpoint("10.0.4.2", 11209)
 UUID = 0x5EED000000000000
 JSON_, SNAPPY_, XATTR_, COLLECTIONS_ = 0x0B, 0x0A, 0x06, 0x12
+SYNC_REPLICATION_V22 = (("enable_sync_writes", "true"), ("consumer_name", "ns_1@10.0.4.2"),
+                        ("max_marker_version", "2.2"))
 
 
 def hello(s: Script, *features: int, opaque: int = 0xF0) -> None:
@@ -141,6 +143,9 @@ def legal_server_behaviour() -> list[Script]:
     p = Script(Endpoint("10.0.4.6", 50600), PRODUCER, start_ns=T0)
     hello(p, JSON_, XATTR_, SNAPPY_, COLLECTIONS_)
     _open(p, "replication:ns_1@10.0.4.1->ns_1@10.0.4.2:default", 0x25)
+    # sync replication and max_marker_version=2.2 (with collections): V2.2 markers
+    p.c2s(*(control(k, v, 2 + i) for i, (k, v) in enumerate(SYNC_REPLICATION_V22)))
+    p.s2c(*(ok(0x5E, 2 + i) for i in range(len(SYNC_REPLICATION_V22))))
     p.c2s(stream_req(0, 0x10, start=0, uuid=0), stream_req(1, 0x11, start=0, uuid=0))
     p.s2c(failover(0x10, (UUID, 0)), failover(0x11, (UUID + 1, 0)))
     # FromLatest with uuid 0 and a start: the producer replaces both (producer.cc)
