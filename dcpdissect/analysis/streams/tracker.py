@@ -185,9 +185,9 @@ class StreamTracker:
         if c is None:
             return []
         self._release_name(c)
-        self.flow.on_end(c)
-        self.lifecycle.forget(c)
         out: list[Finding] = []
+        self.flow.on_end(c, ev, out)        # (the close may be the producer's idle disconnect)
+        self.lifecycle.forget(c)
         c.release(out, final=True)
         out += self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                             + (f" at frame {ev.frame})" if ev.frame else ")"))
