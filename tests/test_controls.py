@@ -38,7 +38,32 @@ def test_rules_are_registered():
     sev = {rid: RULES[rid].severity for rid in NEW}
     assert sev["consumer-error-response-undecided"] == INFO
     assert sev["snapshot-v1-disk-sync-replication"] == ERROR
-    assert sev["oso-not-negotiated"] == WARNING
+    # every message the negotiation forbids: one severity (the producer is not kv_engine's)
+    assert {sev[r] for r in ("snapshot-version-not-negotiated", "snapshot-history-not-negotiated",
+                             "oso-not-negotiated", "seqno-advanced-not-enabled",
+                             "expiration-not-negotiated", "stream-id-message-mismatch")} \
+        == {WARNING}
+    assert RULES["producer-datatype-not-negotiated"].severity == WARNING
+    assert RULES["sync-write-not-negotiated"].severity == WARNING
+
+
+def test_clean_replication_negotiates_what_it_sends():
+    """The clean replication stream sends V2.0/V2.2 markers and a DcpExpiration because its
+    consumer negotiated them as kv_engine's does: fed again without its DcpControl exchange,
+    each is flagged; with it, nothing is."""
+    from dcpdissect.codec import decode
+    from dcpdissect.samples.builder import replication
+
+    messages = [(0 if d == "c2s" else 1, m) for d, _, m in replication().messages]
+    assert [r for r, _ in _run(*messages, rules=NEGOTIATION)] == []
+    bare = [(d, m) for d, m in messages if m[1] != 0x5E]
+    found = [(r, decode(bare[i][1]).opcode, decode(bare[i][1]).vbucket)
+             for r, i in _run(*bare, rules=NEGOTIATION)]
+    assert found == [("snapshot-version-not-negotiated", 0x56, 0),       # V2.0 memory
+                     ("snapshot-version-not-negotiated", 0x56, 1),       # V2.0 disk
+                     ("snapshot-version-not-negotiated", 0x56, 2),       # V2.2 disk
+                     ("snapshot-version-not-negotiated", 0x56, 0),       # V2.0 memory
+                     ("expiration-not-negotiated", 0x59, 0)]
 
 
 def test_legal_sample_has_no_finding_at_all():
@@ -95,6 +120,9 @@ def test_undecided_when_the_controls_were_not_captured():
 
 
 # --- fed message by message -----------------------------------------------------------------
+
+NEGOTIATION = {r for r in STREAM if r.endswith(("-not-negotiated", "-not-enabled"))}
+
 
 def _run(*messages, mid=False, rules=STREAM):
     return [(r, i) for r, i in feed(*messages, mid_stream=mid) if r in rules]

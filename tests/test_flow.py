@@ -43,7 +43,8 @@ def test_samples_are_built_from_their_specs():
 def test_rules_are_registered_with_kv_engine_references():
     assert FLOW == {"buffer-ack-exceeds-sent", "flow-control-window-exceeded",
                     "noop-interval-exceeded", "response-without-request",
-                    "producer-datatype-not-negotiated", "flow-control-undecided"}
+                    "producer-datatype-not-negotiated", "flow-control-undecided",
+                    "consumer-idle-timeout"}
     for rid in FLOW:
         assert ".cc" in RULES[rid].rationale and "::" in RULES[rid].rationale
         assert (SAMPLES / RULES[rid].sample).is_file()
@@ -51,6 +52,7 @@ def test_rules_are_registered_with_kv_engine_references():
     assert RULES["flow-control-window-exceeded"].severity == WARNING
     assert RULES["noop-interval-exceeded"].severity == WARNING
     assert RULES["buffer-ack-exceeds-sent"].severity == WARNING
+    assert RULES["consumer-idle-timeout"].severity == WARNING
 
 
 def test_legal_sample_is_clean():
@@ -69,6 +71,10 @@ VIOLATIONS = [
     ("noop-interval-exceeded", 74, 0x5C, True),           # 20 s > 2 * 4 s + 5 s
     ("response-without-request", 78, 0x57, False),        # consumer answers opaque 0x999
     ("response-without-request", 80, 0x5E, False),        # server answers opaque 77
+    # 100 s later: noops left unanswered past dcp_idle_timeout (360 s)
+    ("consumer-idle-timeout", 176, 0x5C, True),           # consumer leg: ns_server closes
+    ("consumer-idle-timeout", 178, 0x5C, True),           # the producer keeps the connection
+    ("consumer-idle-timeout", 180, 0x5C, True),           # the producer closes
 ]
 
 
@@ -181,8 +187,100 @@ def test_analyze_jsonl_prints_flow_control_records_after_the_findings():
     recs = [json.loads(line) for line in out.splitlines()]
     flow = [r for r in recs if r.get("type") == "flow_control"]
     assert recs[len(recs) - len(flow):] == flow       # after every finding
-    assert [r["connection"] for r in flow] == [1, 2]
+    assert [r["connection"] for r in flow] == [1, 2, 4]
     unacked = [u for _, u in flow[0]["points"]]
     assert unacked == [0, 44, 201, 358, 515, 0, 78, 176, 333, 0]
     assert [u for _, u in flow[1]["points"]] == [0, 44, 201, 358, 0, 157, 0]
     assert all(isinstance(t, str) and t.endswith("Z") for t, _ in flow[0]["points"])
+
+
+# --- the consumer's silence and the producer's idle disconnect -------------------------------
+
+def test_idle_timeout_findings_name_what_closed_the_connection():
+    """Each consumer-idle-timeout of flow-violations.pcap: tshark (not the analyzer) shows
+    more than 360 s between the consumer's last message and the first FIN or the next
+    message, and that FIN is sent by the side the finding names."""
+    found = {f.frame: f for f in analyze_file(str(SAMPLES / "flow-violations.pcap"))[0]
+             if f.rule == "consumer-idle-timeout"}
+    assert sorted(found) == [176, 178, 180]
+    rows = subprocess.run(["tshark", "-r", str(SAMPLES / "flow-violations.pcap"), "-T", "fields",
+                           "-e", "frame.number", "-e", "frame.time_epoch", "-e", "tcp.srcport",
+                           "-e", "tcp.flags.fin"], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    frames = {int(n): (float(t), int(port), fin in ("1", "True"))
+              for n, t, port, fin in (r.split("\t") for r in rows)}
+    for frame, closed_by in ((180, "producer"), (176, "producer"), (178, None)):
+        f = found[frame]
+        heard, end = f.context
+        assert frames[end][0] - frames[heard][0] > 360 and f.fields["closed_by"] == closed_by
+        assert f.severity == WARNING and f.fields["noop_opaque"] in (10000001, 10000002)
+    # the producer connection: the server's FIN; the consumer leg: ns_server's (the client)
+    assert frames[found[180].context[1]][1:] == (11210, True)
+    assert frames[found[176].context[1]][1] != 11209 and frames[found[176].context[1]][2]
+    assert "its idle disconnect (DcpProducer::maybeDisconnect)" in found[180].message
+    assert "its idle disconnect" in found[176].message
+    assert "still open" in found[178].message and "above the default" in found[178].message
+
+
+def _timed(msgs, *, mid=False, close=None):
+    """(seconds, direction, message) on one connection, then optionally its close:
+    ``close`` = (seconds, direction of the first FIN)."""
+    from dcpdissect.analysis.engine import Analyzer
+    from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
+    a = Analyzer()
+    out = a.feed(ConnectionOpened(1, ("10.0.0.2", 5000), ("10.0.0.1", 11210), 1, 0, mid))
+    off = [0, 0]
+    n = 1
+    for t, d, data in msgs:
+        n += 1
+        out += a.feed(Pdu(1, d, off[d], data, (n,), n, int(t * 1e9)))
+        off[d] += len(data)
+    if close is not None:
+        t, d = close
+        n += 1
+        out += a.feed(ConnectionClosed(1, n, int(t * 1e9), "fin", (d, n, int(t * 1e9))))
+    out += a.finish()
+    return [(f.rule, f.frame - 2) for f in out if f.rule in FLOW]
+
+
+def _noop_connection(*controls):
+    msgs = [(0, 0, dcp_open("p", 0x01, 1)), (0, 1, ok(0x50, 1))]
+    for i, (k, v) in enumerate(controls):
+        msgs += [(0, 0, control(k, v, 2 + i)), (0, 1, ok(0x5E, 2 + i))]
+    return msgs + [(0, 0, stream_req(0, 0x100)), (0, 1, failover(0x100, (1, 0))),
+                   (2, 1, marker(0, 0x100, 0, 9, "memory+checkpoint")), (2, 1, mut(0, 0x100, 1)),
+                   (20, 1, noop(10000001))]
+
+
+NOOPS = (("enable_noop", "true"), ("set_noop_interval", "20"))
+
+
+def test_idle_timeout_counts_from_the_consumers_last_counted_message():
+    base = _noop_connection(*NOOPS)          # the consumer's last message: the control at 0 s
+    noop_at = len(base) - 1
+    # the server closes 360.1 s after it: the idle disconnect
+    assert _timed(base, close=(360.1, 1)) == [("consumer-idle-timeout", noop_at)]
+    # before the timeout, or closed by the consumer: no idle disconnect to explain (the
+    # consumer's own FIN after the timeout is still its silence)
+    assert _timed(base, close=(359.9, 1)) == []
+    assert _timed(base, close=(361, 0)) == [("consumer-idle-timeout", noop_at)]
+    # a late answer before the timeout, then silence until a close long after it
+    late = base + [(300, 0, ok(0x5C, 10000001)), (330, 1, mut(0, 0x100, 2))]
+    assert _timed(late, close=(600, 1)) == []
+    # buffer acks reset the producer's idle timer; seqno acknowledgements do not
+    acked = base + [(200, 0, ack(100, 9)), (500, 1, mut(0, 0x100, 2))]
+    assert _timed(acked) == []
+    seqno_ack = encode(0x61, {"prepared_seqno": 1}, vbucket=0, opaque=0x100)
+    unheard = base + [(200, 0, seqno_ack), (400, 1, mut(0, 0x100, 2))]
+    assert _timed(unheard) == [("consumer-idle-timeout", noop_at)]
+    # the connection used past the timeout and a margin: the producer's timeout is higher
+    assert _timed(base + [(366, 1, mut(0, 0x100, 2))]) == [("consumer-idle-timeout", noop_at)]
+    assert _timed(base + [(364, 1, mut(0, 0x100, 2))]) == []     # within the margin
+
+
+def test_idle_timeout_is_not_judged_without_noops_or_their_negotiation():
+    quiet = _noop_connection(("set_noop_interval", "20"))       # noops never enabled
+    assert _timed(quiet, close=(400, 1)) == []
+    mid = [(2, 1, marker(0, 0x100, 0, 9, "memory+checkpoint")), (2, 1, mut(0, 0x100, 1)),
+           (20, 1, noop(10000001)), (400, 1, mut(0, 0x100, 2))]
+    assert _timed(mid, mid=True, close=(401, 1)) == [("flow-control-undecided", 2)]

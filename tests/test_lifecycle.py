@@ -56,13 +56,29 @@ def test_violations_at_their_frames():
         ("data-after-stream-end", frame_of(n, sl.seqno_advanced(15, 0x20F, 3))),
         ("data-after-stream-end", frame_of(n, mut(16, 0x210, 1, k("e")))),
         ("data-after-stream-end", frame_of(n, mut(17, 0x211, 1, k("f")))),
+        # without send_stream_end_on_client_close_stream not even the StreamEnd follows
+        ("data-after-close", frame_of(n, sl.end(18, 0x212, 1))),
         # the consumer connection: data client→server
         ("data-after-stream-end", frame_of(n, mut(20, 0x300, 2, b"p2"), 0)),
         ("data-after-takeover", frame_of(n, marker(21, 0x301, 2, 2, "memory"), 0)),
+        ("data-after-close", frame_of(n, sl.end(22, 0x302, 1), 0)),
+        # with the control: the closed stream drained to StreamEnd(Closed), then a message
+        ("data-after-stream-end", frame_of(n, mut(19, 0x213, 3, k("i3")))),
     ]
     assert judged(n) == sorted(expected)
-    # the message in flight before the close response is not judged
-    assert frame_of(n, mut(12, 0x20C, 2, k("c2"))) not in {f for _, f in judged(n)}
+    # the message in flight before the close response is not judged, nor the drain
+    for data in (mut(12, 0x20C, 2, k("c2")), mut(19, 0x213, 2, k("i2")), sl.end(19, 0x213, 1)):
+        assert frame_of(n, data) not in {f for _, f in judged(n)}
+
+
+def test_close_messages_name_the_control():
+    found = {f.frame: f for f in analyze_file(str(SAMPLES / "lifecycle-violations.pcap"))[0]}
+    f = found[frame_of("lifecycle-violations", sl.end(22, 0x302, 1), 0)]
+    assert f.rule == "data-after-close" and f.vbucket == 22
+    assert f.message.startswith("DcpStreamEnd for vb 22 after the CloseStream response at frame")
+    assert "no send_stream_end_on_client_close_stream" in f.message
+    after = found[frame_of("lifecycle-violations", sl.mut(19, 0x213, 3, sl.k("i3")))]
+    assert after.message.startswith("DcpMutation for vb 19 after its StreamEnd(Closed) at frame")
 
 
 def test_undecided_close():
@@ -97,3 +113,19 @@ def test_dropped_collection_from_a_flatbuffers_event():
                 (1, sl.mut(14, 0x20E, 3, sl.k("x3", 8)))]
     found = [r for r in feed(*messages) if r[0] == "data-for-dropped-collection"]
     assert found == [("data-for-dropped-collection", 9)]
+
+
+def test_the_legal_drains_need_the_control():
+    """The legal samples' closed streams drain only because the consumer enabled
+    send_stream_end_on_client_close_stream: fed again without that control exchange, the
+    message after the close response and the StreamEnd(Closed) are data-after-close."""
+    from dcpdissect.codec import decode
+    from feed import feed
+
+    for script, vb in ((sl._legal_drain_producer(), 6), (sl._legal_drain_consumer(), 8)):
+        messages = [(0 if d == "c2s" else 1, data) for d, _, data in script.messages
+                    if data[1] != 0x5E]                      # without the DcpControl exchange
+        found = [(rule, decode(messages[i][1])) for rule, i in feed(*messages)
+                 if rule in MINE]
+        assert [(rule, m.opcode, m.vbucket) for rule, m in found] == [
+            ("data-after-close", 0x57, vb), ("data-after-close", 0x55, vb)]

@@ -13,7 +13,7 @@ def test_progress_is_drawn_and_cleared(samples_dir):
     progress.close()
     text = out.getvalue()
     assert "analyzing: [" in text and "%" in text and text.endswith("\r\033[K")
-    assert summary.pdus == 49
+    assert summary.pdus == 77
 
 
 def test_progress_stays_quiet_for_small_files_and_pipes(samples_dir):

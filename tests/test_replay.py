@@ -88,12 +88,12 @@ FULL = {
     "move-node-correct-lo.pcapng": lambda: scenarios_moves.moved(False),
     "restart-rollback-legal-lo.pcapng": lambda: scenarios_moves.restarted(10),
 }
-FULL_COUNTS = {"replication-lo.pcapng": 49, "resume-collapsed-lo.pcapng": 16,
+FULL_COUNTS = {"replication-lo.pcapng": 77, "resume-collapsed-lo.pcapng": 16,
                "resume-correct-lo.pcapng": 13, "big-document-lo.pcapng.gz": 17,
                "move-node-collapsed-lo.pcapng": 14, "move-node-correct-lo.pcapng": 18,
                "restart-rollback-legal-lo.pcapng": 28}
-CUT = {"replication-lo-snap128.pcap": (128, 30), "replication-lo-snap256.pcap": (256, 37),
-       "replication-lo-snap512.pcap": (512, 45)}
+CUT = {"replication-lo-snap128.pcap": (128, 31), "replication-lo-snap256.pcap": (256, 45),
+       "replication-lo-snap512.pcap": (512, 65)}
 LOSS = {"big-document-lost-value.pcapng.gz": 16, "big-document-lost-headers.pcapng.gz": 12}
 
 

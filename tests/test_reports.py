@@ -352,9 +352,10 @@ def test_kept_stretch_starting_mid_message_is_aligned(tmp_path):
     assert "leading payload bytes" in (out / "README.txt").read_text()
     got = [ev.data for ev in iter_events(str(out / "evidence.pcap")) if type(ev) is Pdu]
     assert target.data in got
-    key = decode(target.data).key.decode()
-    rows = tshark_fields(out / "evidence.pcap", [fmap[target.frame]], "couchbase.key")
-    assert key in rows[0][1].split(",")
+    # tshark 4.0 shows a collection key (leb128 prefix 0x00) as an empty string: its length
+    key = decode(target.data).key
+    rows = tshark_fields(out / "evidence.pcap", [fmap[target.frame]], "couchbase.key.length")
+    assert str(len(key)) in rows[0][1].split(",")
 
 
 @pytest.mark.parametrize("name", ["tcp-retransmit.pcap", "tcp-reorder.pcap", "tcp-loss.pcap",

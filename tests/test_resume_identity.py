@@ -145,7 +145,9 @@ def opening(name="r", bucket=None, status=0):
 
 def first(feed, cid=1, port=5000, bucket=None, value=b"", sid=None, name="r", server=None):
     feed.open(cid, port, **({} if server is None else {"server": server}))
-    feed.send(cid, *opening(name, bucket), (0, stream_req(0, 0x10, value=value)),
+    # the consumer holds seqno 1: the first marker starts at the requested snap_start 1
+    feed.send(cid, *opening(name, bucket),
+              (0, stream_req(0, 0x10, start=1, uuid=0x1111, value=value)),
               (1, failover(0x10, (0x1111, 0))),
               (1, marker(0, 0x10, 1, 4, "memory+checkpoint", sid=sid)),
               (1, mutation(0, 0x10, 2, "b", b"", sid=sid)),

@@ -21,7 +21,7 @@ CLEAN = ("clean-replication.pcap", "add-stream.pcap", "seed-marker-v1.pcap",
          "seed-marker-v2_0.pcap", "seed-add-stream.pcap", "tcp-reorder.pcap",
          "tcp-retransmit.pcap", "tcp-seq-wrap.pcap", "sll2.pcap", "vlan-qinq.pcap", "ipv6.pcap",
          "loopback-ns-be.pcap", "pcapng-multi-interface.pcapng", "clean-replication.pcap.gz",
-         "resume-correct.pcap", "replica-node.pcap")
+         "resume-correct.pcap", "replica-node.pcap", "stream-first-marker-legal.pcap")
 
 
 def mine(path) -> list[tuple[str, int]]:
@@ -66,6 +66,8 @@ EXPECTED = {
     "resume-collapsed.pcap": [("resume-collapsed-snapshot", 28)],
     "resume-beyond.pcap": [("resume-beyond-received", 28)],
     "resume-correct.pcap": [],
+    "stream-first-marker-legal.pcap": [],
+    "stream-first-marker.pcap": [("snapshot-start-inconsistent", f) for f in (32, 34, 40, 46, 74)],
 }
 
 
@@ -161,11 +163,24 @@ def test_classify_conventions():
     req = {"start_seqno": 10, "snap_start_seqno": 8, "snap_end_seqno": 12, "flags": 0}
     mem, chk, disk = 0x01, 0x05, 0x06
     assert classify(8, mem, True, req, 11) == ("first-of-stream", None)
-    # the first marker starts at the requested snap_start, not at start (audit #13a)
-    assert classify(10, disk, True, req, 13) == ("backfill", None)
-    assert classify(10, mem, True, req, 11)[0] == "inconsistent"
-    # snapshot-marker.md: request start X, de-duplication, marker start X+n, mutation X+n
-    assert classify(13, mem, True, req, 13) == ("first-item", None)
+    assert classify(8, disk, True, req, None) == ("first-of-stream", None)
+    # the first marker starts at min(snap_start, computed start): the requested snap_start,
+    # never at start or a first item above it (audit #13a), whatever its kind
+    for flags, first_item in ((disk, 13), (mem, 11), (chk, 11), (mem, 13), (disk, None)):
+        label, why = classify(10, flags, True, req, first_item)
+        assert label == "inconsistent" and "the requested snap_start 8" in why
+    # snapshot-marker.md's memory example (marker start X+n after a request from X)
+    # contradicts ActiveStream::snapshot, which applies the min to the first marker
+    assert classify(13, mem, True, req, 13)[0] == "inconsistent"
+    # a collection filter does not move the first marker either (MB-47009 path)
+    assert classify(9, chk, True, {**req, "filtered": True}, 11)[0] == "inconsistent"
+    # FromLatest: the vbucket's high seqno, below the first item
+    latest = {**req, "flags": 0x40}
+    assert classify(30, mem, True, latest, 31) == ("first-of-stream", None)
+    assert classify(30, chk, True, latest, None) == ("first-of-stream", None)
+    assert classify(31, mem, True, latest, 31)[0] == "inconsistent"
+    # not the first (after OSO): the other conventions
+    assert classify(13, chk, False, req, 14) == ("checkpoint", None)
     assert classify(20, chk, False, req, 23) == ("checkpoint", None)
     assert classify(20, disk, False, req, 20) == ("backfill", None)
     label, why = classify(20, mem, False, req, 23)
@@ -335,8 +350,8 @@ def test_findings_per_stream_and_rule_are_capped():
 
 
 def _resume(request_kw, first_items=(2, 3)):
-    """Connection 1 gets marker [1,4] and ``first_items``, closes; connection 2 (same
-    DcpOpen name and server) sends a stream request with ``request_kw``."""
+    """Connection 1 (which holds seqno 1) gets marker [1,4] and ``first_items``, closes;
+    connection 2 (same DcpOpen name and server) sends a stream request with ``request_kw``."""
     from dcpdissect.analysis.engine import Analyzer
     from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
     from dcpdissect.reassembly.framing import Pdu
@@ -358,7 +373,8 @@ def _resume(request_kw, first_items=(2, 3)):
             out.extend(a.feed(ConnectionClosed(cid, frame[0], 0, "fin")))
 
     opening = [(0, dcp_open("r", 1, 1)), (1, ok(0x50, 1))]
-    conn(1, 5000, opening + [(0, stream_req(0, 0x10)), (1, failover(0x10, (0x1111, 0))),
+    conn(1, 5000, opening + [(0, stream_req(0, 0x10, start=1, uuid=0x1111)),
+                             (1, failover(0x10, (0x1111, 0))),
                              (1, marker(0, 0x10, 1, 4, "memory+checkpoint"))]
          + [(1, mutation(0, 0x10, i, f"k{i}", b"")) for i in first_items])
     conn(2, 5001, opening + [(0, stream_req(0, 0x20, uuid=0x1111, **request_kw))], close=False)
@@ -430,9 +446,35 @@ def test_mutation_then_deletion_of_one_key_in_a_snapshot_is_a_duplicate(tmp_path
     s.s2c(ok(0x50, 1))
     s.c2s(stream_req(1, 9))
     s.s2c(failover(9, (0x77, 0)))
-    s.s2c(marker(1, 9, 1, 2, "memory"), mutation(1, 9, 1, "k", b"{}"), deletion(1, 9, 2, "k"))
+    s.s2c(marker(1, 9, 0, 2, "memory"), mutation(1, 9, 1, "k", b"{}"), deletion(1, 9, 2, "k"))
     s.conv.close()
     path = tmp_path / "dup.pcap"
     ns.write_pcap(str(path), [s.conv])
     findings, _ = analyze_file(str(path))
     assert [f.rule for f in findings if f.severity != "info"] == ["data-duplicate-key"]
+
+
+def test_first_marker_findings_carry_their_marker():
+    """Each snapshot-start-inconsistent of stream-first-marker.pcap is the first marker of
+    its vbucket (decoded from the capture, not by the analyzer) with the start written in
+    samples/scenarios_streams.first_marker_violations."""
+    from dcpdissect.codec import decode
+    from dcpdissect.reassembly.framing import Pdu
+    from dcpdissect.reassembly.pdus import iter_events
+
+    path = SAMPLES / "stream-first-marker.pcap"
+    markers = {}
+    for ev in iter_events(str(path)):
+        if type(ev) is Pdu:
+            m = decode(ev.data)
+            if m.opcode == 0x56 and m.vbucket not in markers:
+                markers[m.vbucket] = (ev.frame, m.fields["start_seqno"])
+    found = {f.vbucket: f for f in analyze_file(str(path))[0]
+             if f.rule == "snapshot-start-inconsistent"}
+    # vb: (the requested snap_start, the marker's start)
+    assert {vb: (markers[vb][1]) for vb in found} == {10: 1, 11: 5, 12: 11, 13: 3, 14: 1}
+    for vb, f in found.items():
+        assert f.frame == markers[vb][0] and f.severity == WARNING
+    assert "the requested snap_start 3" in found[11].message
+    assert "below the first item's seqno 11" in found[12].message
+    assert found[14].connection == 2          # the consumer connection: data client→server

@@ -310,7 +310,7 @@ def test_truncated_duplicate_and_retransmission():
     t, ev = run(segs, close=False)
     assert stream(ev, gap_fill=b"?") == b"ab" + b"?" * 8 + b"k" + b"?" * 4
     assert t.stats["duplicates"] == 1 and t.stats["overlaps_mismatched"] == 0
-    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 6, 6000, "fin")]
+    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 6, 6000, "fin", (0, 5, 5000))]
 
 
 def test_fin_with_hole_waits_for_retransmission():
@@ -319,7 +319,8 @@ def test_fin_with_hole_waits_for_retransmission():
             f.s2c(0, b"", FIN | ACK), f.c2s(3, b"def")]
     t, ev = run(segs, close=False)
     assert stream(ev) == b"abcdefghi"
-    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 6, 6000, "fin")]
+    # the client's FIN (frame 4) came first: the client closed
+    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 6, 6000, "fin", (0, 4, 4000))]
     assert t.stats["gaps"] == 0 and t.open_connections == 0
 
 
@@ -333,7 +334,7 @@ def test_fin_with_hole_lost_after_linger():
     other = Flow(client=("10.0.0.9", 40000))
     ev += t.feed(100, 10**9, other.c2s(0, b"zz"))
     assert of(ev, StreamGap) == [StreamGap(1, 0, 6, 3, 4, 4000)]
-    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 5, 5000, "fin")]
+    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 5, 5000, "fin", (0, 4, 4000))]
     assert stream(ev, gap_fill=b"?") == b"abc???ghi"
     assert isinstance(ev[-1], StreamData) and ev[-1].conn == 2
 
@@ -418,7 +419,8 @@ def test_fin_then_new_syn_same_tuple():
     t, ev = run(segs)
     assert [e.conn for e in of(ev, ConnectionOpened)] == [1, 2]
     closed = of(ev, ConnectionClosed)
-    assert closed == [ConnectionClosed(1, 5, 5000, "fin"), ConnectionClosed(2, None, None, "end")]
+    assert closed == [ConnectionClosed(1, 5, 5000, "fin", (0, 4, 4000)),
+                      ConnectionClosed(2, None, None, "end")]
     assert ev.index(closed[0]) < ev.index(of(ev, ConnectionOpened)[1])
     assert stream(ev, 1) == b"one" and stream(ev, 2) == b"two"
     assert t.stats["ignored_segments"] == 4
@@ -440,7 +442,8 @@ def test_rst():
             f.s2c(0, b"", RST | ACK), f.s2c(0, b"", RST | ACK), f.c2s(9, b"late")]
     t, ev = run(segs)
     assert of(ev, StreamGap) == [StreamGap(1, 0, 6, 3, 4, 4000)]
-    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 5, 5000, "rst")]
+    # the server's RST: the server closed
+    assert of(ev, ConnectionClosed) == [ConnectionClosed(1, 5, 5000, "rst", (1, 5, 5000))]
     assert isinstance(ev[-1], ConnectionClosed)
     assert len(of(ev, ConnectionOpened)) == 1
     assert t.stats["ignored_segments"] == 2

@@ -31,7 +31,8 @@ CLEAN = ("clean-replication", "add-stream", "seed-marker-v1", "seed-marker-v2_0"
          "identity-two-buckets-b-complete", "identity-mid-stream-clean", "durability-legal",
          "lifecycle-legal", "collections",
          "flow-legal", "flow-undecided", "cut-snaplen-128", "cut-snaplen-256",
-         "cut-request-hidden", "move-node-correct", "restart-rollback-legal")
+         "cut-request-hidden", "move-node-correct", "restart-rollback-legal",
+         "stream-first-marker-legal")
 
 # the golden file covers the per-message and framing rules
 GOLDEN_RULES = {r.id for r in RULES.values() if r.family in ("structure", "framing")}

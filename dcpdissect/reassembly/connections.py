@@ -57,11 +57,13 @@ class ConnectionClosed(NamedTuple):
     frame: Optional[int]
     ts_ns: Optional[int]
     reason: str                     # 'fin', 'rst', 'reused', 'evicted', 'end'
+    # (direction, frame, ts_ns) of the first FIN or the RST: which end closed, and when
+    first_close: Optional[tuple[int, int, int]] = None
 
 
 class _Conn:
     __slots__ = ("id", "client", "server", "dirs", "keys", "closing", "deadline",
-                 "fin_frame", "fin_ts")
+                 "fin_frame", "fin_ts", "first_close")
 
     def __init__(self, cid, client, server):
         self.id = cid
@@ -73,6 +75,7 @@ class _Conn:
         self.deadline = 0
         self.fin_frame = None
         self.fin_ts = None
+        self.first_close = None     # (direction, frame, ts_ns) of the first FIN or the RST
 
 
 def _canon(seg) -> tuple:
@@ -167,6 +170,8 @@ class ConnectionTable:
                 self._open(frame, ts_ns, seg, out)
                 return out
             self._touch(conn)
+            if flags & (RST | FIN) and conn.first_close is None:
+                conn.first_close = (rd.direction, frame, ts_ns)
             if flags & RST:
                 out = []
                 self._close(conn, "rst", frame, ts_ns, out)
@@ -271,6 +276,7 @@ class ConnectionTable:
             conn.closing = True
             conn.fin_frame = frame
             conn.fin_ts = ts_ns
+            conn.first_close = (rd.direction, frame, ts_ns)
             out.extend(self._check_fin(conn, frame, ts_ns, EMPTY))
 
     def _evict(self, frame: int, ts_ns: int, out: list) -> None:
@@ -343,7 +349,7 @@ class ConnectionTable:
             closed.move_to_end(key)
             if len(closed) > self._closed_max:
                 closed.popitem(last=False)
-        out.append(ConnectionClosed(conn.id, frame, ts_ns, reason))
+        out.append(ConnectionClosed(conn.id, frame, ts_ns, reason, conn.first_close))
 
     def drop(self, cid: int) -> None:
         """Stop tracking open connection ``cid`` (not decoded): its later segments are

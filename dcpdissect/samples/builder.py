@@ -152,38 +152,67 @@ CONNECTOR = Endpoint("10.0.0.3", 40001)
 PRODUCER_11210 = Endpoint("10.0.0.1", 11210)
 
 
+REPLICATION_NAME = "replication:ns_1@10.0.0.1->ns_1@10.0.0.2:default"
+# engines/ep/src/dcp/consumer.cc DcpConsumer::DcpConsumer's controls, in its order, with
+# the producer's answer (DcpProducer::control): include_deleted_user_xattrs needs the
+# DcpOpen flag of that name, which this DcpOpen lacks (Einval); then the flow-control window
+# (DcpConsumer::addBufferSizeControl)
+REPLICATION_CONTROLS = (
+    ("enable_noop", "true", 0), ("set_noop_interval", "0.100000", 0),
+    ("set_priority", "high", 0), ("supports_cursor_dropping_vulcan", "true", 0),
+    ("supports_hifi_MFU", "true", 0), ("send_stream_end_on_client_close_stream", "true", 0),
+    ("enable_expiry_opcode", "true", 0), ("enable_sync_writes", "true", 0),
+    ("consumer_name", "ns_1@10.0.0.2", 0), ("include_deleted_user_xattrs", "true", 0x04),
+    ("v7_dcp_status_codes", "true", 0), ("flatbuffers_system_events", "true", 0),
+    ("change_streams", "true", 0), ("max_marker_version", "2.2", 0),
+    ("cache_transfer", "true", 0), ("connection_buffer_size", "10485760", 0))
+HELLO_XATTR, HELLO_JSON, HELLO_COLLECTIONS = 0x06, 0x0B, 0x12
+
+
 def replication(client=CONSUMER, server=PRODUCER_11209, big_value=4000, **kw) -> Script:
-    """A clean intra-cluster replication stream: open, controls, three vbuckets, V1, V2.0
-    and V2.2 markers, memory and disk snapshots, coalesced and split PDUs."""
+    """A clean intra-cluster replication stream as kv_engine's consumer negotiates it
+    (through ns_server, which opens the connection): HELLO with collections, DcpOpen, the
+    consumer's controls pipelined (sync replication, marker version 2.2, expiry opcode, ...),
+    three vbuckets, V2.0 memory and disk markers (a disk marker is V2.0 when the server's
+    dcp_snapshot_marker_purge_seqno_enabled and _hps_enabled settings are off) and a V2.2
+    disk marker, collection keys, coalesced and split PDUs, a noop and a buffer ack."""
     s = Script(client, server, **kw)
-    s.c2s(dcp_open("replication:ns_1@10.0.0.1->ns_1@10.0.0.2:default", 0x25, 1))
-    s.s2c(ok(0x50, 1))
-    s.c2s(control("enable_noop", "true", 2), control("set_noop_interval", "20", 3),
-          control("max_marker_version", "2.2", 4))
-    s.s2c(ok(0x5E, 2), ok(0x5E, 3), ok(0x5E, 4))
+    hello = b"".join(f.to_bytes(2, "big") for f in (HELLO_XATTR, HELLO_JSON, HELLO_COLLECTIONS))
+    s.c2s(encode(0x1F, key=b"dcpdissect", value=hello, opaque=0xF),
+          dcp_open(REPLICATION_NAME, 0x25, 1))
+    s.s2c(ok(0x1F, 0xF, value=hello), ok(0x50, 1))
+    s.c2s(*[control(k, v, 2 + i) for i, (k, v, _) in enumerate(REPLICATION_CONTROLS)])
+    s.s2c(*[ok(0x5E, 2 + i, status=st) for i, (_, _, st) in enumerate(REPLICATION_CONTROLS)])
     for vb in range(3):
         s.c2s(stream_req(vb, 0x10 + vb))
         s.s2c(failover(0x10 + vb, (0xA1B2C3D4E5F60000 + vb, 0)))
-    s.s2c(marker(0, 0x10, 0, 5, "memory+checkpoint"),
-          *[mutation(0, 0x10, i, f"doc-{i}", doc(i)) for i in range(1, 6)])
+    s.s2c(marker(0, 0x10, 0, 5, "memory+checkpoint", layout="V2.0", max_visible_seqno=5,
+                 high_completed_seqno=0),
+          *[mutation(0, 0x10, i, f"\x00doc-{i}", doc(i)) for i in range(1, 6)])
     s.s2c(marker(1, 0x11, 0, 4, "disk+checkpoint", layout="V2.0", max_visible_seqno=4,
                  high_completed_seqno=2),
-          *[mutation(1, 0x11, i, f"user::{i}", doc(i, 700)) for i in range(1, 4)],
-          deletion(1, 0x11, 4, "user::9"))
+          *[mutation(1, 0x11, i, f"\x00user::{i}", doc(i, 700)) for i in range(1, 4)],
+          deletion(1, 0x11, 4, "\x00user::9"))
     s.s2c(marker(2, 0x12, 0, 6, "disk+checkpoint", layout="V2.2", max_visible_seqno=6,
                  high_completed_seqno=0, purge_seqno=0, high_prepared_seqno=0),
-          *[mutation(2, 0x12, i, f"order-{i}", doc(i, 60)) for i in range(1, 6)])
-    s.s2c(mutation(2, 0x12, 6, "order-6", doc(6, big_value)))   # split across segments
-    s.s2c(marker(0, 0x10, 6, 7, "memory"), expiration(0, 0x10, 6, "doc-1"),
-          mutation(0, 0x10, 7, "doc-7", doc(7)))
+          *[mutation(2, 0x12, i, f"\x00order-{i}", doc(i, 60)) for i in range(1, 6)])
+    s.s2c(mutation(2, 0x12, 6, "\x00order-6", doc(6, big_value)))   # split across segments
+    s.s2c(marker(0, 0x10, 6, 7, "memory", layout="V2.0", max_visible_seqno=7,
+                 high_completed_seqno=0),
+          expiration(0, 0x10, 6, "\x00doc-1"), mutation(0, 0x10, 7, "\x00doc-7", doc(7)))
+    received = sum(len(m) for d, _, m in s.messages if d == "s2c" and m[0] == 0x80
+                   and m[1] != 0x5E)            # the stream messages: all it acknowledges
     s.s2c(encode(0x5C, opaque=0x20))
-    s.c2s(ok(0x5C, 0x20), encode(0x5D, {"bytes_to_ack": 9000}, opaque=5))
+    s.c2s(ok(0x5C, 0x20), encode(0x5D, {"bytes_to_ack": received}, opaque=5))
     s.conv.close()
     return s
 
 
-def stream_id_connector(client=CONNECTOR, server=PRODUCER_11210, **kw) -> Script:
-    """A connector using stream ids: flexible framing (magic 0x08) on every stream message."""
+def stream_id_connector(client=CONNECTOR, server=PRODUCER_11210, marker_layout="V1",
+                        **kw) -> Script:
+    """A connector using stream ids: flexible framing (magic 0x08) on every stream message;
+    V1 markers (enable_stream_id excludes sync replication, producer.cc DcpProducer::control);
+    ``marker_layout="V2.0"`` sends its marker with an MVS anyway, as kv_engine never does."""
     s = Script(client, server, **kw)
     s.c2s(dcp_open("java-dcp-client-7f3a", 0x1, 1))
     s.s2c(ok(0x50, 1))
@@ -191,7 +220,8 @@ def stream_id_connector(client=CONNECTOR, server=PRODUCER_11210, **kw) -> Script
     s.s2c(ok(0x5E, 2))
     s.c2s(stream_req(5, 0x31, end=3, value=b'{"sid":7}'))
     s.s2c(failover(0x31, (0x0BADCAFE00000005, 0)))
-    s.s2c(marker(5, 0x31, 0, 3, "memory+checkpoint", layout="V2.0", sid=7, max_visible_seqno=3),
+    mvs = {"max_visible_seqno": 3} if marker_layout == "V2.0" else {}
+    s.s2c(marker(5, 0x31, 0, 3, "memory+checkpoint", layout=marker_layout, sid=7, **mvs),
           mutation(5, 0x31, 1, "\x00a", doc(1), sid=7),
           mutation(5, 0x31, 2, "\x00b", doc(2), sid=7),
           deletion(5, 0x31, 3, "\x00c", sid=7),
@@ -384,8 +414,9 @@ def _one(factory, **kw):
 
 SPECS: tuple[Spec, ...] = (
     Spec("clean-replication", "clean-replication.pcap",
-         "intra-cluster replication on 11209 (V1, V2.0, V2.2 markers) plus a stream-id "
-         "connector on 11210 (flexible framing); coalesced and split PDUs",
+         "intra-cluster replication on 11209 negotiated as kv_engine's consumer does "
+         "(V2.0, V2.2 markers) plus a stream-id connector on 11210 (flexible framing, V1 "
+         "markers); coalesced and split PDUs",
          lambda: [replication(), stream_id_connector(start_ns=T0 + 500)]),
     Spec("add-stream", "add-stream.pcap",
          "ns_server adds a takeover stream on a consumer; the consumer's stream request, "

@@ -75,9 +75,9 @@ def _legal_producer() -> Script:
     s = _producer_conn("durability-legal", 50600, T0)
     _stream(s, 0, 0x100)
     _stream(s, 1, 0x101)
-    s.s2c(mem(0, 0x100, 1, 4))
+    s.s2c(mem(0, 0x100, 0, 4))
     s.s2c(prepare(0, 0x100, 1, "k1"))
-    s.s2c(mem(1, 0x101, 1, 3))
+    s.s2c(mem(1, 0x101, 0, 3))
     s.s2c(prepare(0, 0x100, 2, "k2"))
     s.s2c(prepare(1, 0x101, 1, "x"))
     s.s2c(commit(0, 0x100, 1, 3, "k1"))
@@ -112,7 +112,7 @@ def _legal_consumer_leg() -> Script:
     s.s2c(ok(0x50, 1))
     _controls(s, 2, *SYNC_REPL, consumer=True)
     _stream(s, 2, 0x202, consumer=True)
-    s.c2s(mem(2, 0x202, 1, 3))
+    s.c2s(mem(2, 0x202, 0, 3))
     s.c2s(prepare(2, 0x202, 1, "p"))
     s.c2s(prepare(2, 0x202, 2, "q"))
     s.c2s(commit(2, 0x202, 1, 3, "p"))
@@ -136,55 +136,55 @@ def _violations_sync() -> Script:
         else:
             _stream(s, vb, 0x100 + vb)
     # vb 0: commit of a prepare never sent; the replica answers KeyEnoent
-    s.s2c(mem(0, 0x100, 1, 3))
+    s.s2c(mem(0, 0x100, 0, 3))
     s.s2c(commit(0, 0x100, 1, 2, "a"))                  # sync-commit-without-prepare
     s.c2s(ok(0x62, 0x100, status=0x01))                 # sync-replica-error-reply
     s.s2c(mutation(0, 0x100, 3, "a0", doc(3)))
     # vb 1: abort in a memory snapshot without a prepare; the replica answers Einval
-    s.s2c(mem(1, 0x101, 1, 3))
+    s.s2c(mem(1, 0x101, 0, 3))
     s.s2c(abort(1, 0x101, 1, 2, "b"))                   # sync-abort-without-prepare
     s.c2s(ok(0x63, 0x101, status=0x04))                 # sync-replica-error-reply
     s.s2c(mutation(1, 0x101, 3, "b0", doc(3)))
     # vb 2: abort after the commit of the same prepare
-    s.s2c(mem(2, 0x102, 1, 3))
+    s.s2c(mem(2, 0x102, 0, 3))
     s.s2c(prepare(2, 0x102, 1, "c"))
     s.s2c(commit(2, 0x102, 1, 2, "c"))
     s.s2c(abort(2, 0x102, 1, 3, "c"))                   # sync-abort-after-commit
     # vb 3: the younger prepare committed first, in a memory snapshot
-    s.s2c(mem(3, 0x103, 1, 4))
+    s.s2c(mem(3, 0x103, 0, 4))
     s.s2c(prepare(3, 0x103, 1, "d"))
     s.s2c(prepare(3, 0x103, 2, "e"))
     s.s2c(commit(3, 0x103, 2, 3, "e"))                  # sync-completion-out-of-order
     s.s2c(commit(3, 0x103, 1, 4, "d"))
     # vb 4: a commit naming another prepare seqno
-    s.s2c(mem(4, 0x104, 1, 3))
+    s.s2c(mem(4, 0x104, 0, 3))
     s.s2c(prepare(4, 0x104, 1, "f"))
     s.s2c(mutation(4, 0x104, 2, "g", doc(2)))
     s.s2c(commit(4, 0x104, 2, 3, "f"))                  # sync-completion-seqno-mismatch
     # vb 5: a second prepare of a key while the first is outstanding (no Disk window)
-    s.s2c(mem(5, 0x105, 1, 1))
+    s.s2c(mem(5, 0x105, 0, 1))
     s.s2c(prepare(5, 0x105, 1, "h"))
     s.s2c(mem(5, 0x105, 2, 3))
     s.s2c(prepare(5, 0x105, 2, "h"))                    # sync-prepare-while-pending
     s.c2s(ok(0x60, 0x105, status=0xA2))                 # sync-replica-error-reply
     s.s2c(mutation(5, 0x105, 3, "h0", doc(3)))
     # vb 6: a mutation over an outstanding prepare in a memory snapshot
-    s.s2c(mem(6, 0x106, 1, 2))
+    s.s2c(mem(6, 0x106, 0, 2))
     s.s2c(prepare(6, 0x106, 1, "i"))
     s.s2c(mutation(6, 0x106, 2, "i", doc(2)))           # sync-mutation-while-pending
     # vb 7: the HCS of a Disk marker goes backwards
-    s.s2c(disk(7, 0x107, 1, 3, 3))
+    s.s2c(disk(7, 0x107, 0, 3, 3))
     for i in (1, 2, 3):
         s.s2c(mutation(7, 0x107, i, f"j{i}", doc(i)))
     s.s2c(disk(7, 0x107, 4, 5, 1))                      # sync-hcs-backwards
     s.s2c(mutation(7, 0x107, 5, "j5", doc(5)))
     # vb 8: an abort after a commit inside a Disk snapshot: accepted
-    s.s2c(disk(8, 0x108, 1, 3, 0))
+    s.s2c(disk(8, 0x108, 0, 3, 0))
     s.s2c(prepare(8, 0x108, 1, "l"))
     s.s2c(commit(8, 0x108, 1, 2, "l"))
     s.s2c(abort(8, 0x108, 1, 3, "l"))                   # sync-abort-after-commit-disk
     # vb 9 (resumed at 5): a commit of a prepare at or before the start: unsure
-    s.s2c(mem(9, 0x109, 6, 7))
+    s.s2c(mem(9, 0x109, 5, 7))
     s.s2c(commit(9, 0x109, 3, 6, "m"))                  # sync-prepare-unseen
     s.s2c(mutation(9, 0x109, 7, "m0", doc(7)))
     s.conv.close()
@@ -195,7 +195,7 @@ def _violations_no_sync_writes() -> Script:
     s = _producer_conn("durability-no-sync", 50620, T0 + 3_000_000,
                        controls=(("enable_noop", "true"),))
     _stream(s, 0, 0x200)
-    s.s2c(marker(0, 0x200, 1, 2, "memory+checkpoint"))
+    s.s2c(marker(0, 0x200, 0, 2, "memory+checkpoint"))
     s.s2c(prepare(0, 0x200, 1, "n"))                    # sync-write-not-negotiated
     s.s2c(commit(0, 0x200, 1, 2, "n"))                  # sync-write-not-negotiated
     s.conv.close()

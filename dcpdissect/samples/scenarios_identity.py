@@ -39,11 +39,13 @@ def _open(s: Script, name: str = NAME, bucket: str | None = None) -> None:
 
 def _partial(port: int, *, bucket: str | None = None, start_ns: int = T0,
              items=(2, 3), snapshot=(1, 4), uuid=AAAA) -> Script:
-    """The design discussion's first connection: snapshot [1,4] under uuid AAAA, items
-    2:SET(B) and 3:SET(C), then nothing more (no close unless the caller adds one)."""
+    """The design discussion's first connection: the consumer holds 1:SET(A) and asks from 1,
+    snapshot [1,4] under uuid AAAA (the first marker starts at the requested snap_start),
+    items 2:SET(B) and 3:SET(C), then nothing more (no close unless the caller adds one)."""
     s = Script(Endpoint(CONSUMER_HOST, port), PRODUCER, start_ns=start_ns)
     _open(s, bucket=bucket)
-    s.c2s(stream_req(0, 0x10))
+    held = items[0] - 1
+    s.c2s(stream_req(0, 0x10, start=held, uuid=uuid if held else 0))
     s.s2c(failover(0x10, (uuid, 0)))
     s.s2c(marker(0, 0x10, *snapshot, "memory+checkpoint"),
           *[mutation(0, 0x10, i, "BCDEFGH"[i - 2] if i >= 2 else "A", doc(i)) for i in items])
@@ -127,7 +129,7 @@ def two_buckets() -> list[Script]:
     """Bucket A stopped at 3 inside [1,4], bucket B at 5 inside [1,6]; each resumes from its
     own point (B's start 5 would be beyond A's 3)."""
     a = _partial(50540, bucket="bucket-a")
-    b = _partial(50541, bucket="bucket-b", start_ns=T0 + 1_000_000, items=(1, 2, 3, 4, 5),
+    b = _partial(50541, bucket="bucket-b", start_ns=T0 + 1_000_000, items=(2, 3, 4, 5),
                  snapshot=(1, 6), uuid=BBBB)
     ra = _resume(50542, CORRECT, _continued(1), bucket="bucket-a")
     rb = _resume(50543, dict(start=5, uuid=BBBB, snap_start=1, snap_end=6),
@@ -140,7 +142,7 @@ def two_buckets() -> list[Script]:
 def two_buckets_b_complete() -> list[Script]:
     """Bucket B received all of [1,3] and resumes {3,3} start 3 (right); bucket A's stream,
     which ended later, stopped at 3 inside [1,4], where {3,3} would be collapsed."""
-    b = _partial(50551, bucket="bucket-b", items=(1, 2, 3), snapshot=(1, 3), uuid=BBBB)
+    b = _partial(50551, bucket="bucket-b", items=(2, 3), snapshot=(1, 3), uuid=BBBB)
     b.conv.close()
     a = _partial(50550, bucket="bucket-a", start_ns=T0 + 1_000_000)
     a.conv.pause(10_000_000)

@@ -41,7 +41,7 @@ def big_document(size: int = 12 * 2**20) -> Script:
     s.s2c(ok(0x5E, 2))
     s.c2s(stream_req(0, 0x10))
     s.s2c(failover(0x10, (0xA1B2C3D4E5F60000, 0)))
-    s.s2c(marker(0, 0x10, 1, 4, "disk+checkpoint"),
+    s.s2c(marker(0, 0x10, 0, 4, "disk+checkpoint"),
           mutation(0, 0x10, 1, "doc-1", doc(1)), mutation(0, 0x10, 2, "doc-2", doc(2)),
           mutation(0, 0x10, DOCUMENT_SEQNO, DOCUMENT_KEY, catalogue(size)),
           mutation(0, 0x10, 4, "doc-4", doc(4)))

@@ -2,10 +2,16 @@
 change-stream (history) snapshots (appended to builder.all_specs()).
 
 ``lifecycle-legal``: a Slow end and a correct re-request, a takeover that ends cleanly, a
-close answered then silence (one message in flight before the response), history snapshots
-with MayContainDuplicates and a duplicate, a dropped collection with nothing of it after.
+close answered then silence (one message in flight before the response), a StreamEnd before
+a close answered KEY_ENOENT, history snapshots with MayContainDuplicates and a duplicate, a
+dropped collection with nothing of it after; with send_stream_end_on_client_close_stream, on
+a producer connection and on a consumer connection (the controls and the CloseStream
+server→client), closed streams that drain up to their StreamEnd(Closed) while other vbuckets
+go on. The connections end with a FIN from either side and an RST.
 ``lifecycle-violations``: each rule on its own vbucket, the vbuckets interleaved, on a
-producer connection and on a consumer connection (data client→server).
+producer connection and on a consumer connection (data client→server): among them a
+StreamEnd(Closed) after the close response without the control (both roles) and a message
+after the StreamEnd(Closed) a drained close ended with.
 ``lifecycle-undecided``: a capture started after the negotiation, data after a close.
 """
 
@@ -14,7 +20,7 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from .builder import T0, Script, Spec, dcp_open, failover, marker, ok, stream_req
+from .builder import T0, Script, Spec, controls_exchange, dcp_open, failover, marker, ok, stream_req
 from .builder import from_first_marker as _after_negotiation
 from .netsynth import Endpoint
 from .scenarios_validator import ckey
@@ -67,10 +73,22 @@ def _producer_conn(client: Endpoint, name: str, *controls: str) -> Script:
     return s
 
 
-def _stream(s: Script, vb: int, opaque: int, start: int = 0, **kw) -> int:
-    s.c2s(stream_req(vb, opaque, start=start, uuid=UUID + vb if start else 0, **kw))
-    s.s2c(failover(opaque, (UUID + vb, 0)))
+def _stream(s: Script, vb: int, opaque: int, start: int = 0, consumer=False, **kw) -> int:
+    ask, answer = (s.s2c, s.c2s) if consumer else (s.c2s, s.s2c)
+    ask(stream_req(vb, opaque, start=start, uuid=UUID + vb if start else 0, **kw))
+    answer(failover(opaque, (UUID + vb, 0)))
     return opaque
+
+
+def _consumer_conn(client: Endpoint, server: Endpoint, name: str, start_ns: int,
+                   *controls: str) -> Script:
+    """ns_server's proxy leg to a consumer memcached: the consumer sends its controls (and
+    stream requests, CloseStreams) server→client, the producer's messages come client→server."""
+    c = Script(client, server, start_ns=start_ns)
+    c.c2s(dcp_open(name, 0x0, 1))
+    c.s2c(ok(0x50, 1))
+    controls_exchange(c, 2, *((key, "true") for key in controls), consumer=True)
+    return c
 
 
 def each(send, *frames: bytes) -> None:
@@ -92,7 +110,7 @@ def lifecycle_legal() -> list[Script]:
     s.s2c(marker(0, o, 0, 2, "memory+checkpoint"), mut(0, o, 1, k("a1")), mut(0, o, 2, k("a2")),
           end(0, o, 4))
     o = _stream(s, 0, 0x101, start=2)
-    s.s2c(marker(0, o, 3, 4, "memory+checkpoint"), mut(0, o, 3, k("a3")), mut(0, o, 4, k("a4")))
+    s.s2c(marker(0, o, 2, 4, "memory+checkpoint"), mut(0, o, 3, k("a3")), mut(0, o, 4, k("a4")))
     # vb 1: takeover: pending, acked, the rest, active, acked, StreamEnd(Ok)
     o = _stream(s, 1, 0x110, flags=TAKEOVER)
     s.s2c(marker(1, o, 0, 1, "memory+checkpoint"), mut(1, o, 1, k("t1")), set_vb(1, o, 3))
@@ -107,7 +125,7 @@ def lifecycle_legal() -> list[Script]:
     s.s2c(mut(2, o, 2, k("c2")), ok(0x52, 0x121))
     # vb 3: a disk History snapshot with MayContainDuplicates repeats a key; then memory
     o = _stream(s, 3, 0x130)
-    s.s2c(marker(3, o, 0, 3, HISTORY_DUP, layout="V2.0", high_completed_seqno=0),
+    s.s2c(marker(3, o, 0, 3, HISTORY_DUP),              # V1: no sync replication negotiated
           mut(3, o, 1, k("h")), mut(3, o, 2, k("h")), mut(3, o, 3, k("h")),
           marker(3, o, 4, 5, "memory+checkpoint+history"), mut(3, o, 4, k("h")),
           mut(3, o, 5, k("g")))
@@ -115,8 +133,46 @@ def lifecycle_legal() -> list[Script]:
     o = _stream(s, 4, 0x140)
     s.s2c(marker(4, o, 0, 4, "memory+checkpoint"), mut(4, o, 1, k("x", 8)), drop(4, o, 2, 8),
           mut(4, o, 3, k("x", 9)), mut(4, o, 4, k("y", 9)))
-    s.conv.close()
-    return [s]
+    # vb 5: the stream ends at its end seqno; a CloseStream crossing the StreamEnd finds no
+    # stream (KEY_ENOENT)
+    o = _stream(s, 5, 0x150, end=1)
+    s.s2c(marker(5, o, 0, 1, "memory+checkpoint"), mut(5, o, 1, k("e1")), end(5, o, 0))
+    s.c2s(close(5, 0x151))
+    s.s2c(ok(0x52, 0x151, status=0x01))
+    s.conv.close(initiator="s2c")
+    return [s, _legal_drain_producer(), _legal_drain_consumer()]
+
+
+def _legal_drain_producer() -> Script:
+    """send_stream_end_on_client_close_stream: vb 6 drains to its StreamEnd(Closed) while
+    vb 7 goes on; the client resets the connection."""
+    s = _producer_conn(Endpoint("10.0.7.2", 50704), "lifecycle-legal-drain",
+                       "send_stream_end_on_client_close_stream")
+    o6, o7 = _stream(s, 6, 0x160), _stream(s, 7, 0x170)
+    each(s.s2c, marker(6, o6, 0, 4, "memory+checkpoint"), marker(7, o7, 0, 3, "memory+checkpoint"),
+         mut(6, o6, 1, k("d1")), mut(7, o7, 1, k("f1")))
+    s.c2s(close(6, 0x161))
+    each(s.s2c, mut(6, o6, 2, k("d2")), ok(0x52, 0x161),     # in flight, then answered
+         mut(7, o7, 2, k("f2")), mut(6, o6, 3, k("d3")),     # the closed stream drains
+         end(6, o6, 1), mut(7, o7, 3, k("f3")))              # StreamEnd(Closed)
+    s.conv.close("rst")
+    return s
+
+
+def _legal_drain_consumer() -> Script:
+    """The same on a consumer connection: vb 8 closed by the consumer memcached drains while
+    vb 9 goes on; the connection ends with the server's FIN."""
+    c = _consumer_conn(Endpoint("10.0.7.4", 50705), Endpoint("10.0.7.5", 11209),
+                       "replication:lifecycle-legal", T0 + 2 * 10**9,
+                       "send_stream_end_on_client_close_stream")
+    o8 = _stream(c, 8, 0x180, consumer=True)
+    o9 = _stream(c, 9, 0x190, consumer=True)
+    each(c.c2s, marker(8, o8, 0, 3, "memory+checkpoint"), marker(9, o9, 0, 2, "memory+checkpoint"),
+         mut(8, o8, 1, b"g1"), mut(9, o9, 1, b"h1"))
+    c.s2c(close(8, 0x181))
+    each(c.c2s, ok(0x52, 0x181), mut(8, o8, 2, b"g2"), mut(9, o9, 2, b"h2"), end(8, o8, 1))
+    c.conv.close(initiator="s2c")
+    return c
 
 
 # --- violations ---------------------------------------------------------------------------
@@ -147,21 +203,42 @@ def lifecycle_violations() -> list[Script]:
           marker(16, o16, 0, 1, "memory+checkpoint"), end(16, o16, 5),    # BackfillFail
           end(17, o17, 8), mut(16, o16, 1, k("e")),                # after BackfillFail
           mut(17, o17, 1, k("f")))                                 # after LostPrivileges
+    o18 = _stream(s, 18, 0x212)
+    each(s.s2c, marker(18, o18, 0, 2, "memory+checkpoint"), mut(18, o18, 1, k("g")))
+    s.c2s(close(18, 0x2FD))
+    each(s.s2c, ok(0x52, 0x2FD), end(18, o18, 1))                  # StreamEnd after close
     s.conv.close()
     # a consumer connection: ns_server (client) sends the data to the consumer memcached
-    c = Script(Endpoint("10.0.7.4", 50702), Endpoint("10.0.7.5", 11209), start_ns=T0 + 10**9)
-    c.c2s(dcp_open("replication:lifecycle", 0x0, 1))
-    c.s2c(ok(0x50, 1))
-    for vb, o in ((20, 0x300), (21, 0x301)):
-        c.s2c(stream_req(vb, o))
-        c.c2s(failover(o, (UUID + vb, 0)))
+    c = _consumer_conn(Endpoint("10.0.7.4", 50702), Endpoint("10.0.7.5", 11209),
+                       "replication:lifecycle", T0 + 10**9)
+    for vb, o in ((20, 0x300), (21, 0x301), (22, 0x302)):
+        _stream(c, vb, o, consumer=True)
     each(c.c2s, marker(20, 0x300, 0, 1, "memory+checkpoint"), marker(21, 0x301, 0, 1, "memory+checkpoint"),
           mut(20, 0x300, 1, b"p"), end(20, 0x300, 2),             # StateChanged
           mut(21, 0x301, 1, b"q"), set_vb(21, 0x301, 1),
           mut(20, 0x300, 2, b"p2"),                                # after StateChanged
-          marker(21, 0x301, 2, 2, "memory"))                       # after takeover
+          marker(21, 0x301, 2, 2, "memory"),                       # after takeover
+          marker(22, 0x302, 0, 2, "memory+checkpoint"), mut(22, 0x302, 1, b"r"))
+    c.s2c(close(22, 0x3FF))
+    each(c.c2s, ok(0x52, 0x3FF), end(22, 0x302, 1))                # StreamEnd after close
     c.conv.close()
-    return [s, c]
+    return [s, c, _violations_after_drain()]
+
+
+def _violations_after_drain() -> Script:
+    """With send_stream_end_on_client_close_stream: vb 19 drains to its StreamEnd(Closed),
+    then a message of it follows; vb 24 goes on."""
+    s = _producer_conn(Endpoint("10.0.7.3", 50706), "lifecycle-violations-drain",
+                       "send_stream_end_on_client_close_stream")
+    o19, o24 = _stream(s, 19, 0x213), _stream(s, 24, 0x218)
+    each(s.s2c, marker(19, o19, 0, 3, "memory+checkpoint"), marker(24, o24, 0, 2, "memory+checkpoint"),
+         mut(19, o19, 1, k("i")))
+    s.c2s(close(19, 0x2FE))
+    each(s.s2c, ok(0x52, 0x2FE), mut(19, o19, 2, k("i2")), mut(24, o24, 1, k("j")),
+         end(19, o19, 1), mut(19, o19, 3, k("i3")),             # after StreamEnd(Closed)
+         mut(24, o24, 2, k("j2")))
+    s.conv.close()
+    return s
 
 
 # --- undecided ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ node A; node A fails (no FIN) and the vbucket's new active node C, whose history
 A node restarts between two connections of the consumer (its failover log gains BBBB at 10;
 the second connection reads no failover log first):
 
-* ``restart-rollback-legal``: the resume from 12 after snapshot [1,12] is answered
+* ``restart-rollback-legal``: the resume from 12 after snapshot [0,12] is answered
   ROLLBACK(10), which the log before the restart (AAAA only) would not explain; the log
   comes with the next success and agrees: clean;
 * ``restart-rollback-unexpected``: the branch is at 12, where nothing needs rolling back,
@@ -42,11 +42,14 @@ def _rollback(opaque: int, seqno: int) -> bytes:
     return encode(0x53, {"rollback_seqno": seqno}, request=False, status=0x23, opaque=opaque)
 
 
-def _first(node: Endpoint, port: int, last: int, snapshot=(1, 4), items=(2, 3)) -> Script:
-    """The first connection: snapshot ``snapshot``, ``items``; then the node goes away."""
+def _first(node: Endpoint, port: int, snapshot=(1, 4), items=(2, 3)) -> Script:
+    """The first connection: the consumer holds what precedes ``items`` and asks from there;
+    snapshot ``snapshot`` (its first marker starts at the requested snap_start), ``items``;
+    then the node goes away."""
     s = Script(Endpoint(HOST, port), node, start_ns=T0)
     _open(s)
-    s.c2s(stream_req(0, 0x10))
+    held = items[0] - 1
+    s.c2s(stream_req(0, 0x10, start=held, uuid=AAAA if held else 0))
     s.s2c(failover(0x10, (AAAA, 0)))
     s.s2c(marker(0, 0x10, *snapshot, "memory+checkpoint"),
           *[mutation(0, 0x10, i, f"k{i}", doc(i)) for i in items])
@@ -54,7 +57,7 @@ def _first(node: Endpoint, port: int, last: int, snapshot=(1, 4), items=(2, 3)) 
 
 
 def moved(collapsed: bool) -> list[Script]:
-    first = _first(NODE_A, 50600, 3)
+    first = _first(NODE_A, 50600)
     s = Script(Endpoint(HOST, 50601), NODE_C, start_ns=T0 + LATER)
     _open(s)
     log = ((BBBB, 3), (AAAA, 0))
@@ -73,10 +76,10 @@ def moved(collapsed: bool) -> list[Script]:
 
 
 def restarted(branch: int) -> list[Script]:
-    first = _first(NODE_A, 50610, 12, snapshot=(1, 12), items=range(1, 13))
+    first = _first(NODE_A, 50610, snapshot=(0, 12), items=range(1, 13))
     s = Script(Endpoint(HOST, 50611), NODE_A, start_ns=T0 + LATER)
     _open(s)
-    s.c2s(stream_req(0, 0x20, start=12, uuid=AAAA, snap_start=1, snap_end=12))
+    s.c2s(stream_req(0, 0x20, start=12, uuid=AAAA, snap_start=0, snap_end=12))
     s.s2c(_rollback(0x20, 10))
     s.c2s(stream_req(0, 0x21, start=10, uuid=AAAA, snap_start=10, snap_end=10))
     s.s2c(failover(0x21, (BBBB, branch), (AAAA, 0)),

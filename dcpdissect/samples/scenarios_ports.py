@@ -2,9 +2,10 @@
 them (never silently clean).
 
 ``ports-heuristic``: a stream-id connector's DCP conversation on port 12000 (not a DCP port:
-decoded because its first bytes are MCBP), an HTTP conversation on 8080 beside it (not
-decoded, no finding), and two TLS connections, one on the TLS port 11207 and one on 8443
-(``tls-connection`` info each, not decoded).
+decoded because its first bytes are MCBP) whose V2.0 marker the connection did not negotiate
+(``snapshot-version-not-negotiated``, judged there as on a DCP port), an HTTP conversation on
+8080 beside it (not decoded, no finding), and two TLS connections, one on the TLS port 11207
+and one on 8443 (``tls-connection`` info each, not decoded).
 """
 
 from __future__ import annotations
@@ -51,12 +52,13 @@ def tls(port: int, client_port: int, **kw) -> Script:
 
 
 def ports_heuristic() -> list[Script]:
-    return [dcp_on(12000, start_ns=T0), http(start_ns=T0 + 500),
+    return [dcp_on(12000, start_ns=T0, marker_layout="V2.0"), http(start_ns=T0 + 500),
             tls(11207, 52207, start_ns=T0 + 1500), tls(8443, 52443, start_ns=T0 + 2500)]
 
 
 SPECS: tuple = (
     Spec("ports-heuristic", "ports-heuristic.pcap",
-         "DCP on port 12000 found by its first bytes, HTTP on 8080 left undecoded, TLS on "
-         "11207 and 8443 reported (tls-connection info)", ports_heuristic),
+         "DCP on port 12000 found by its first bytes (and its V2.0 marker judged), HTTP on "
+         "8080 left undecoded, TLS on 11207 and 8443 reported (tls-connection info)",
+         ports_heuristic),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..codec import encode
-from .builder import T0, Script, Spec, dcp_open, failover, marker, mutation, ok, stream_req
+from .builder import T0, Script, Spec, control, dcp_open, failover, marker, mutation, ok, stream_req
 from .netsynth import Endpoint
 
 SERVER = Endpoint("10.0.0.1", 11210)
@@ -21,7 +21,9 @@ def rollback(opaque: int, seqno: int) -> bytes:
 
 
 def _opened(name: str, port: int, bucket: str | None = None, collections: bool = False,
-            start_ns: int = T0) -> Script:
+            start_ns: int = T0, marker_v22: bool = False) -> Script:
+    """A connector's connection; ``marker_v22``: it asks for V2.2 markers (which carry the
+    purge seqno), a control the producer accepts only with HELLO Collections."""
     s = Script(Endpoint("10.0.0.5", port), SERVER, start_ns=start_ns)
     if collections:
         s.c2s(encode(0x1F, key=b"connector", value=b"\x00\x0b\x00\x12", opaque=0xF0))
@@ -29,8 +31,12 @@ def _opened(name: str, port: int, bucket: str | None = None, collections: bool =
     if bucket:
         s.c2s(encode(0x89, key=bucket.encode(), opaque=0xF1))
         s.s2c(ok(0x89, 0xF1))
-    s.c2s(dcp_open(name, 0x1, 1))
-    s.s2c(ok(0x50, 1))
+    if marker_v22:
+        s.c2s(dcp_open(name, 0x1, 1), control("max_marker_version", "2.2", 2))
+        s.s2c(ok(0x50, 1), ok(0x5E, 2))
+    else:
+        s.c2s(dcp_open(name, 0x1, 1))
+        s.s2c(ok(0x50, 1))
     return s
 
 
@@ -48,14 +54,14 @@ def _seed_request(answer_rollback: bool) -> list[Script]:
               *[mutation(3, 0x11, i, f"k{i}", b'{"v":1}') for i in range(2, 6)])
     else:
         s.s2c(failover(0x10, *SEED_LOG))
-        s.s2c(marker(3, 0x10, 3, 5, "memory+checkpoint"),
+        s.s2c(marker(3, 0x10, 1, 5, "memory+checkpoint"),
               *[mutation(3, 0x10, i, f"k{i}", b'{"v":1}') for i in range(4, 6)])
     s.conv.close()
     return [s]
 
 
 def _violations() -> list[Script]:
-    s = _opened("connector-b", 41001)
+    s = _opened("connector-b", 41001, collections=True, marker_v22=True)
     for vb in (4, 5, 6, 7):
         s.c2s(encode(0x54, vbucket=vb, opaque=0x40 + vb))
         s.s2c(failover_log(0x40 + vb, LOG))
@@ -74,16 +80,17 @@ def _violations() -> list[Script]:
     s.s2c(failover(0x28, (0xC, 0)))
     s.s2c(marker(8, 0x28, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,
                  purge_seqno=7),
-          *[mutation(8, 0x28, i, f"p{i}", b'{"v":2}') for i in (10, 11, 12)],
+          *[mutation(8, 0x28, i, f"\x00p{i}", b'{"v":2}') for i in (10, 11, 12)],
           encode(0x55, {"reason": 0}, vbucket=8, opaque=0x28))
     s.conv.close()
     # a connector (HELLO Collections) resumes vb 8 without the purge seqno its disk marker carried
-    c = _opened("connector-c", 41002, collections=True, start_ns=T0 + 5_000_000)
+    c = _opened("connector-c", 41002, collections=True, start_ns=T0 + 5_000_000,
+                marker_v22=True)
     c.c2s(stream_req(8, 0x28, end=12))
     c.s2c(failover(0x28, (0xC, 0)))
     c.s2c(marker(8, 0x28, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,
                  purge_seqno=7),
-          *[mutation(8, 0x28, i, f"p{i}", b'{"v":2}') for i in (10, 11, 12)],
+          *[mutation(8, 0x28, i, f"\x00p{i}", b'{"v":2}') for i in (10, 11, 12)],
           encode(0x55, {"reason": 0}, vbucket=8, opaque=0x28))
     c.c2s(stream_req(8, 0x38, start=12, uuid=0xC, snap_start=0, snap_end=12))  # no purge_seqno
     c.s2c(failover(0x38, (0xC, 0)))
@@ -107,7 +114,8 @@ def _legal() -> list[Script]:
     out = []
     for i, (bucket, log) in enumerate((("travel", ((0xA1, 40), (0xA0, 0))),
                                        ("beer", ((0xB1, 9), (0xB0, 0))))):
-        s = _opened(f"connector-{bucket}", 42000 + i, bucket=bucket, start_ns=T0 + i * 1000)
+        s = _opened(f"connector-{bucket}", 42000 + i, bucket=bucket, start_ns=T0 + i * 1000,
+                    collections=True, marker_v22=True)
         s.c2s(encode(0x54, vbucket=0, opaque=2))
         s.s2c(failover_log(2, log))
         out.append(s)
@@ -127,7 +135,7 @@ def _legal() -> list[Script]:
     travel.s2c(failover(0x13, (0xC, 0)))
     travel.s2c(marker(3, 0x13, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,
                       purge_seqno=7),
-               *[mutation(3, 0x13, i, f"q{i}", b'{"v":3}') for i in (10, 11, 12)],
+               *[mutation(3, 0x13, i, f"\x00q{i}", b'{"v":3}') for i in (10, 11, 12)],
                encode(0x55, {"reason": 0}, vbucket=3, opaque=0x13))
     travel.c2s(stream_req(3, 0x23, start=9, uuid=0xC, snap_start=9, snap_end=9))
     travel.s2c(rollback(0x23, 0))
@@ -138,7 +146,8 @@ def _legal() -> list[Script]:
     for s in out:
         s.conv.close()
     # a collection-filtered resume below the purge seqno: the server may apply the exemption
-    c = _opened("connector-filtered", 42010, collections=True, start_ns=T0 + 3_000_000)
+    c = _opened("connector-filtered", 42010, collections=True, start_ns=T0 + 3_000_000,
+                marker_v22=True)
     c.c2s(stream_req(4, 0x14, end=12, value=b'{"collections":["8"]}'))
     c.s2c(failover(0x14, (0xD, 0)))
     c.s2c(marker(4, 0x14, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,

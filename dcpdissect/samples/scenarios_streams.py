@@ -186,6 +186,110 @@ def stream_add_stream() -> list[Script]:
     return [ns, cons]
 
 
+# --- the first marker's start (active_stream.cc: min(snap_start, computed start)) ---------
+
+FROM_LATEST = 0x40
+FILTER_8 = b'{"collections":["8"]}'
+
+
+def _first_marker_producer(name: str, port: int) -> Script:
+    s = Script(Endpoint("10.0.2.2", port), PRODUCER, start_ns=T0)
+    _open(s, name)
+    req, rsp = _hello(2, 0x12)                              # HELLO Collections
+    s.c2s(req)
+    s.s2c(rsp)
+    s.c2s(encode(0x5E, key=b"enable_out_of_order_snapshots", value=b"true", opaque=3))
+    s.s2c(ok(0x5E, 3))
+    return s
+
+
+def _first_marker_consumer_leg(name: str, port: int) -> Script:
+    """ns_server's proxy leg to a consumer memcached: the consumer's stream requests travel
+    server→client, the producer's markers and items client→server."""
+    c = Script(Endpoint("10.0.2.3", port), Endpoint("10.0.2.4", 11209), start_ns=T0 + 1_000_000)
+    c.c2s(dcp_open(name, 0x0, 1))
+    c.s2c(ok(0x50, 1))
+    return c
+
+
+def _consumer_stream(c: Script, vb: int, opaque: int, **kw) -> int:
+    c.s2c(stream_req(vb, opaque, **kw))
+    c.c2s(failover(opaque, (kw.get("uuid") or UUID + vb, 0)))
+    return opaque
+
+
+def _ckey(key: str, cid: int = 0) -> str:
+    return chr(cid) + key                                   # leb128 of a collection id < 128
+
+
+def first_marker_legal() -> list[Script]:
+    """First markers as kv_engine sends them, vbuckets interleaved: a resume whose marker
+    starts at snap_start below start; a backfill from 0; FromLatest (the high seqno, below the
+    first item); a collection filter that held the whole first snapshot back (MB-47009: the
+    marker from snap_start and a SeqnoAdvanced); an OSO backfill, after which the first 0x56
+    marker is not the stream's first; and on a consumer connection a resume and a backfill.
+    The producer closes its connection; the consumer's connection is still open at the end."""
+    s = _first_marker_producer("first-marker-legal", 50440)
+    o0 = _stream(s, 0, start=5, uuid=UUID, snap_start=3, snap_end=5)
+    o1 = _stream(s, 1)
+    o2 = _stream(s, 2, flags=FROM_LATEST)
+    o3 = _stream(s, 3, value=FILTER_8)
+    o4 = _stream(s, 4, value=FILTER_8)
+    k = _ckey
+    s.s2c(marker(0, o0, 3, 8, "memory+checkpoint"), marker(1, o1, 0, 4, "disk+checkpoint"),
+          mutation(0, o0, 6, k("a6"), doc(6)), mutation(1, o1, 1, k("b1"), doc(1)),
+          marker(2, o2, 10, 12, "memory+checkpoint"), mutation(1, o1, 2, k("b2"), doc(2)),
+          mutation(2, o2, 11, k("c11"), doc(11)), mutation(0, o0, 7, k("a7"), doc(7)),
+          marker(3, o3, 0, 4, "memory+checkpoint"), _seqno_advanced(3, o3, 4),
+          _oso(4, o4, 1), mutation(4, o4, 3, k("m", 8), doc(3)),
+          mutation(4, o4, 1, k("k", 8), doc(1)), _oso(4, o4, 2),
+          mutation(1, o1, 3, k("b3"), doc(3)), mutation(1, o1, 4, k("b4"), doc(4)),
+          mutation(2, o2, 12, k("c12"), doc(12)), mutation(0, o0, 8, k("a8"), doc(8)),
+          marker(3, o3, 5, 6, "memory+checkpoint"), mutation(3, o3, 6, k("f6", 8), doc(6)),
+          marker(4, o4, 7, 9, "memory+checkpoint"), mutation(4, o4, 8, k("n", 8), doc(8)),
+          mutation(4, o4, 9, k("o", 8), doc(9)))
+    s.conv.close(initiator="s2c")
+    c = _first_marker_consumer_leg("replication:ns_1@10.0.2.1->ns_1@10.0.2.4:first", 43440)
+    o5 = _consumer_stream(c, 5, 0x500, start=3, uuid=UUID + 5, snap_start=2, snap_end=3)
+    o6 = _consumer_stream(c, 6, 0x600)
+    c.c2s(marker(5, o5, 2, 5, "memory+checkpoint"), marker(6, o6, 0, 2, "disk+checkpoint"),
+          mutation(6, o6, 1, "d1", doc(1)), mutation(5, o5, 4, "e4", doc(4)),
+          mutation(5, o5, 5, "e5", doc(5)), mutation(6, o6, 2, "d2", doc(2)))
+    return [s, c]
+
+
+def first_marker_violations() -> list[Script]:
+    """First markers above the requested snap_start, one per vbucket, interleaved: from 0 at
+    the first item; a resume at start instead of snap_start; FromLatest at its first item;
+    a collection-filtered stream whose first items were held back (kv_engine still starts at
+    snap_start); and on a consumer connection from 0 at the first item."""
+    s = _first_marker_producer("first-marker-violations", 50441)
+    o10 = _stream(s, 10)
+    o11 = _stream(s, 11, start=5, uuid=UUID + 11, snap_start=3, snap_end=5)
+    o12 = _stream(s, 12, flags=FROM_LATEST)
+    o13 = _stream(s, 13, value=FILTER_8)
+    k = _ckey
+    each = [marker(10, o10, 1, 3, "memory+checkpoint"),           # VIOLATION (snap_start 0)
+            marker(11, o11, 5, 9, "disk+checkpoint"),             # VIOLATION (snap_start 3)
+            mutation(10, o10, 1, k("a1"), doc(1)), mutation(11, o11, 6, k("b6"), doc(6)),
+            marker(12, o12, 11, 12, "memory"),                    # VIOLATION (its first item)
+            mutation(12, o12, 11, k("c11"), doc(11)), mutation(10, o10, 2, k("a2"), doc(2)),
+            marker(13, o13, 3, 4, "memory+checkpoint"),           # VIOLATION (snap_start 0)
+            mutation(13, o13, 4, k("d4", 8), doc(4)), mutation(10, o10, 3, k("a3"), doc(3)),
+            mutation(12, o12, 12, k("c12"), doc(12))]
+    for m in each:
+        s.s2c(m)                                      # one frame per message
+    for i in (7, 8, 9):
+        s.s2c(mutation(11, o11, i, k(f"b{i}"), doc(i)))
+    s.conv.close()
+    c = _first_marker_consumer_leg("replication:ns_1@10.0.2.1->ns_1@10.0.2.4:first-v", 43441)
+    o14 = _consumer_stream(c, 14, 0xE00)
+    c.c2s(marker(14, o14, 1, 2, "memory+checkpoint"))             # VIOLATION (snap_start 0)
+    c.c2s(mutation(14, o14, 1, "e1", doc(1)), mutation(14, o14, 2, "e2", doc(2)))
+    c.conv.close("rst", initiator="s2c")
+    return [s, c]
+
+
 # --- resume fidelity (DCP design discussion: "Why does a client need to provide snapshot
 # start & end seqnos to resume a stream?") ---------------------------------------------
 
@@ -194,10 +298,11 @@ AAAA, BBBB = 0x1111, 0x2222
 
 
 def _first_connection() -> Script:
-    """Snapshot start=1 end=4 under uuid AAAA; items 2:SET(B), 3:SET(C); disconnect."""
+    """The consumer holds 1:SET(A) and resumes from 1: snapshot start=1 end=4 under uuid
+    AAAA; items 2:SET(B), 3:SET(C); disconnect."""
     s = Script(Endpoint("10.0.2.2", 50430), PRODUCER, start_ns=T0)
     _open(s, RESUME_NAME)
-    s.c2s(stream_req(0, 0x10))
+    s.c2s(stream_req(0, 0x10, start=1, uuid=AAAA))
     s.s2c(failover(0x10, (AAAA, 0)))
     s.s2c(marker(0, 0x10, 1, 4, "memory+checkpoint"), mutation(0, 0x10, 2, "B", doc(2)),
           mutation(0, 0x10, 3, "C", doc(3)))
@@ -260,6 +365,14 @@ SPECS: tuple = (
     Spec("stream-add-stream", "stream-add-stream.pcap",
          "Add Stream correlation: wrong new opaque, ROLLBACK forwarded, stream messages with "
          "another opaque, status not mirrored", stream_add_stream),
+    Spec("stream-first-marker-legal", "stream-first-marker-legal.pcap",
+         "first markers as kv_engine sends them (min(snap_start, computed start)): a resume, a "
+         "backfill, FromLatest, a wholly filtered first snapshot, the marker after an OSO "
+         "backfill; a producer and a consumer connection", first_marker_legal),
+    Spec("stream-first-marker", "stream-first-marker.pcap",
+         "first markers above the requested snap_start: at the first item, at start, "
+         "FromLatest at its first item, a collection filter; a producer and a consumer "
+         "connection", first_marker_violations),
     Spec("resume-correct", "resume-correct.pcap",
          "resume after a partial snapshot: uuid 1111 snapshot {1,4} start 3 (rolled back to 1)",
          resume_correct),

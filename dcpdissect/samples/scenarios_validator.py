@@ -16,13 +16,15 @@ import struct
 
 from ..codec import encode
 from ..codec.header import peek
-from .builder import MAX_SEQNO, T0, Script, Spec, doc, failover, marker, ok, stream_req
+from .builder import MAX_SEQNO, T0, Script, Spec, control, doc, failover, marker, ok, stream_req
 from .netsynth import Endpoint
 
 PRODUCER = Endpoint("10.0.4.1", 11210)
 REPLICA = Endpoint("10.0.4.2", 11209)
 UUID = 0x5EED000000000000
 JSON_, SNAPPY_, XATTR_, COLLECTIONS_ = 0x0B, 0x0A, 0x06, 0x12
+SYNC_REPLICATION_V22 = (("enable_sync_writes", "true"), ("consumer_name", "ns_1@10.0.4.2"),
+                        ("max_marker_version", "2.2"))
 
 
 def hello(s: Script, *features: int, opaque: int = 0xF0) -> None:
@@ -141,6 +143,9 @@ def legal_server_behaviour() -> list[Script]:
     p = Script(Endpoint("10.0.4.6", 50600), PRODUCER, start_ns=T0)
     hello(p, JSON_, XATTR_, SNAPPY_, COLLECTIONS_)
     _open(p, "replication:ns_1@10.0.4.1->ns_1@10.0.4.2:default", 0x25)
+    # sync replication and max_marker_version=2.2 (with collections): V2.2 markers
+    p.c2s(*(control(k, v, 2 + i) for i, (k, v) in enumerate(SYNC_REPLICATION_V22)))
+    p.s2c(*(ok(0x5E, 2 + i) for i in range(len(SYNC_REPLICATION_V22))))
     p.c2s(stream_req(0, 0x10, start=0, uuid=0), stream_req(1, 0x11, start=0, uuid=0))
     p.s2c(failover(0x10, (UUID, 0)), failover(0x11, (UUID + 1, 0)))
     # FromLatest with uuid 0 and a start: the producer replaces both (producer.cc)
@@ -150,7 +155,7 @@ def legal_server_behaviour() -> list[Script]:
     p.s2c(marker(0, 0x10, 0, 12, "disk+checkpoint", layout="V2.2", max_visible_seqno=12,
                  high_completed_seqno=3, purge_seqno=0, high_prepared_seqno=3))
     # vb 1 interleaved: a memory marker whose purge seqno is above its end (ignored by consumers)
-    p.s2c(marker(1, 0x11, 1, 2, "memory+checkpoint", layout="V2.2", max_visible_seqno=2,
+    p.s2c(marker(1, 0x11, 0, 2, "memory+checkpoint", layout="V2.2", max_visible_seqno=2,
                  high_completed_seqno=0, purge_seqno=40, high_prepared_seqno=0))
     for seqno in range(1, 13):
         p.s2c(item(0x57, 0, 0x10, seqno, ckey(8, f"user::{seqno}"), doc(seqno), datatype=0x01))
@@ -171,7 +176,7 @@ def legal_server_behaviour() -> list[Script]:
           ok(0x51, 0x43, fields={"new_opaque": 0x2043}))   # accepted: the stream opaque
     c.s2c(stream_req(6, 0x2043, start=0, value=b'{"uid":"0"}'))
     c.c2s(failover(0x2043, (UUID + 6, 0)))
-    c.c2s(marker(6, 0x2043, 1, 4, "memory+checkpoint"))
+    c.c2s(marker(6, 0x2043, 0, 4, "memory+checkpoint"))
     for seqno in (1, 2, 3):
         c.c2s(item(0x57, 6, 0x2043, seqno, ckey(0, f"doc-{seqno}"), doc(seqno), datatype=0x01))
     c.c2s(item(0x58, 6, 0x2043, 4, ckey(0, "doc-0")))      # V2 deletion (collections)

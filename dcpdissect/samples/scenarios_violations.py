@@ -75,7 +75,7 @@ def _bad_markers() -> list[bytes]:
            high_completed_seqno=0),
         mk(12, 0, 5, "disk", layout="V2.0", max_visible_seqno=5,            # marker-hcs-beyond-end
            high_completed_seqno=9),
-        mk(13, 1, 5, "disk", layout="V2.2", max_visible_seqno=5,            # marker-hps-beyond-end
+        mk(13, 0, 5, "disk", layout="V2.2", max_visible_seqno=5,            # marker-hps-beyond-end
            high_completed_seqno=0, purge_seqno=0, high_prepared_seqno=9),
         mk(14, 0, 5, "disk", layout="V2.2", max_visible_seqno=5,            # marker-purge-beyond-end
            high_completed_seqno=0, purge_seqno=9, high_prepared_seqno=0),

@@ -36,6 +36,21 @@ RULES: tuple = (
          "(noopCtx.pendingRecv); it is checked at each step, at the connection manager's "
          "pace, so only silence beyond 2 × interval + 5 s is reported (the consumer "
          "disconnects only after dcp_idle_timeout)", FV),
+    rule("consumer-idle-timeout", WARNING,
+         "with noops enabled, the consumer left the producer's noop unanswered and sent nothing "
+         "else the producer counts for longer than dcp_idle_timeout (360 s by default): the "
+         "producer disconnects",
+         "engines/ep/src/dcp/producer.cc DcpProducer::maybeDisconnect, first in DcpProducer::step "
+         "(run at least every connection_manager_interval, 0.1 s), disconnects when "
+         "noopCtx.enabled (enable_noop, DcpProducer::control) and nothing was received for "
+         "getIdleTimeout(): dcp_idle_timeout, 360 s by default (engines/ep/configuration.json; "
+         "dynamic, per bucket, not in a capture); lastReceiveTime is set by every response of "
+         "the consumer (DcpProducer::handleResponse, the noop answer among them) and by "
+         "streamRequest, closeStream, bufferAcknowledgement, control and getFailoverLog, not by "
+         "seqno acknowledgements; maybeSendNoop sends no other noop while one is unanswered "
+         "(noopCtx.pendingRecv). Judged when the capture shows enable_noop accepted; when the "
+         "producer's side closes the connection within 5 s after the timeout, the finding says "
+         "this is why", FV),
     rule("response-without-request", WARNING,
          "a response whose opcode and opaque match no request captured in the other direction",
          "daemon/connection.cc hands a client's response on a DCP connection to the engine: "

@@ -19,18 +19,20 @@ RULES = (
          "DcpProducer::handleResponse logs and tolerates (a re-request with a new opaque is a new "
          "stream; an old opaque while it is active is stream-opaque-mismatch)", LV),
     rule("data-after-close", WARNING,
-         "a stream message after the success response to the consumer's CloseStream, on a "
-         "connection without send_stream_end_on_client_close_stream",
+         "a stream message, or its StreamEnd, after the success response to the consumer's "
+         "CloseStream, on a connection without send_stream_end_on_client_close_stream",
          "engines/ep/src/dcp/producer.cc DcpProducer::closeStream: without "
-         "sendStreamEndOnClientStreamClose, closeStreamInner removes the stream from the streams "
-         "map before the response, so nothing of it follows (with the control, "
-         "ActiveStream::setDead → endStream queues StreamEnd(Closed) behind the queued items and "
-         "deadPhase drains them: legal until that StreamEnd); messages before the response are "
-         "in flight; consumer.cc DcpConsumer::closeStream sets the PassiveStream dead and "
-         "passive_stream.cc PassiveStream::messageReceived ignores its messages", LV),
+         "sendStreamEndOnClientStreamClose, closeStreamInner erases the stream from the "
+         "streams map before ActiveStream::setDead(Closed) queues its StreamEnd and before the "
+         "response, and DcpProducer::getNextItemFromVbucket only steps streams of the map: "
+         "nothing of it follows, not even that StreamEnd (with the control the stream stays in "
+         "the map, deadPhase drains the readyQ up to StreamEnd(Closed) and DcpProducer::step "
+         "erases it once that is sent: data-after-stream-end after it); messages before the "
+         "response are in flight; consumer.cc DcpConsumer::closeStream sets the PassiveStream "
+         "dead and passive_stream.cc PassiveStream::messageReceived ignores its messages", LV),
     rule("data-after-close-undecided", INFO,
-         "a stream message after the CloseStream response, before any StreamEnd, on a "
-         "connection whose negotiation the capture did not show",
+         "a stream message, or its StreamEnd, after the CloseStream response on a connection "
+         "whose negotiation the capture did not show",
          "engines/ep/src/dcp/producer.cc DcpProducer::closeStream: legal only with the control "
          "send_stream_end_on_client_close_stream (ActiveStream::deadPhase drains until "
          "StreamEnd(Closed)), which may have been sent before the capture started",

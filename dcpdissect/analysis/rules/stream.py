@@ -47,10 +47,15 @@ RULES = (
          "prepares) in one snapshot without MayContainDuplicates",
          "R22; checkpoints and backfills deduplicate keys (MB-71914, MB-72198)", ST),
     rule("snapshot-start-inconsistent", WARNING, "inconsistent start-seqno semantics",
-         "engines/ep/src/dcp/active_stream.cc: first marker = min(snap_start, computed) = the "
-         "requested snap_start (ActiveStream::snapshot, adjustStartIfFirstSnapshot); CHK marker "
-         "start <= first item; memory marker without CHK start = first sent item, computed after "
-         "filtering (relaxed only for a collections/scope filter); backfill start <= first item", ST),
+         "engines/ep/src/dcp/active_stream.cc: the first marker starts at min(snap_start, "
+         "computed start), the requested snap_start (ActiveStream::snapshot after filtering, "
+         "markDiskSnapshot and sendSnapshotAndSeqnoAdvanced through adjustStartIfFirstSnapshot, "
+         "also for a first snapshot the filter held back, MB-47009), or for FromLatest the "
+         "vbucket's high seqno (producer.cc DcpProducer::streamRequest), below its first item; "
+         "after an OSO backfill (completeOSOBackfill sets firstMarkerSent) the next marker is not "
+         "the first; CHK marker start <= first item; memory marker without CHK start = first "
+         "sent item, computed after filtering (relaxed only for a collections/scope filter); "
+         "backfill start <= first item", ST),
     rule("oso-unpaired", ERROR, "OSO snapshot start/end markers are not paired",
          "R24; the producer sends 0x65 start, items in key order, then 0x65 end", "stream-oso.pcap"),
     rule("oso-contains-marker", ERROR, "snapshot marker 0x56 inside an OSO snapshot",
@@ -79,45 +84,52 @@ RULES = (
          "engines/ep/src/dcp/producer.cc DcpProducer::handleResponse: no case for "
          "DcpSeqnoAdvanced/DcpOsoSnapshot, the default branch throws logic_error ('received an "
          "unknown client opcode') and the connection is closed", CV),
-    rule("snapshot-version-not-negotiated", INFO,
+    rule("snapshot-version-not-negotiated", WARNING,
          "V2.0 marker on a stream requested without sync replication, or V2.2 marker on one "
          "requested without max_marker_version=2.2",
          "engines/ep/src/dcp/active_stream.cc ActiveStream::snapshot / markDiskSnapshot send the "
-         "MVS only with supportSyncReplication() (enable_sync_writes and consumer_name accepted, "
-         "producer.cc DcpProducer::control) and the purge seqno/HPS only with maxMarkerVersion "
-         "V2_2, copied into the stream when it is created; protocol/mcbp/"
-         "dcp_snapshot_marker_codec.cc encodes V1 otherwise. kv_engine's consumer decodes every "
-         "version (DcpSnapshotMarker::decode), so how the receiver reacts is not decidable", CV),
+         "MVS and HCS only with supportSyncReplication() (enable_sync_writes and a non-empty "
+         "consumer_name accepted, in either order, producer.cc DcpProducer::control), the purge "
+         "seqno and HPS only with maxMarkerVersion V2_2 (max_marker_version=2.2, which control() "
+         "accepts only with collections), both copied into the ActiveStream when it is created; "
+         "protocol/mcbp/dcp_snapshot_marker_codec.cc DcpSnapshotMarker::encode writes V2.2 when "
+         "a purge seqno or HPS is set, V2.0 when an MVS or HCS is, V1 otherwise: the producer "
+         "is not behaving as kv_engine does (kv_engine's consumer decodes every version)", CV),
     rule("snapshot-v1-disk-sync-replication", ERROR,
          "V1 Disk marker (no HCS) on a stream that negotiated sync replication",
          "engines/ep/src/dcp/passive_stream.cc PassiveStream::processMarker throws 'missing "
          "HCS' for a Disk marker without HCS when the stream supports sync replication; the "
          "producer always sends the MVS there (V2.0 or V2.2, active_stream.cc)", CV),
-    rule("snapshot-history-not-negotiated", INFO,
+    rule("snapshot-history-not-negotiated", WARNING,
          "History or MayContainDuplicates marker flag on a stream requested without "
          "change_streams",
-         "engines/ep/src/dcp/active_stream.cc ActiveStream::getMarkerFlags / markDiskSnapshot set "
-         "History (and MayContainDuplicates with it) only when changeStreamsEnabled, copied from "
-         "the producer's change_streams control (producer.cc DcpProducer::control); the consumer "
-         "tolerates the flags, so the receiver's reaction is not decidable", CV),
+         "engines/ep/src/dcp/active_stream.cc ActiveStream::getMarkerFlags sets History only "
+         "with changeStreamsEnabled, and markDiskSnapshot sets History|MayContainDuplicates only "
+         "for a history scan, which backfill_disk_to_stream.cc "
+         "DCPBackfillDiskToStream::setupForHistoryScan starts only when "
+         "areChangeStreamsEnabled(): copied from the producer's change_streams control "
+         "(producer.cc DcpProducer::control) when the stream is created; the producer is not "
+         "behaving as kv_engine does (the consumer tolerates the flags)", CV),
     rule("oso-not-negotiated", WARNING,
          "OSO snapshot on a connection without enable_out_of_order_snapshots",
-         "engines/ep/src/dcp/producer.cc DcpProducer::control enables OSO only with "
-         "enable_out_of_order_snapshots=true|true_with_seqno_advanced "
-         "(isOutOfOrderSnapshotsEnabled); a client that did not ask for it gets items out of "
-         "seqno order", CV),
+         "engines/ep/src/dcp/active_stream.cc schedules an OSO backfill only when "
+         "producer.cc DcpProducer::isOutOfOrderSnapshotsEnabled (control "
+         "enable_out_of_order_snapshots=true|true_with_seqno_advanced, and a bucket that can "
+         "scan by id); a client that did not ask for it gets items out of seqno order", CV),
     rule("seqno-advanced-not-enabled", WARNING,
          "SeqnoAdvanced on a stream for which the producer never sends it",
          "engines/ep/src/dcp/active_stream.cc ActiveStream::isSeqnoAdvancedEnabled: only "
-         "collection streams (HELLO Collections on the producer connection), and not sync-write "
-         "streams with flatbuffers_system_events unless skip_deletes_in_initial_backfill; inside "
-         "OSO also completeBackfillInner with enable_out_of_order_snapshots="
-         "true_with_seqno_advanced", CV),
-    rule("expiration-not-negotiated", INFO,
+         "collection streams (a non-legacy filter: HELLO Collections on the producer connection), "
+         "and not sync-write streams with flatbuffers_system_events unless "
+         "skip_deletes_in_initial_backfill; inside OSO also completeBackfillInner with "
+         "enable_out_of_order_snapshots=true_with_seqno_advanced", CV),
+    rule("expiration-not-negotiated", WARNING,
          "DcpExpiration on a connection without enable_expiry_opcode",
-         "engines/ep/src/dcp/producer.cc DcpProducer::step sends expirations as deletions unless "
-         "enableExpiryOpcode (control enable_expiry_opcode=true with the DcpOpen flag "
-         "include_delete_times, DcpProducer::control); the consumer accepts 0x59 either way", CV),
+         "engines/ep/src/dcp/producer.cc DcpProducer::step sends an expiration as a deletion "
+         "(deletionV1OrV2) unless enableExpiryOpcode, which DcpProducer::control sets only for "
+         "enable_expiry_opcode=true on a connection opened with the DcpOpen flag "
+         "include_delete_times (read when the message is sent, not per stream); the producer "
+         "is not behaving as kv_engine does (the consumer accepts 0x59 either way)", CV),
     rule("stream-id-request-mismatch", ERROR,
          "stream request with a sid without enable_stream_id, or without one with it",
          "engines/ep/src/dcp/producer.cc DcpProducer::constructFilterForStreamRequest: 'a valid "

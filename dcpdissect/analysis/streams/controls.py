@@ -153,6 +153,15 @@ class Controls:
             rec = self.conns[c.id] = ConnControls(c)
         return rec
 
+    def accepted(self, c: Conn, key: str) -> str | None:
+        """The value of the control ``key`` the producer accepted on ``c`` so far ("" when
+        none was), whichever end of the TCP connection the DCP consumer is; None when the
+        capture does not show the connection's whole negotiation."""
+        rec = self.conns.get(c.id)
+        if rec is None or rec.conn is not c:
+            rec = self._record(c)
+        return rec.controls.get(key, "") if _known(c, rec) else None
+
     # --- the hook (called by the tracker after it dispatched the message) -----------------
 
     def on_cut(self, c: Conn, consumer_side: bool) -> None:
@@ -271,13 +280,14 @@ class Controls:
         if op == OP["DcpSnapshotMarker"]:
             self._marker(c, st, neg, pdu, msg, out)
         elif op == OP["DcpExpiration"]:
+            # a connection setting, read when the message is sent (DcpProducer::step)
             now = self._negotiated(c, rec, False)
-            if neg.expiry_opcode is False and not (now and now.expiry_opcode is not False):
+            if now is not None and now.expiry_opcode is False:
                 report_on_stream(st, out, "expiration-not-negotiated", f"DcpExpiration on "
                                  f"{st.describe()} without enable_expiry_opcode (and the "
                                  "DcpOpen flag include_delete_times): the producer sends a "
                                  "deletion instead", pdu, msg,
-                                 {"enable_expiry_opcode": neg.controls.get(
+                                 {"enable_expiry_opcode": now.controls.get(
                                      "enable_expiry_opcode")})
         elif op == OP["DcpOsoSnapshot"]:
             if (msg.fields.get("flags", 0) & 0x01 and not neg.oso

@@ -21,6 +21,13 @@ server→client):
   the last one and the last one was answered (maybeSendNoop); it checks at its own pace (the
   connection manager interval), so only an idle period longer than twice the interval plus
   :data:`NOOP_MARGIN_NS` is reported.
+* **The consumer's silence**: with ``enable_noop`` accepted the producer disconnects once it
+  has received nothing for ``dcp_idle_timeout`` (DcpProducer::maybeDisconnect,
+  :data:`IDLE_TIMEOUT_NS` by default): reported when the producer's noop is left unanswered
+  and the consumer sends nothing the producer counts (:data:`RESETS_IDLE`, any response) past
+  that timeout, seen at the connection's next message or its end; when the producer's side
+  closes the connection within :data:`NOOP_MARGIN_NS` after the timeout, the finding says
+  that this is why.
 * **Responses to messages never sent**: a response whose (opcode, opaque) matches no request
   captured in the other direction, once the capture shows the connection's start and until
   bytes of it are lost. The consumer's Noop, SeqnoAdvanced and OSO answers are left to
@@ -49,6 +56,11 @@ NOOP, STREAM_END = OP["DcpNoop"], OP["DcpStreamEnd"]
 HEADER = 24
 DEFAULT_NOOP_NS = 20_000_000_000        # producer.cc defaultDcpNoopTxInterval (20 s)
 NOOP_MARGIN_NS = 5_000_000_000          # the connection manager's pace, and the network
+IDLE_TIMEOUT_NS = 360_000_000_000       # configuration.json dcp_idle_timeout (default 360 s)
+# the consumer's requests that set DcpProducer::lastReceiveTime (every response does too)
+RESETS_IDLE = frozenset(opcode_code(n) for n in (
+    "DcpStreamReq", "DcpCloseStream", "DcpBufferAcknowledgement", "DcpControl",
+    "DcpGetFailoverLog"))
 SNAPPY, XATTR = 0x02, 0x04
 FEATURE_SNAPPY = 0x0A
 OPEN_PRODUCER, OPEN_XATTRS = 0x01, 0x04
@@ -79,8 +91,8 @@ class ConnFlow:
     """One connection's flow-control, noop and request bookkeeping."""
     __slots__ = ("conn", "judged", "pending", "window", "sent", "acked", "broken",
                  "realign", "lower_bound", "noop", "noop_interval", "noop_pending",
-                 "idle_since", "requests", "reported", "undecided_said", "points", "stride",
-                 "skipped")
+                 "idle_since", "heard", "unanswered", "requests", "reported",
+                 "undecided_said", "points", "stride", "skipped")
 
     def __init__(self, conn: Conn):
         self.conn = conn
@@ -95,6 +107,8 @@ class ConnFlow:
         self.noop_interval = DEFAULT_NOOP_NS
         self.noop_pending = False
         self.idle_since: int | None = None
+        self.heard: tuple | None = None     # (ts, frame): the consumer's last counted message
+        self.unanswered: tuple | None = None   # (pdu, msg): the producer's unanswered noop
         self.requests: tuple[dict, dict] = ({}, {})     # per direction: (opcode, opaque)
         self.reported: dict[str, int] = {}
         self.undecided_said = False
@@ -125,6 +139,8 @@ class Flow:
         rec = self.conns.get(c.id)
         if rec is None or rec.conn is not c:
             rec = self._record(c)
+        if rec.unanswered is not None:
+            self._idle(rec, pdu.ts_ns, pdu.frame, out)
         op = msg.opcode
         if msg.is_request:
             reqs = rec.requests[pdu.direction]
@@ -149,20 +165,27 @@ class Flow:
         rec.realign = True
         if consumer_side:
             rec.noop_pending = True          # judged again once a noop response is seen
+            rec.heard = rec.unanswered = None   # its answer, or other messages, may be hidden
         else:
             rec.idle_since = None
             if rec.pending:                  # a control's answer may be hidden
                 rec.window = rec.noop = None
 
-    def on_end(self, c: Conn) -> None:
+    def on_end(self, c: Conn, closed=None, out: list | None = None) -> None:
+        """The connection ended: ``closed`` (a ConnectionClosed), when the capture shows it
+        closing, may be the producer's idle disconnect."""
         rec = self.conns.pop(c.id, None)
         if rec is not None and rec.conn is c:
+            if closed is not None and rec.unanswered is not None:
+                self._idle_at_close(rec, closed, out)
             self._keep_series(rec)
 
     # --- requests -------------------------------------------------------------------------
 
     def _consumer_request(self, rec: ConnFlow, pdu, msg, out) -> None:
         op = msg.opcode
+        if op in RESETS_IDLE:
+            rec.heard = (pdu.ts_ns, pdu.frame)
         if op == OP["DcpControl"]:
             if msg.value_cut or msg.key_cut:        # which control: not captured
                 rec.window = rec.noop = None
@@ -217,6 +240,8 @@ class Flow:
         rec.idle_since = t
         if op == NOOP:
             rec.noop_pending = True
+            if rec.unanswered is None:
+                rec.unanswered = (pdu, msg)
             return
         if op not in COUNTED or rec.realign:
             return
@@ -265,9 +290,12 @@ class Flow:
                              "other direction", pdu, msg, {"opcode": f"{op:#04x}"},
                              1 - pdu.direction)
         if from_consumer:
-            if op == OP["DcpNoop"] and rec.noop_pending:
-                rec.noop_pending = False
-                rec.idle_since = max(rec.idle_since or 0, pdu.ts_ns)
+            rec.heard = (pdu.ts_ns, pdu.frame)      # DcpProducer::handleResponse
+            if op == OP["DcpNoop"]:
+                rec.unanswered = None
+                if rec.noop_pending:
+                    rec.noop_pending = False
+                    rec.idle_since = max(rec.idle_since or 0, pdu.ts_ns)
             return
         if op != OP["DcpControl"]:
             return
@@ -299,10 +327,51 @@ class Flow:
                 rec.noop_interval = int(secs * 1e9)
                 rec.idle_since = max(rec.idle_since or 0, pdu.ts_ns)
 
+    # --- the consumer's silence ------------------------------------------------------------
+
+    def _idle(self, rec: ConnFlow, now: int, frame: int, out) -> None:
+        """A message at ``now``: the connection is still open past the idle timeout."""
+        if (rec.heard is not None and rec.noop and rec.judged
+                and now > rec.heard[0] + IDLE_TIMEOUT_NS + NOOP_MARGIN_NS):
+            self._idle_finding(rec, out, now, frame, f"the connection was still open at "
+                               f"frame {frame}: this producer's dcp_idle_timeout is above the "
+                               "default", None)
+
+    def _idle_at_close(self, rec: ConnFlow, closed, out) -> None:
+        first = closed.first_close
+        at = first[1:] if first is not None else (closed.frame, closed.ts_ns)
+        if (at[1] is None or rec.heard is None or not (rec.noop and rec.judged)
+                or at[1] <= rec.heard[0] + IDLE_TIMEOUT_NS):
+            return
+        by = None if first is None else (
+            "producer" if first[0] == rec.conn.producer_direction else "consumer")
+        late = at[1] - rec.heard[0]
+        if by == "producer" and late <= IDLE_TIMEOUT_NS + NOOP_MARGIN_NS:
+            tail = (f"the producer's side closed the connection at frame {at[0]}: its idle "
+                    "disconnect (DcpProducer::maybeDisconnect)")
+        else:
+            who = f"the {by}'s side" if by else "the connection"
+            tail = f"{who} closed it at frame {at[0]}"
+        self._idle_finding(rec, out, at[1], at[0], tail, by)
+
+    def _idle_finding(self, rec: ConnFlow, out, now: int, frame, tail: str, by) -> None:
+        pdu, msg = rec.unanswered
+        rec.unanswered = None                   # said once per noop
+        heard_ts, heard_frame = rec.heard
+        idle = (now - heard_ts) / 1e9
+        self._report(rec, out, "consumer-idle-timeout", f"the producer's noop (opaque "
+                     f"{msg.opaque:#x}) went unanswered and the consumer sent nothing the "
+                     f"producer counts for {idle:.1f} s after frame {heard_frame}, beyond "
+                     f"dcp_idle_timeout ({IDLE_TIMEOUT_NS // 10**9} s by default): {tail}",
+                     pdu, msg, {"idle_s": round(idle, 3), "noop_opaque": msg.opaque,
+                                "dcp_idle_timeout_s": IDLE_TIMEOUT_NS // 10**9,
+                                "closed_by": by},
+                     context=tuple(f for f in (heard_frame, frame) if f is not None))
+
     # --- findings and timelines -----------------------------------------------------------
 
     def _report(self, rec: ConnFlow, out, rid, text, pdu, msg, fields, partner=None,
-                since_ts: int = -1) -> None:
+                since_ts: int = -1, context: tuple = ()) -> None:
         """``partner``: the direction whose message, had a cut hidden it after ``since_ts``,
         would make the finding wrong (it waits for that direction: Conn.defer)."""
         n = rec.reported.get(rid, 0) + 1
@@ -311,7 +380,7 @@ class Flow:
             return
         if n == MAX_PER_RULE:
             text += " (further occurrences on this connection are not reported)"
-        f = finding_for(rid, text, pdu, msg, fields)
+        f = finding_for(rid, text, pdu, msg, fields, context)
         if partner is None:
             out.append(f)
         else:

@@ -12,9 +12,12 @@ authority):
 * ``data-after-close`` (``-undecided``): after the producer's success response to the
   consumer's CloseStream (producer.cc DcpProducer::closeStream). With the control
   ``send_stream_end_on_client_close_stream`` the stream drains until its StreamEnd(Closed)
-  (ActiveStream::deadPhase); without it nothing follows; when the capture did not show the
-  negotiation, which one applies is not known (info). Messages before the response are in
-  flight and legal.
+  (ActiveStream::deadPhase), after which it is ended like any other; without it
+  closeStreamInner has erased the stream before the response, so nothing of it follows, not
+  even the StreamEnd that setDead queued (DcpProducer::getNextItemFromVbucket finds no
+  stream); when the capture did not show the negotiation, which one applies is not known
+  (info). Messages before the response are in flight and legal. The control is read as the
+  DCP consumer sent it, in both connection roles (:meth:`.controls.Controls.accepted`).
 * ``data-after-takeover``: after the producer's SetVbucketState(active) a takeover stream
   waits for the ack and ends (ActiveStream::takeoverSendPhase / setVBucketStateAckRecieved):
   only the StreamEnd may follow.
@@ -33,6 +36,7 @@ from ...codec.keys import BEGIN_COLLECTION, END_COLLECTION, split_collection_key
 from ...protocol import (ITEM_OPCODES, STATUS_SUCCESS, STREAM_END_REASONS, STREAM_OPCODES,
                          opcode_code)
 from .. import streams as limits
+from .controls import Controls
 from .state import Conn, Stream, frames_of, key_text, report_on_stream
 
 STREAM_END, CLOSE_STREAM = opcode_code("DcpStreamEnd"), opcode_code("DcpCloseStream")
@@ -64,7 +68,8 @@ class _ConnLife:
 class Lifecycle:
     """Judges each producer stream message against the end of its stream."""
 
-    def __init__(self):
+    def __init__(self, controls: Controls):
+        self.controls = controls     # what the consumer negotiated (either connection role)
         self.conns: dict[int, _ConnLife] = {}
 
     def forget(self, c: Conn) -> None:
@@ -97,7 +102,7 @@ class Lifecycle:
                              f"{rec.stream.describe()} after its {rec.what}", pdu, msg)
             return
         if rec is not None and rec.stream is st:
-            if op == STREAM_END:
+            if rec.kind == "takeover" and op == STREAM_END:
                 pass
             elif rec.kind == "takeover":
                 self._report(c, rec, out, "data-after-takeover", f"{msg.name} for "
@@ -148,10 +153,8 @@ class Lifecycle:
         st = c.streams.get(key)
         if st is None or not st.active:
             return
-        if c.mid_stream or c.negotiation.unseen:
-            drains = None           # the controls may have been sent where the capture cut
-        else:
-            drains = c.negotiation.controls.get(CLOSE_CONTROL, "").lower() == "true"
+        value = self.controls.accepted(c, CLOSE_CONTROL)
+        drains = None if value is None else value == "true"    # None: not shown
         life.ended[key] = _Ended(st, st.opaque, "close", pdu, f"the CloseStream response at "
                                  f"frame {pdu.frame}", drains)
 

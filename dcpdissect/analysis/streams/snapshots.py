@@ -175,6 +175,9 @@ class Snapshots:
                 f"{req['snap_start_seqno']}")
             ctx = frames_of(st.request_pdu)
         snap = Snap(start, end, flags, pdu, msg, first)
+        if after_cut and first:     # the stream's first marker may be among the hidden ones
+            snap.convention_undecided = False
+            self._report_convention(pdu, "unknown")
         if rid is not None:
             shown["last_seqno"] = last
             report_on_stream(st, out, rid, text, pdu, msg, shown, ctx)
@@ -351,8 +354,15 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
     backfill, no-items. ``req`` holds the stream request's fields (``filtered``: its JSON
     value has a collections or scope filter, so the first items may be filtered out).
 
-    active_stream.cc: the first marker starts at min(snap_start, computed start), which is
-    the requested snap_start (the FromLatest high seqno); a memory marker without CHK starts
+    active_stream.cc: the first marker starts at min(snap_start, computed start), whatever
+    its source: ActiveStream::snapshot (memory, after the filter), markDiskSnapshot and
+    sendSnapshotAndSeqnoAdvanced (adjustStartIfFirstSnapshot), also when the filter held the
+    whole first snapshot back (MB-47009: [min(snap_start, start), ...] and a SeqnoAdvanced);
+    the request has snap_start <= start, so that is the requested snap_start, never above it.
+    FromLatest overwrites start and snap_start with the vbucket's high seqno (producer.cc
+    DcpProducer::streamRequest), which is below every item the stream sends. Only an OSO
+    backfill sends no 0x56 marker first (completeOSOBackfill sets firstMarkerSent): the
+    marker after it is not the first (``first`` False). A memory marker without CHK starts
     at its first item, computed after filtering (ActiveStream::snapshot). None: the request
     was not captured, the first captured marker is "unknown" and a filter is assumed
     possible."""
@@ -360,9 +370,18 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
         if first:
             return "unknown", None
         req = {"filtered": True}
-    if first and (req.get("flags", 0) & FROM_LATEST
-                  or start == req.get("snap_start_seqno")):
-        return "first-of-stream", None
+    if first:
+        if req.get("flags", 0) & FROM_LATEST:
+            if first_seqno is None or start < first_seqno:
+                return "first-of-stream", None
+            return "inconsistent", (f"a start below the first item's seqno {first_seqno} "
+                                    "(first-of-stream: the vbucket's high seqno at a FromLatest "
+                                    "request)")
+        snap_start = req.get("snap_start_seqno")
+        if start == snap_start:
+            return "first-of-stream", None
+        return "inconsistent", (f"the requested snap_start {snap_start} (first-of-stream: "
+                                "min(snap_start, computed start))")
     disk = flags & SNAPSHOT_DISK
     if disk or flags & SNAPSHOT_CHECKPOINT:
         name = "backfill" if disk else "checkpoint"
@@ -377,9 +396,6 @@ def classify(start: int, flags: int, first: bool, req: dict, first_seqno) -> tup
             return "first-item", None           # a collection filter held items back
         expected = (f"start == the first item's seqno {first_seqno} (first-item convention: "
                     "memory marker without CHK)")
-    if first:
-        expected = (f"the requested snap_start {req.get('snap_start_seqno')} "
-                    f"(first-of-stream), or {expected}")
     return "inconsistent", expected
 
 

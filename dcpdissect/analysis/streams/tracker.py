@@ -73,7 +73,7 @@ class StreamTracker:
         self.resume = Resume()
         self.controls = Controls()
         self.relay = Relay()     # the two legs of ns_server's proxy
-        self.lifecycle = Lifecycle()
+        self.lifecycle = Lifecycle(self.controls)
         self.durability = Durability(self.controls)
         self.flow = Flow()       # flow control, noops, unrequested answers, datatypes sent
 
@@ -186,9 +186,9 @@ class StreamTracker:
         if c is None:
             return []
         self._release_name(c)
-        self.flow.on_end(c)
-        self.lifecycle.forget(c)
         out: list[Finding] = []
+        self.flow.on_end(c, ev, out)        # (the close may be the producer's idle disconnect)
+        self.lifecycle.forget(c)
         c.release(out, final=True)
         out += self.correlation.on_close(c, f"the connection was closed ({ev.reason}"
                                             + (f" at frame {ev.frame})" if ev.frame else ")"))
