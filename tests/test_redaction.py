@@ -44,7 +44,7 @@ pytestmark = pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
 PORTS = (11210, 11209, 12000)
 # Seeds of the fuzzer's stream generator whose capture carries documents of 4 bytes or more
 # that tshark decodes (most seeds carry fewer: short keys, empty values).
-FUZZ_SEEDS = (1, 2, 4, 8, 12, 22, 27)      # captures holding documents tshark decodes
+FUZZ_CAPTURES = 7
 # Opcodes whose key and value are not customer data (include/mcbp/protocol/opcode.h):
 # Quit, Noop, Version, Hello, SaslListMechs, SelectBucket, GetClusterConfig, GetErrorMap,
 # and the DCP messages other than the document ones (DcpOpen ... DcpOsoSnapshot,
@@ -128,8 +128,10 @@ def leaks(secrets: set[bytes], name: str, data: bytes) -> list[str]:
         t = s.decode("utf-8", "replace")
         if any(standalone(t.encode(), x.encode()) for x in strings):
             found.append(f"{name} (JSON string): {s!r}")
+        # (a window with an x could be made of the redaction's x placeholders after a
+        # clear byte: not evidence)
         windows = {w for w in (s[i:i + 4] for i in range(len(s) - 3))
-                   if w != b"xxxx" and all(0x20 <= c < 0x7F for c in w)}
+                   if b"x" not in w and all(0x20 <= c < 0x7F for c in w)}
         if any(w in dump for w in windows for dump in dumps):
             found.append(f"{name} (hexdump): {s!r}")
     return found
@@ -228,16 +230,24 @@ def test_the_oracle_sees_documents_and_the_unredacted_outputs_show_them(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", FUZZ_SEEDS)
-def test_no_document_byte_in_redacted_outputs_of_fuzzed_captures(tmp_path, seed):
+def test_no_document_byte_in_redacted_outputs_of_fuzzed_captures(tmp_path):
+    """The fuzzer's first FUZZ_CAPTURES captures (seeds from 1) in which tshark decodes
+    documents (the draws follow the seed PDUs, which follow the samples)."""
     from dcpdissect.fuzz.gen import stream_capture
-    capture = tmp_path / f"fuzz-{seed}.pcap"
-    capture.write_bytes(stream_capture(random.Random(seed)))
-    secrets = tshark_documents(capture)
-    assert secrets, f"seed {seed}: tshark decodes no document"
-    outputs = redacted_outputs(capture, tmp_path)
-    found = [hit for k, v in outputs.items() for hit in leaks(secrets, k, v)]
-    assert not found, found[:10]
+    tested = 0
+    for seed in range(1, 60):
+        capture = tmp_path / f"fuzz-{seed}.pcap"
+        capture.write_bytes(stream_capture(random.Random(seed)))
+        secrets = tshark_documents(capture)
+        if not secrets:
+            continue
+        outputs = redacted_outputs(capture, tmp_path / str(seed))
+        found = [hit for k, v in outputs.items() for hit in leaks(secrets, k, v)]
+        assert not found, (seed, found[:10])
+        tested += 1
+        if tested == FUZZ_CAPTURES:
+            break
+    assert tested == FUZZ_CAPTURES
 
 
 @pytest.mark.slow

@@ -363,10 +363,15 @@ def main(argv=None) -> int:
     p.add_argument("dir", nargs="?", default="samples/pcapng")
     p.add_argument("--source", default="samples/flow-legal.pcap")
     p.add_argument("--tls", default="samples/tls", help="the TLS samples and their key logs")
+    p.add_argument("--secrets-only", action="store_true",
+                   help="only inject the TLS samples' key logs again (after they were rebuilt)")
     p.add_argument("--play", nargs=2, metavar=("ROLE", "CONVERSATION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.play:
         play(*args.play)
+        return 0
+    if args.secrets_only:
+        inject(args.tls, args.dir)
         return 0
     build(args.dir, args.source, args.tls)
     return 0

@@ -108,7 +108,8 @@ class Negotiated:
 class ConnControls:
     """One connection's accepted controls, pending control requests, noop opaque and the
     negotiation each stream was requested under."""
-    __slots__ = ("conn", "controls", "pending", "noop_opaque", "noop_ts", "streams", "unseen")
+    __slots__ = ("conn", "controls", "pending", "noop_opaque", "noop_ts", "streams", "unseen",
+                 "awaiting")
 
     def __init__(self, conn: Conn):
         self.conn = conn
@@ -118,6 +119,9 @@ class ConnControls:
         self.noop_ts = -1                   # when the producer sent that noop
         self.streams: dict[tuple, tuple[Stream, Negotiated | None]] = {}
         self.unseen = False                 # a control request may have gone uncaptured
+        # (stream key, its Negotiated, control opaques it waits for): streams requested while
+        # earlier control requests were still unanswered
+        self.awaiting: list[tuple[tuple, Negotiated, set]] = []
 
 
 def _known(c: Conn, rec: ConnControls) -> bool:
@@ -177,6 +181,11 @@ class Controls:
             rec.noop_opaque = None
             if rec.pending:         # their answers may be hidden: accepted or not, unknown
                 rec.unseen = True
+                for key, _neg, _waiting in rec.awaiting:     # also for streams asked meanwhile
+                    entry = rec.streams.get(key)
+                    if entry is not None:
+                        rec.streams[key] = (entry[0], None)
+                rec.awaiting.clear()
 
     def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
         rec = self.conns.get(c.id)
@@ -207,6 +216,8 @@ class Controls:
                 kv = rec.pending.pop(msg.opaque, None)
                 if kv is not None and msg.status == STATUS_SUCCESS and len(rec.controls) < 256:
                     rec.controls[kv[0]] = kv[1]
+                if kv is not None and rec.awaiting:
+                    self._answered(rec, msg.opaque, kv if msg.status == STATUS_SUCCESS else None)
         else:
             self._consumer_response(c, rec, pdu, msg, out)
 
@@ -236,6 +247,9 @@ class Controls:
             if key not in rec.streams and len(rec.streams) >= limits.MAX_STREAMS:
                 del rec.streams[next(iter(rec.streams))]
             rec.streams[key] = (st, neg)
+            if neg is not None and rec.pending and len(rec.awaiting) < limits.MAX_PENDING:
+                # controls sent before it, answered after it: the server applied them first
+                rec.awaiting.append((key, neg, set(rec.pending)))
         else:
             neg = self._negotiated(c, rec, bool(msg.value_len))
         if neg is None or msg.value_cut:
@@ -252,6 +266,21 @@ class Controls:
                                     "enable_stream_id": neg.stream_ids}))
 
     # --- the producer's stream messages ---------------------------------------------------
+
+    @staticmethod
+    def _answered(rec: ConnControls, opaque: int, accepted: tuple[str, str] | None) -> None:
+        """A control answered after streams were requested: it was requested before them,
+        so what it enabled is theirs too."""
+        keep = []
+        for key, neg, waiting in rec.awaiting:
+            if opaque in waiting:
+                waiting.discard(opaque)
+                if accepted is not None:
+                    neg.controls[accepted[0]] = accepted[1]
+                    neg.stream_ids = neg.on("enable_stream_id")
+            if waiting:
+                keep.append((key, neg, waiting))
+        rec.awaiting = keep
 
     def _stream_of(self, c: Conn, rec: ConnControls, msg):
         """(stream, negotiation) of a producer message, or (None, None)."""
