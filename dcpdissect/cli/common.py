@@ -122,8 +122,15 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="also decode TCP port N as MCBP (11210 and 11209 always are)")
     p.add_argument("--any-port", action="store_true",
                    help="heuristic: try every TCP connection, whatever its ports")
+    add_vxlan_option(p)
     p.add_argument("--tls-keylog", type=keylog_text, metavar="FILE",
                    help="decrypt TLS connections with this key log (NSS format, SSLKEYLOGFILE)")
+
+
+def add_vxlan_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vxlan-port", type=parse_port, action="append", default=[], metavar="N",
+                   help="also read UDP port N as VXLAN (4789 always is; e.g. 8472 for "
+                        "Linux's and flannel's default)")
 
 
 def add_time_option(p: argparse.ArgumentParser) -> None:
@@ -159,7 +166,8 @@ def add_progress_option(p: argparse.ArgumentParser) -> None:
 
 def capture_options(args) -> Options:
     return Options(ports=tuple(args.port), any_port=args.any_port,
-                   tls_keylog=getattr(args, "tls_keylog", None) or "")
+                   tls_keylog=getattr(args, "tls_keylog", None) or "",
+                   vxlan_ports=tuple(args.vxlan_port))
 
 
 

@@ -6,6 +6,10 @@ lies in the file (frame number, timestamp, data offset, captured length, link ty
 ``array('q')`` of :data:`FIELDS` per frame), plus what the driver needs to foresee the
 connection numbers (:mod:`.merge`): the flow's first segment that can open a connection
 and its SYNs. No payload leaves the chunk: stage B reads the frames again by offset.
+
+Frames are decoded through tunnels as ``analyze`` decodes them. An IP fragment cannot be
+placed in its flow by itself: the chunk only counts it (:attr:`ChunkStats.fragments`), and
+the driver reads a file with fragments whole.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from array import array
 from typing import NamedTuple
 
-from ..capture.packets import decode_packet
+from ..capture.packets import Decoder
 from ..capture.readers import CaptureError
 from ..protocol import TLS_PORTS
 from ..reassembly.pdus import Options
@@ -33,6 +37,7 @@ class ChunkStats(NamedTuple):
     filtered: int               # TCP segments no connection table would track
     error: CaptureError | None
     first_ts_ns: int | None = None      # time of the chunk's first frame
+    fragments: int = 0                  # IP fragments seen (the file must be read whole)
 
 
 class FlowFrames(NamedTuple):
@@ -72,6 +77,8 @@ class _Filter:
 def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, FlowFrames]]:
     """Stage A: the chunk's counts and its :class:`FlowFrames` by flow key."""
     keep = _Filter(options).keep
+    decoder = Decoder(options.vxlan_ports)
+    decode = decoder.decode
     frames = tcp = filtered = 0
     error = first_ts = None
     flows: dict[str, list] = {}          # flow -> [frames, first_open, syns, nbytes]
@@ -81,7 +88,7 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
             if not frames:
                 first_ts = frame.ts_ns
             frames += 1
-            seg = decode_packet(frame.linktype, frame.data)
+            seg = decode(frame.linktype, frame.data)
             if seg is None:
                 continue
             tcp += 1
@@ -109,7 +116,7 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
     except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
         error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
     stats = ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered,
-                       error, first_ts)
+                       error, first_ts, decoder.fragments)
     return stats, {k: FlowFrames(*v) for k, v in flows.items()}
 
 

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ..capture.packets import Segment, decode_packet
+from ..capture.packets import Decoder, Segment
 from ..capture.readers import CaptureError
 from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
 from ..reassembly.batches import in_batches
@@ -48,9 +48,11 @@ _LOW = 0xFFFFFFFF
 
 class TcpClock:
     """Answers "first TCP segment of the file after frame a and before frame b with a
-    timestamp of at least t" by re-reading the index blocks that may hold it."""
+    timestamp of at least t" by re-reading the index blocks that may hold it (frames decoded
+    with ``vxlan_ports`` as ``analyze`` decodes them)."""
 
-    def __init__(self, blocks: list[Piece], cache: int = 8):
+    def __init__(self, blocks: list[Piece], cache: int = 8, vxlan_ports=()):
+        self.decode = Decoder(vxlan_ports).decode
         self.blocks = sorted(blocks, key=lambda p: p.first_frame)
         self.starts = [p.first_frame for p in self.blocks]
         self._cache: OrderedDict = OrderedDict()
@@ -62,7 +64,7 @@ class TcpClock:
             frames, stamps = array("q"), array("q")
             try:
                 for f in read_piece(self.blocks[i]):
-                    if decode_packet(f.linktype, f.data) is not None:
+                    if self.decode(f.linktype, f.data) is not None:
                         frames.append(f.number)
                         stamps.append(f.ts_ns)
             except CaptureError:
@@ -280,9 +282,10 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
 
     def events() -> Iterator[tuple]:
         """(moment, event) of every event of the group, in order."""
+        decode = Decoder(options.vxlan_ports).decode
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             for number, ts_ns, at, packed in frames_in_order(flows):
-                seg = decode_packet(packed & _LOW, mm[at:at + (packed >> 32)])
+                seg = decode(packed & _LOW, mm[at:at + (packed >> 32)])
                 if seg is None:      # pragma: no cover - stage A only lists TCP frames
                     continue
                 for ev in stream.feed(number, ts_ns, seg):

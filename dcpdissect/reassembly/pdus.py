@@ -4,7 +4,9 @@ Every stage is a plain iterator so that the CLI and the Spark job share it. Even
 ``Pdu``, ``Resync``, ``LostPdu`` (framing), ``StreamGap``, ``ConnectionOpened``,
 ``ConnectionClosed`` and ``TcpAnomaly`` (TCP), and ``TlsConnection`` (not decoded).
 
-Which connections are decoded: those on the DCP ports and ``--port`` always, every one with
+Frames are decoded through tunnels (``--vxlan-port`` adds VXLAN ports) and IP fragments are
+reassembled (:class:`~dcpdissect.capture.packets.Decoder`). Which connections are decoded:
+those on the DCP ports and ``--port`` always, every one with
 ``--any-port``; any other connection only when the first bytes of its directions are MCBP
 (a legal magic, a known opcode, sane lengths, confirmed by a second header or by the other
 direction's answer), as Wireshark's heuristic dissectors judge a conversation. Connections
@@ -19,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
+from ..capture.fragments import Defragmenter
 from ..capture.keylog import KeyLog
-from ..capture.packets import decode_packet
+from ..capture.packets import Decoder
 from ..capture.readers import CaptureError, Frame, open_capture
 from ..protocol import DCP_PORTS, TLS_PORTS
 from ..codec.header import frame_size
@@ -51,6 +54,7 @@ class Options:
     max_connections: int = 100_000
     tls_keylog: str = ""                 # key log text (NSS format): TLS connections found
                                          # by the heuristic are decrypted with its secrets
+    vxlan_ports: tuple[int, ...] = ()    # UDP ports carrying VXLAN besides 4789
 
     @property
     def server_ports(self) -> frozenset[int]:
@@ -77,6 +81,9 @@ class Summary:
     heuristic_ports: dict = field(default_factory=dict)   # server port -> connections decoded
     undecoded_ports: dict = field(default_factory=dict)   # server port -> connections not MCBP
     tcp: dict = field(default_factory=dict)
+    ip_fragments: int = 0               # IP fragments seen
+    ip_unreassembled: int = 0           # fragmented packets given up (incomplete, timed out,
+    #                                     over the memory cap) and invalid fragments
     error: str | None = None
 
     def line(self) -> str:
@@ -88,6 +95,9 @@ class Summary:
         mismatched = self.tcp.get("overlaps_mismatched", 0)
         if mismatched:
             text += f", {mismatched} overlapping retransmissions with different bytes"
+        if self.ip_unreassembled:
+            text += (f", {self.ip_unreassembled} fragmented IP packets not reassembled "
+                     "(fragments missing)")
         return text + (f"; stopped: {self.error}" if self.error else "")
 
     def port_note(self) -> str | None:
@@ -128,6 +138,7 @@ class PduStream:
         self.tls_ports = frozenset(TLS_PORTS) - self.server_ports
         self.heuristic = opts.heuristic and not opts.any_port
         self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog else None
+        self.decoder = Decoder(opts.vxlan_ports, Defragmenter())
         self.table = ConnectionTable(server_ports=self.server_ports,
                                      tls_ports=(frozenset() if self.heuristic or self.keylog
                                                 else self.tls_ports),
@@ -145,11 +156,12 @@ class PduStream:
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
+        decode = self.decoder.decode_frame
         for frame in frames:
             summary.frames += 1
             if summary.first_ts_ns is None:
                 summary.first_ts_ns = frame.ts_ns
-            seg = decode_packet(frame.linktype, frame.data)
+            seg = decode(frame.linktype, frame.data, frame.number, frame.ts_ns)
             if seg is None:
                 continue
             summary.tcp_segments += 1
@@ -168,6 +180,10 @@ class PduStream:
         self.framers.clear()
         self.summary.tls_connections += self.table.stats.get("tls_connections", 0)
         self.summary.tcp = dict(self.table.stats)
+        defrag = self.decoder.defragmenter
+        defrag.finish()
+        self.summary.ip_fragments = defrag.stats["fragments"]
+        self.summary.ip_unreassembled = defrag.unreassembled
 
     def _framer(self, conn: int, direction: int) -> PduFramer:
         key = (conn, direction)

@@ -7,7 +7,10 @@ offsets are per message); a frame's payload byte stays in a redacted frame only 
 a byte of a decoded message that carries no customer data (:mod:`.redact`) and equals what
 the reassembly saw at that stream offset, the header of a message cut by a gap, or the
 header that broke framing. Everything else (document keys and values, partial messages,
-skipped bytes, segments the reassembly did not place) becomes ``x``.
+skipped bytes, segments the reassembly did not place, and every byte an IP fragment
+carries) becomes ``x``. Frames are decoded through tunnels as the reassembly decodes them;
+a packet reassembled from IP fragments is placed at its last fragment, and a bundle keeps
+all of its fragments (:meth:`CaptureIndex.with_fragments`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import dataclasses
 from collections import defaultdict
 
 from ..analysis.findings import Finding
-from ..capture.packets import decode_packet
+from ..capture.fragments import Defragmenter
+from ..capture.packets import Decoder, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec.header import peek
 from ..protocol import HEADER_SIZE, REQUEST_MAGICS, opcode_code
@@ -61,6 +65,8 @@ class CaptureIndex:
     def __init__(self, path: str, findings: list[Finding], options: Options | None,
                  redact: bool = False):
         self.path, self.options, self.redact = path, options, redact
+        self.vxlan_ports = options.vxlan_ports if options else ()
+        self.decoder = Decoder(self.vxlan_ports)      # one frame at a time: no reassembly
         needed = {n for f in findings for n in finding_frames(f) + list(f.context)}
         conns = {f.connection for f in findings if f.connection is not None}
         self._read(conns, needed)
@@ -80,6 +86,7 @@ class CaptureIndex:
         self.runs: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
         self.conn_frames: dict[int, list[int]] = defaultdict(list)      # every frame of a conn
         self.conn_of: dict[int, int] = {}                               # needed frame -> conn
+        self.fragments: dict[int, tuple] = {}       # last fragment's frame -> every fragment's
         self.total_frames = 0
         self._by_conn: dict[int, tuple[list[_Msg], list[int]]] = {}
         self._events()
@@ -138,13 +145,16 @@ class CaptureIndex:
             by_ends[(o.client, o.server)].append((o.frame, c))
         state: dict[tuple[int, int], list] = {}       # (conn, dir) -> [last_seq, last_off]
         synack_seen: set[int] = set()
+        decode = Decoder(self.vxlan_ports, Defragmenter()).decode_frame
         try:
             with open_capture(self.path) as reader:
                 for fr in reader:
                     self.total_frames = fr.number
-                    seg = decode_packet(fr.linktype, fr.data)
+                    seg = decode(fr.linktype, fr.data, fr.number, fr.ts_ns)
                     if seg is None:
                         continue
+                    if seg.frames:
+                        self.fragments[fr.number] = seg.frames
                     a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
                     if (a, b) in by_ends:
                         cands, direction = by_ends[(a, b)], 0
@@ -161,7 +171,7 @@ class CaptureIndex:
                     if fr.number in needed:
                         self.conn_of[fr.number] = conn
                     if conn in self.conns:
-                        self.conn_frames[conn].append(fr.number)
+                        self.conn_frames[conn].extend(seg.frames or (fr.number,))
                         self._segment(fr.number, conn, direction, seg, state, synack_seen)
         except CaptureError:
             pass
@@ -283,6 +293,10 @@ class CaptureIndex:
             return set(range(1, self.total_frames + 1))
         return set()
 
+    def with_fragments(self, keep: set[int]) -> set[int]:
+        """``keep`` with every fragment of the reassembled packets it holds."""
+        return keep.union(*(self.fragments[n] for n in keep if n in self.fragments))
+
     def alignment_cuts(self, keep: set[int]) -> dict[int, int]:
         """Frames that start a kept stretch of a stream in the middle of a message, with the
         number of leading payload bytes (that message's tail) to drop so that a dissector
@@ -308,11 +322,19 @@ class CaptureIndex:
     def redacted(self, fr) -> bytes:
         """The frame with every TCP payload byte that is not known to be clear of customer
         data replaced by ``x`` (see the module docstring)."""
-        seg = decode_packet(fr.linktype, fr.data)
+        decoder = self.decoder
+        fragments = decoder.fragments
+        seg = decoder.decode(fr.linktype, fr.data)
+        if seg is None and decoder.fragments != fragments:      # an IP fragment
+            chunk = decoder.last_fragment
+            pos = fr.data.rfind(chunk) if chunk else -1
+            if pos < 0:
+                return fr.data
+            return fr.data[:pos] + PLACEHOLDER * len(chunk) + fr.data[pos + len(chunk):]
         if seg is None or not seg.payload:
             return fr.data
         payload = seg.payload
-        pos = payload_pos(fr.linktype, fr.data, payload)
+        pos = payload_pos(fr.linktype, fr.data, payload, decoder.decode)
         if pos is None:                 # the payload cannot be located: drop the frame's bytes
             return fr.data[:len(fr.data) - len(payload)] + PLACEHOLDER * len(payload)
         out = bytearray(PLACEHOLDER * len(payload))
@@ -333,8 +355,9 @@ class CaptureIndex:
         return bytes(fr.data[:pos]) + bytes(out) + bytes(fr.data[pos + len(payload):])
 
 
-def payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
-    """Where the TCP payload starts in the frame (verified by decoding a modified copy)."""
+def payload_pos(linktype: int, data: bytes, payload: bytes, decode=decode_packet) -> int | None:
+    """Where the TCP payload starts in the frame (verified by decoding a modified copy with
+    ``decode``)."""
     pos = len(data)
     while True:
         pos = data.rfind(payload, 0, pos + len(payload) - 1)
@@ -342,7 +365,7 @@ def payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
             return None
         probe = bytearray(data)
         probe[pos] ^= 0xFF
-        seg = decode_packet(linktype, bytes(probe))
+        seg = decode(linktype, bytes(probe))
         if seg is not None and seg.payload[:1] == bytes([payload[0] ^ 0xFF]) \
                 and seg.payload[1:] == payload[1:]:
             return pos
