@@ -86,7 +86,7 @@ class Decoder:
     :attr:`fragments` and decode to None)."""
 
     __slots__ = ("vxlan_ports", "defragmenter", "fragments", "last_fragment", "depth", "frame",
-                 "ts_ns", "within")
+                 "ts_ns", "within", "log")
 
     def __init__(self, vxlan_ports=(), defragmenter: Optional[Defragmenter] = None):
         self.vxlan_ports = frozenset((tunnels.VXLAN_PORT, *vxlan_ports))
@@ -97,6 +97,8 @@ class Decoder:
         self.frame = 0              # the frame being decoded, for the defragmenter
         self.ts_ns = 0
         self.within = ()            # the frames of the reassembled packet being decoded
+        self.log: Optional[list] = None     # a list: (frame, offset, bytes) of each fragment
+        #                                     fed to the defragmenter from a frame of its own
 
     def decode_frame(self, linktype: int, data: bytes, frame: int, ts_ns: int) -> Optional[Segment]:
         """:meth:`decode` of frame number ``frame`` captured at ``ts_ns``."""
@@ -138,6 +140,8 @@ class Decoder:
             self.fragments += 1
             self.last_fragment = chunk
             return None
+        if self.log is not None and not self.within:
+            self.log.append((self.frame, offset, chunk))
         got = self.defragmenter.add(key, offset, bool(more), chunk, wire, proto,
                                     self.within or (self.frame,), self.ts_ns)
         if got is None or self.depth >= MAX_NESTING:
