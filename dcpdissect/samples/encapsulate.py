@@ -41,6 +41,7 @@ ETHERTYPE = {"ipv4": 0x0800, "ipv6": 0x86DD, "vlan": 0x8100, "mpls": 0x8847,
              "ethernet": 0x6558, "erspan2": 0x88BE, "erspan3": 0x22EB}
 IP_PROTO = {"udp": 17, "gre": 47, "ipv4": 4, "ipv6": 41, "mpls": 137}
 _FRAME_CARRIERS = {"vxlan", "erspan2", "erspan3"}
+_u16 = struct.Struct("!H").unpack_from
 
 
 class Layer(NamedTuple):
@@ -173,8 +174,8 @@ def _wrap(layer: Layer, payload: bytes, inner: str, p: _Packet, state: _State) -
     if kind == "geneve":
         options = b"".join(struct.pack("!HBB", cls, typ, len(data) // 4) + data
                            for cls, typ, data in o.get("options", ()))
-        return struct.pack("!BBHI", len(options) // 4, 0, ETHERTYPE[inner],
-                           o["vni"] << 8) + options + payload
+        return (bytes((len(options) // 4, 0)) + struct.pack("!HI", ETHERTYPE[inner], o["vni"] << 8)
+                + options + payload)
     if kind == "gre":
         flags, fields = 0, b""
         if o.get("checksum"):
@@ -229,16 +230,16 @@ def _split_frame(fr: Frame) -> tuple[bytes, Optional[bytes]]:
         head = bytes(12) + struct.pack("!H", etype)
     elif fr.linktype == LINKTYPE_ETHERNET:
         off = 12
-        while struct.unpack_from("!H", data, off)[0] in (0x8100, 0x88A8):
+        while _u16(data, off)[0] in (0x8100, 0x88A8):
             off += 4
-        etype = struct.unpack_from("!H", data, off)[0]
+        etype = _u16(data, off)[0]
         head, off = data[:off + 2], off + 2
     else:
         raise ValueError(f"frame {fr.number}: link type {fr.linktype}, not Ethernet or raw IP")
     if etype == 0x0800 and len(data) >= off + 20:
-        return head, data[off:off + struct.unpack_from("!H", data, off + 2)[0]]
+        return head, data[off:off + _u16(data, off + 2)[0]]            # its total length
     if etype == 0x86DD and len(data) >= off + 40:
-        return head, data[off:off + 40 + struct.unpack_from("!H", data, off + 4)[0]]
+        return head, data[off:off + 40 + _u16(data, off + 4)[0]]       # its payload length
     return head, None
 
 
