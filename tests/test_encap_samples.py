@@ -236,3 +236,40 @@ def test_evidence_bundle_keeps_every_fragment(tmp_path, capsys):
         assert Counter(f.rule for f in found)["resume-collapsed-snapshot"] == 1
     data = (tmp_path / "bundle-True" / "evidence.pcap").read_bytes()
     assert b'"seq":' not in data and b'"seq":' in Path(path).read_bytes()
+
+
+def _spark_available() -> bool:
+    import importlib.util
+    return shutil.which("java") is not None and all(
+        importlib.util.find_spec(m) is not None for m in ("pyspark", "pyarrow"))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+@pytest.mark.parametrize("tasks_write", [True, False], ids=["tasks-write", "spark-writes"])
+def test_spark_chunks_tunnels_and_reads_fragments_whole(spark, tmp_path, monkeypatch,
+                                                        tasks_write):
+    """Chunks smaller than the files: the tunnelled ones go through the chunked stages, the
+    fragmented one is read whole after stage A, after a file read whole from the start;
+    every file equals analyze (the VXLAN port option travelling to the executors), whoever
+    writes the messages table."""
+    import pyarrow.parquet as pq
+    from dcpdissect.pipeline import spark as sp
+    if not tasks_write:
+        monkeypatch.setattr(sp, "_local_dir", lambda _spark, _out: None)
+    small = tmp_path / "small.pcap"             # one chunk: read whole from the start
+    shutil.copy(ENCAP / "loopback-resume-collapsed.pcap", small)
+    names = ["vxlan-outer-fragments", "gre", "vxlan-8472"]
+    paths = [path_of(BY_NAME[n]) for n in names] + [str(small)]
+    options = Options(vxlan_ports=(8472,))
+    res = sp.run_pipeline(spark, paths, str(tmp_path / "out"), options, chunk_size=4000,
+                          progress=None)
+    assert res.whole == {paths[0], str(small)}
+    rows = Counter(r["capture_file"] for r in pq.read_table(tmp_path / "out" / "messages")
+                   .select(["capture_file"]).to_pylist())
+    for path in paths:
+        ref, summary = analyze_file(path, options)
+        assert [(f.rule, f.frame, f.connection) for f in res.findings[path]] == \
+            [(f.rule, f.frame, f.connection) for f in ref]
+        assert res.summaries[path] == summary and rows[path] == summary.pdus > 0
