@@ -242,3 +242,15 @@ def test_mutated_headers_never_raise():
         for seg in (decode_packet(1, bytes(frame)), decoder.decode_frame(1, bytes(frame), n, n)):
             assert seg is None or isinstance(seg, Segment)
     assert decoder.depth == 0 and decoder.within == ()
+
+
+def test_vxlan_on_an_unread_port_is_noted():
+    """Datagrams that look like VXLAN on a port not read as VXLAN are counted per port (for
+    the no-MCBP hint); other UDP is not."""
+    decoder = Decoder()
+    vx = raw(outer4(UDP(sport=40001, dport=8472) / VXLAN(vni=1) / inner_eth()))
+    dns = raw(outer4(UDP(sport=5353, dport=53) / Raw(b"\x08\0\0\0" + bytes(40))))
+    for frame in (vx, vx, dns):
+        assert decoder.decode(1, frame) is None
+    assert decoder.vxlan_like == {8472: 2}
+    assert Decoder((8472,)).decode(1, vx) is not None

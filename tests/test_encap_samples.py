@@ -168,7 +168,8 @@ def test_vxlan_port_option(capsys):
     path = path_of(BY_NAME["vxlan-8472"])
     assert main(["dissect", path]) == 2
     err = capsys.readouterr().err
-    assert "no MCBP found" in err
+    assert "no MCBP found" in err and "UDP port 8472 carries what looks like VXLAN: try " \
+        "--vxlan-port 8472" in err
     for command in ("dissect", "analyze", "streams"):
         main([command, path, "--vxlan-port", "8472"])
         assert "1 TCP connections" in capsys.readouterr().err

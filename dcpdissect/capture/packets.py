@@ -85,14 +85,16 @@ class Decoder:
     ``defragmenter``: reassembles IP fragments (without one they are counted in
     :attr:`fragments` and decode to None)."""
 
-    __slots__ = ("vxlan_ports", "defragmenter", "fragments", "last_fragment", "depth", "frame",
-                 "ts_ns", "within", "log")
+    __slots__ = ("vxlan_ports", "defragmenter", "fragments", "last_fragment", "vxlan_like",
+                 "depth", "frame", "ts_ns", "within", "log")
 
     def __init__(self, vxlan_ports=(), defragmenter: Optional[Defragmenter] = None):
         self.vxlan_ports = frozenset((tunnels.VXLAN_PORT, *vxlan_ports))
         self.defragmenter = defragmenter
         self.fragments = 0          # fragments met without a defragmenter
         self.last_fragment = b""    # the captured bytes the last of them carries
+        self.vxlan_like: dict = {}  # UDP destination port -> datagrams that look like VXLAN
+        #                             on a port not read as VXLAN (at most 16 ports)
         self.depth = 0              # tunnels entered by the frame being decoded
         self.frame = 0              # the frame being decoded, for the defragmenter
         self.ts_ns = 0
@@ -255,6 +257,10 @@ def _carried(data: bytes, p: int, end: int, missing: int, proto: int, fam: int, 
         return _tcp(data, p, end, missing, fam, src, dst)
     if proto == 17:
         inner = tunnels.udp(data, p, end, dec.vxlan_ports)
+        if inner is None and tunnels.looks_like_vxlan(data, p, end):
+            port, seen = _u16(data, p + 2)[0], dec.vxlan_like
+            if port in seen or len(seen) < 16:
+                seen[port] = seen.get(port, 0) + 1
     elif proto == 47:
         inner = tunnels.gre(data, p, end)
     elif proto == 4:

@@ -22,7 +22,7 @@ from struct import Struct
 from typing import Optional
 
 __all__ = ["ETH_IPV4", "ETH_IPV6", "ETH_BRIDGED", "ETH_MPLS", "ETH_MPLS_MULTICAST",
-           "VXLAN_PORT", "GENEVE_PORT", "udp", "vxlan", "geneve", "gre", "erspan",
+           "VXLAN_PORT", "GENEVE_PORT", "udp", "looks_like_vxlan", "vxlan", "geneve", "gre", "erspan",
            "mpls"]
 
 ETH_IPV4 = 0x0800
@@ -41,6 +41,7 @@ _U16 = Struct("!H").unpack_from
 _U32 = Struct("!I").unpack_from
 _UDP = Struct("!HHH").unpack_from            # source port, destination port, length
 
+_FRAME_TYPES = frozenset((ETH_IPV4, ETH_IPV6, 0x0806, 0x8100))
 _GRE_CSUM, _GRE_ROUTING, _GRE_KEY, _GRE_SEQ, _GRE_VERSION = 0x8000, 0x4000, 0x2000, 0x1000, 0x0007
 
 
@@ -56,6 +57,13 @@ def udp(data: bytes, p: int, end: int, vxlan_ports: frozenset) -> Optional[Inner
     if dport == GENEVE_PORT or sport == GENEVE_PORT:
         return geneve(data, p + 8, end)
     return None
+
+
+def looks_like_vxlan(data: bytes, p: int, end: int) -> bool:
+    """A UDP datagram at ``p`` whose payload starts like VXLAN around an Ethernet frame
+    (the I flag, reserved bytes zero, an IP, ARP or VLAN EtherType): worth a hint."""
+    return (p + 30 <= end and data[p + 8] & 0x08 and data[p + 9:p + 11] == b"\0\0"
+            and data[p + 15] == 0 and _U16(data, p + 28)[0] in _FRAME_TYPES)
 
 
 def vxlan(data: bytes, p: int, end: int) -> Optional[Inner]:

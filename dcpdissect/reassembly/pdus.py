@@ -84,6 +84,8 @@ class Summary:
     ip_fragments: int = 0               # IP fragments seen
     ip_unreassembled: int = 0           # fragmented packets given up (incomplete, timed out,
     #                                     over the memory cap) and invalid fragments
+    vxlan_like: dict = field(default_factory=dict, compare=False)   # UDP port -> datagrams
+    #                                     that look like VXLAN on a port not read as VXLAN
     error: str | None = None
 
     def line(self) -> str:
@@ -123,6 +125,9 @@ class Summary:
         if self.tls_connections:
             what += (f"; {self.tls_connections} TLS connection{'s' * (self.tls_connections != 1)} "
                      "not decoded: give their key log with --tls-keylog")
+        if self.vxlan_like:
+            port = max(self.vxlan_like, key=self.vxlan_like.get)
+            what += f"; UDP port {port} carries what looks like VXLAN: try --vxlan-port {port}"
         return (f"dcpdissect: no MCBP found in {self.path or 'the capture'} ({what}); if the "
                 f"traffic is MCBP on another port, try --port N (or --any-port)")
 
@@ -184,6 +189,7 @@ class PduStream:
         defrag.finish()
         self.summary.ip_fragments = defrag.stats["fragments"]
         self.summary.ip_unreassembled = defrag.unreassembled
+        self.summary.vxlan_like = dict(self.decoder.vxlan_like)
 
     def _framer(self, conn: int, direction: int) -> PduFramer:
         key = (conn, direction)
