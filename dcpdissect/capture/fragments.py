@@ -51,12 +51,27 @@ class _Packet:
             self.total = end
         if offset == 0 and self.proto is None:
             self.proto = proto
-        self.frames.extend(f for f in frames if f not in self.frames)
+        for f in frames:
+            if f not in self.frames:
+                self.frames.append(f)
         self._cover(offset, end)
+        pieces = self.pieces
+        if not pieces or offset >= pieces[-1][0] + len(pieces[-1][1]):    # past the rest
+            pieces.append((offset, chunk))
+            self.size += len(chunk)
+            return len(chunk)
         return self._keep(offset, chunk)
 
     def _cover(self, start: int, end: int) -> None:
-        spans = [s for s in self.spans if s[1] < start or s[0] > end]
+        spans = self.spans
+        if not spans or start > spans[-1][1]:           # past the rest
+            spans.append((start, end))
+            return
+        last = spans[-1]
+        if start >= last[0]:                            # meets the last span only
+            spans[-1] = (last[0], max(last[1], end))
+            return
+        spans = [s for s in spans if s[1] < start or s[0] > end]
         for s in self.spans:
             if not (s[1] < start or s[0] > end):
                 start, end = min(start, s[0]), max(end, s[1])
