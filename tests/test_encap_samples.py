@@ -10,6 +10,7 @@ stages, Scapy's read() and evidence bundles.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -274,3 +275,28 @@ def test_spark_chunks_tunnels_and_reads_fragments_whole(spark, tmp_path, monkeyp
         assert [(f.rule, f.frame, f.connection) for f in res.findings[path]] == \
             [(f.rule, f.frame, f.connection) for f in ref]
         assert res.summaries[path] == summary and rows[path] == summary.pdus > 0
+
+
+@pytest.mark.parametrize("name, overhead", [("vxlan", 14 + 20 + 8 + 8),
+                                            ("erspan-iii-subheader", 14 + 20 + 8 + 12 + 8),
+                                            ("vlan-mpls-gre-ipv6", 4 + 4 + 20 + 8)])
+def test_snaplen_cut_through_the_tunnel(name, overhead):
+    """Frames cut by a snaplen: each decodes to the inner frame cut ``overhead`` bytes
+    earlier (the same payload, the same bytes said missing); the outer lengths, which the
+    cut makes lie, are not what counts."""
+    from dcpdissect.capture.packets import decode_packet
+    sample = BY_NAME[name]
+    with open_capture(path_of(sample)) as a, open_capture(str(ENCAP / sample.source)) as b:
+        pairs = list(zip(a, b))
+    assert len(pairs) == 28
+    for snaplen in (overhead + 60, overhead + 100, overhead + 1000):
+        cut = 0
+        for outer, inner in pairs:
+            got = decode_packet(1, outer.data[:snaplen])
+            want = decode_packet(1, inner.data[:snaplen - overhead])
+            assert (got and got._replace(tunnel="")) == want
+            if got is not None:             # the outer endpoints follow the direction
+                assert got.tunnel in (TUNNELS[name], re.sub(r"(\S+)→(\S+)", r"\2→\1",
+                                                            TUNNELS[name]))
+                cut += got.missing > 0
+        assert cut > 0 or snaplen == overhead + 60
