@@ -300,3 +300,16 @@ def test_snaplen_cut_through_the_tunnel(name, overhead):
                                                             TUNNELS[name]))
                 cut += got.missing > 0
         assert cut > 0 or snaplen == overhead + 60
+
+
+def test_markdown_and_html_name_the_tunnel(capsys):
+    path = path_of(BY_NAME["resume-collapsed-erspan-ii"])
+    main(["analyze", path, "--format", "markdown"])
+    tunnel = TUNNELS["resume-collapsed-erspan-ii"]
+    assert f'10.0.2.2:50431 → 10.0.2.1:11210 (producer, "resume-demo") via {tunnel}' in \
+        capsys.readouterr().out
+    main(["analyze", path, "--format", "html"])
+    html = capsys.readouterr().out
+    assert "<th>tunnel</th>" in html and tunnel in html
+    main(["analyze", str(ENCAP / "loopback-resume-collapsed.pcap"), "--format", "html"])
+    assert "<th>tunnel</th>" not in capsys.readouterr().out
