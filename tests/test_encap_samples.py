@@ -10,6 +10,7 @@ stages, Scapy's read() and evidence bundles.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -174,6 +175,12 @@ def test_vxlan_port_option(capsys):
     for command in ("dissect", "analyze", "streams"):
         main([command, path, "--vxlan-port", "8472"])
         assert "1 TCP connections" in capsys.readouterr().err
+    from dcpdissect.cli import build_parser
+    args = build_parser().parse_args(["pipeline", path, "--out", "o", "--vxlan-port", "8472",
+                                      "--vxlan-port", "4790"])
+    assert args.vxlan_port == [8472, 4790]
+    assert main(["analyze", path, "--vxlan-port", "70000"]) == 2
+    assert "port '70000' out of range" in capsys.readouterr().err
 
 
 def test_streams_through_a_mirror(capsys):
@@ -313,3 +320,18 @@ def test_markdown_and_html_name_the_tunnel(capsys):
     assert "<th>tunnel</th>" in html and tunnel in html
     main(["analyze", str(ENCAP / "loopback-resume-collapsed.pcap"), "--format", "html"])
     assert "<th>tunnel</th>" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("dumpcap") is None or shutil.which("ip") is None
+                    or os.geteuid() != 0, reason="needs root, iproute2 and dumpcap")
+def test_kernel_capture_replays_the_conversation(tmp_path):
+    """A new real capture of resume-collapsed (network namespaces, the kernel's TCP,
+    dumpcap) decodes to the committed capture's messages and finding."""
+    from dcpdissect.samples.kernel_capture import capture
+    out = tmp_path / "again.pcap"
+    capture(str(out), "resume-collapsed")
+    found, summary = analyze_file(str(out))
+    committed, _ = analyze_file(str(ENCAP / "loopback-resume-collapsed.pcap"))
+    assert [(f.rule, f.connection) for f in found] == [(f.rule, f.connection) for f in committed]
+    assert (summary.connections, summary.pdus) == (2, 16)
