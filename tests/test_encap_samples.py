@@ -215,6 +215,7 @@ def test_pipeline_chunked_equals_analyze(name):
         [(f.rule, f.frame, f.connection) for f in ref]
     assert got.summary == ref_summary and got.messages == ref_summary.pdus
     assert (got.events is None) == bool(sample.fragmenting)
+    assert {c.tunnel for c in got.connections} == {TUNNELS[name]}
 
 
 def test_lost_fragment_is_counted_not_raised(tmp_path, capsys):
@@ -282,6 +283,10 @@ def test_spark_chunks_tunnels_and_reads_fragments_whole(spark, tmp_path, monkeyp
         assert [(f.rule, f.frame, f.connection) for f in res.findings[path]] == \
             [(f.rule, f.frame, f.connection) for f in ref]
         assert res.summaries[path] == summary and rows[path] == summary.pdus > 0
+    tunnels = {(r["capture_file"], r["tunnel"]) for r in
+               pq.read_table(tmp_path / "out" / "connections").to_pylist()}
+    assert tunnels == {(paths[0], TUNNELS[names[0]]), (paths[1], TUNNELS[names[1]]),
+                       (paths[2], TUNNELS[names[2]]), (str(small), "")}
 
 
 @pytest.mark.parametrize("name, overhead", [("vxlan", 14 + 20 + 8 + 8),

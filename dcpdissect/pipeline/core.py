@@ -116,6 +116,7 @@ class ConnRow(NamedTuple):
     gap_bytes: int
     resyncs: int
     lost_pdus: int
+    tunnel: str                 # what its first segment came through ("": nothing)
 
 
 COUNTED_EVENTS = frozenset((Pdu, ConnectionClosed, StreamGap, Resync, LostPdu))
@@ -464,7 +465,7 @@ class FilePass:
             if kind is ConnectionOpened:
                 conns[ev.conn] = [ev.conn, ev.client[0], ev.client[1], ev.server[0],
                                   ev.server[1], ev.mid_stream, ev.frame, ev.ts_ns, None, None,
-                                  None, 0, 0, 0, 0, 0, 0]
+                                  None, 0, 0, 0, 0, 0, 0, ev.tunnel]
             elif kind in COUNTED_EVENTS:
                 count_event(conns[ev.conn], kind, ev)
             found = feed(ev)

@@ -189,7 +189,7 @@ def _schemas():
                  ("mid_stream", B), ("opened_frame", L), ("opened_ts_ns", L),
                  ("closed_frame", L), ("closed_ts_ns", L), ("close_reason", S),
                  ("messages_c2s", L), ("messages_s2c", L), ("gaps", L), ("gap_bytes", L),
-                 ("resyncs", L), ("lost_pdus", L)]
+                 ("resyncs", L), ("lost_pdus", L), ("tunnel", S)]
     by_name = {"string": S, "long": L, "int": I, "bool": B, "u64": DecimalType(20, 0),
                "list<long>": LA, "list<string>": SA}
     message = make([(c, by_name[t]) for c, t in core.MESSAGE_SCHEMA])
