@@ -27,6 +27,7 @@ class Seg(NamedTuple):
     flags: int
     payload: bytes
     missing: int = 0
+    tunnel: str = ""
 
 
 C = ("10.0.0.1", 50000)

@@ -124,8 +124,15 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="also report the TCP connections whose bytes are not MCBP (one "
                         "connections-not-mcbp finding, by port); off 11210, 11209 and --port, "
                         "a connection is decoded only when its bytes prove it MCBP either way")
+    add_vxlan_option(p)
     p.add_argument("--tls-keylog", type=keylog_text, metavar="FILE",
                    help="decrypt TLS connections with this key log (NSS format, SSLKEYLOGFILE)")
+
+
+def add_vxlan_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vxlan-port", type=parse_port, action="append", default=[], metavar="N",
+                   help="also read UDP port N as VXLAN (4789 always is; e.g. 8472 for "
+                        "Linux's and flannel's default)")
 
 
 def add_time_option(p: argparse.ArgumentParser) -> None:
@@ -161,7 +168,8 @@ def add_progress_option(p: argparse.ArgumentParser) -> None:
 
 def capture_options(args) -> Options:
     return Options(ports=tuple(args.port), any_port=args.any_port,
-                   tls_keylog=getattr(args, "tls_keylog", None) or "")
+                   tls_keylog=getattr(args, "tls_keylog", None) or "",
+                   vxlan_ports=tuple(args.vxlan_port))
 
 
 

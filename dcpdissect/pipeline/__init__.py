@@ -31,7 +31,7 @@ def _size(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli.common import parse_port
+    from ..cli.common import add_vxlan_option, parse_port
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="capture files, directories (searched recursively) or globs")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -51,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also report the TCP connections whose bytes are not MCBP (one "
                         "connections-not-mcbp finding, by port); off 11210, 11209 and --port, "
                         "a connection is decoded only when its bytes prove it MCBP either way")
+    add_vxlan_option(p)
     p.add_argument("--tls-keylog", type=keylog_text, metavar="FILE",
                    help="decrypt TLS connections with this key log (its text travels to the "
                         "executors with the options)")
@@ -117,7 +118,7 @@ def cmd_pipeline(args) -> int:
         print(f"dcpdissect: error: no such file: {', '.join(missing)}", file=err)
         return EXIT_BAD_INPUT
     options = Options(ports=tuple(args.port), any_port=args.any_port,
-                      tls_keylog=args.tls_keylog or "")
+                      tls_keylog=args.tls_keylog or "", vxlan_ports=tuple(args.vxlan_port))
     from ..reports.progress import spark_stage_progress
     spark = spark_session(args.master, conf={**spark_stage_progress(), **conf})
     try:

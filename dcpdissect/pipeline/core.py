@@ -117,6 +117,7 @@ class ConnRow(NamedTuple):
     gap_bytes: int
     resyncs: int
     lost_pdus: int
+    tunnel: str                 # what its first segment came through ("": nothing)
 
 
 COUNTED_EVENTS = frozenset((Pdu, ConnectionClosed, StreamGap, Resync, LostPdu))
@@ -483,7 +484,7 @@ class FilePass:
             if kind is ConnectionOpened:
                 conns[ev.conn] = [ev.conn, ev.client[0], ev.client[1], ev.server[0],
                                   ev.server[1], ev.mid_stream, ev.frame, ev.ts_ns, None, None,
-                                  None, 0, 0, 0, 0, 0, 0]
+                                  None, 0, 0, 0, 0, 0, 0, ev.tunnel]
             elif kind in COUNTED_EVENTS:
                 count_event(conns[ev.conn], kind, ev)
             found = feed(ev)
@@ -575,9 +576,10 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
     """Every stage in this process, in the order an engine would run them: unsplittable
     (compressed) files whole, the others indexed per chunk (stage A), their flows packed
     into about ``groups`` analysis groups and analysed per group (stage B), groups run
-    again as :mod:`.merge` asks, the results merged. ``keep_events``: the merged events of
-    chunked files in :attr:`FileResult.events`; ``clock=False`` leaves the file-wide clock
-    out (lingering FINs then expire only on a group's own frames)."""
+    again as :mod:`.merge` asks, the results merged; a file whose stage A met IP fragments
+    is read whole after all. ``keep_events``: the merged events of chunked files in
+    :attr:`FileResult.events`; ``clock=False`` leaves the file-wide clock out (lingering
+    FINs then expire only on a group's own frames)."""
     from .groups import run_group
     from .merge import FileMerge
     options = options or Options()
@@ -586,22 +588,20 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
         idx = index_file(path, chunk_size, block_frames) if block_frames else \
             index_file(path, chunk_size)
         if not idx.splittable and idx.error is None:
-            got: list = []
-            for _cols in analyze_whole(path, options, got):
-                pass
-            w = got[0]
-            results[path] = FileResult(path, w.findings, w.summary, w.messages, w.connections,
-                                       [w.error] if w.error else [], None, w.streams)
+            results[path] = _whole_result(path, options)
             continue
         fm = FileMerge(idx, options, groups)
         for piece in idx.chunks:                        # stage A
             fm.add_chunk(*index_chunk(piece, options))
+        if fm.fragmented:
+            results[path] = _whole_result(path, options)
+            continue
         todo = fm.plan()
         while todo:                                     # stage B, then the runs again
             for task in todo:
                 got = []
                 for _cols in run_group(path, task.group, task.flows, task.options, task.numbers,
-                                       clock_for(idx) if clock else None, got,
+                                       clock_for(idx, task.options) if clock else None, got,
                                        keep_events=keep_events):
                     pass
                 fm.add_result(got[0])
@@ -612,10 +612,21 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
     return results
 
 
-def clock_for(index: FileIndex):
-    """The :class:`~.groups.TcpClock` of an indexed file."""
+def _whole_result(path: str, options: Options) -> FileResult:
+    """:func:`analyze_whole` of one file as a :class:`FileResult`."""
+    got: list = []
+    for _cols in analyze_whole(path, options, got):
+        pass
+    w = got[0]
+    return FileResult(path, w.findings, w.summary, w.messages, w.connections,
+                      [w.error] if w.error else [], None, w.streams)
+
+
+def clock_for(index: FileIndex, options: Options | None = None):
+    """The :class:`~.groups.TcpClock` of an indexed file (decoding as ``options`` say)."""
     from .groups import TcpClock
-    return TcpClock(index.blocks if index.splittable else index.chunks)
+    return TcpClock(index.blocks if index.splittable else index.chunks,
+                    vxlan_ports=options.vxlan_ports if options else ())
 
 
 __all__ = [

@@ -8,6 +8,10 @@ type; an ``array('q')`` of :data:`FIELDS` per frame, in time order: see
 numbers (:mod:`.merge`): the flow's first segment that can open a connection and its SYNs,
 at their places in time order (:func:`~dcpdissect.capture.order.position`). No payload
 leaves the chunk: stage B reads the frames again by offset.
+
+Frames are decoded through tunnels as ``analyze`` decodes them. An IP fragment cannot be
+placed in its flow by itself: the chunk only counts it (:attr:`ChunkStats.fragments`), and
+the driver reads a file with fragments whole.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from array import array
 from typing import NamedTuple
 
 from ..capture.order import TimeKeys, position
-from ..capture.packets import decode_packet
+from ..capture.packets import Decoder
 from ..capture.readers import CaptureError
 from ..protocol import TLS_PORTS
 from ..reassembly.pdus import Options
@@ -40,6 +44,7 @@ class ChunkStats(NamedTuple):
     first_ts_ns: int | None = None      # time of the chunk's first frame
     late: int = 0                       # frames later than the time-order window allows
     late_max_ns: int = 0                # how far the furthest was behind the newest frame
+    fragments: int = 0                  # IP fragments seen (the file must be read whole)
 
 
 class FlowFrames(NamedTuple):
@@ -80,6 +85,8 @@ class _Filter:
 def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, FlowFrames]]:
     """Stage A: the chunk's counts and its :class:`FlowFrames` by flow key."""
     keep = _Filter(options).keep
+    decoder = Decoder(options.vxlan_ports)
+    decode = decoder.decode
     frames = tcp = filtered = late = late_max = 0
     error = first_ts = None
     flows: dict[str, list] = {}          # flow -> [frames, first_open, syns, nbytes]
@@ -95,7 +102,7 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
             if keys.behind:
                 late += 1
                 late_max = max(late_max, keys.behind)
-            seg = decode_packet(frame.linktype, frame.data)
+            seg = decode(frame.linktype, frame.data)
             if seg is None:
                 continue
             tcp += 1
@@ -125,7 +132,7 @@ def index_chunk(piece: Piece, options: Options) -> tuple[ChunkStats, dict[str, F
     except Exception as exc:            # noqa: BLE001 - a chunk must never fail the job
         error = CaptureError(piece.path, piece.first_frame + frames, f"read error ({exc!r})")
     stats = ChunkStats(piece.path, piece.offset, piece.first_frame, frames, tcp, filtered,
-                       error, first_ts, late, late_max)
+                       error, first_ts, late, late_max, decoder.fragments)
     return stats, {k: FlowFrames(_in_order(v[0], FIELDS), v[1], _in_order(v[2], 3), v[3])
                    for k, v in flows.items()}
 

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..capture.order import TimeKeys, position
-from ..capture.packets import Segment, decode_packet
+from ..capture.packets import Decoder, Segment
 from ..capture.readers import CaptureError
 from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
 from ..reassembly.batches import in_batches
@@ -54,9 +54,10 @@ _LOW = 0xFFFFFFFF
 class TcpClock:
     """Answers "first TCP segment of the file in time order after position a and before
     position b with a timestamp of at least t" by re-reading the index blocks that may
-    hold it."""
+    hold it (frames decoded with ``vxlan_ports`` as ``analyze`` decodes them)."""
 
-    def __init__(self, blocks: list[Piece], cache: int = 8):
+    def __init__(self, blocks: list[Piece], cache: int = 8, vxlan_ports=()):
+        self.decode = Decoder(vxlan_ports).decode
         self.blocks = sorted(blocks, key=lambda p: p.first_frame)
         # every frame of block j lies at or after lows[j] and at or before highs[j]
         self.lows, self.highs = [], []
@@ -79,7 +80,7 @@ class TcpClock:
             try:
                 for f in read_piece(p):
                     k = keys.key(f.ts_ns, len(f.data))
-                    if decode_packet(f.linktype, f.data) is not None:
+                    if self.decode(f.linktype, f.data) is not None:
                         rows.append((position(k, f.number), f.number, f.ts_ns))
             except CaptureError:
                 pass
@@ -300,9 +301,10 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
 
     def events() -> Iterator[tuple]:
         """(moment, event) of every event of the group, in order."""
+        decode = Decoder(options.vxlan_ports).decode
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             for key, number, ts_ns, at, packed in frames_in_order(flows):
-                seg = decode_packet(packed & _LOW, mm[at:at + (packed >> 32)])
+                seg = decode(packed & _LOW, mm[at:at + (packed >> 32)])
                 if seg is None:      # pragma: no cover - stage A only lists TCP frames
                     continue
                 for ev in stream.feed(number, ts_ns, seg, position(key, number)):

@@ -94,6 +94,12 @@ class FileMerge:
         for key, ff in flows.items():
             self.parts.setdefault(key, []).append((stats.first_frame, ff))
 
+    @property
+    def fragmented(self) -> bool:
+        """Stage A met IP fragments: they belong to no flow until reassembled, so the file
+        must be read whole (:func:`.core.analyze_whole`) instead of planned."""
+        return any(c.fragments for c in self.chunks)
+
     def plan(self) -> list[Task]:
         for key, parts in self.parts.items():
             parts.sort(key=lambda p: p[0])

@@ -11,7 +11,8 @@ Larger files go through the chunked stages, where only a frame index travels:
 
     index    headers only → chunk descriptors (on the driver, or one task per file when
              there are many files)
-    stage A  one task per chunk → per flow: frame numbers, times, offsets (collected)
+    stage A  one task per chunk → per flow: frame numbers, times, offsets (collected);
+             a file with IP fragments (no flow holds them) is then analysed whole
     driver   flows packed into about 2 × defaultParallelism analysis groups by bytes
     stage B  one task per group: its frames read by offset, analysed as ``analyze`` does;
              messages rows written, findings, connections, streams and counts returned
@@ -188,7 +189,7 @@ def _schemas():
                  ("mid_stream", B), ("opened_frame", L), ("opened_ts_ns", L),
                  ("closed_frame", L), ("closed_ts_ns", L), ("close_reason", S),
                  ("messages_c2s", L), ("messages_s2c", L), ("gaps", L), ("gap_bytes", L),
-                 ("resyncs", L), ("lost_pdus", L)]
+                 ("resyncs", L), ("lost_pdus", L), ("tunnel", S)]
     by_name = {"string": S, "long": L, "int": I, "bool": B, "u64": DecimalType(20, 0),
                "list<long>": LA, "list<string>": SA}
     message = make([(c, by_name[t]) for c, t in core.MESSAGE_SCHEMA])
@@ -475,7 +476,7 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
                                           if k != "total"))
     say(f"pipeline: done in {timings['total']:.1f} s; tables under {out}")
     return PipelineResult(paths, findings, summaries, counts, state.errors, out, timings,
-                          frozenset(whole), dict(state.reruns))
+                          frozenset(whole) | state.whole, dict(state.reruns))
 
 
 class _State:
@@ -491,14 +492,17 @@ class _State:
         self.finding_rows: dict = defaultdict(list)
         self.conn_rows: dict = defaultdict(list)
         self.streams: list = []
+        self.whole: set = set()         # files analysed whole, one task each
 
 
 def _run_whole(spark, files: list[str], out: str, local: str | None, options: Options,
-               sch: dict, state: _State, timings: dict) -> None:
+               sch: dict, state: _State, timings: dict, tag: str = "whole",
+               append: bool = False) -> None:
     """One task per file, the largest first: :func:`core.analyze_whole`. When ``out`` is
-    local, a plain RDD job: each task writes its messages Parquet file and returns the
-    rest. Otherwise mapInArrow hands the messages to Spark's writer and the rest comes back
-    through an accumulator. Each task's CPU and wall time are summed in ``timings``."""
+    local, a plain RDD job: each task writes its messages Parquet file (named with ``tag``)
+    and returns the rest. Otherwise mapInArrow hands the messages to Spark's writer (added
+    to the table's rows with ``append``) and the rest comes back through an accumulator.
+    Each task's CPU and wall time are summed in ``timings``."""
     sc = spark.sparkContext
     files = sorted(files, key=lambda p: -os.path.getsize(p))
     message_schema = sch["message"][1]
@@ -516,7 +520,7 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
 
     if where is not None:
         def write_one(i):
-            return _drain(_PartWriter(os.path.join(where, f"part-{i:05d}-whole.parquet"),
+            return _drain(_PartWriter(os.path.join(where, f"part-{i:05d}-{tag}.parquet"),
                                       message_schema), one(i))
 
         got = sc.parallelize(range(len(files)), len(files)).map(write_one).collect()
@@ -529,11 +533,11 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
                     collected.add([(yield from one(i))])
 
         (spark.range(len(files), numPartitions=len(files))
-         .mapInArrow(per_file, sch["message"][0]).write.mode("overwrite")
+         .mapInArrow(per_file, sch["message"][0]).write.mode("append" if append else "overwrite")
          .parquet(f"{out}/messages"))
         got = collected.value
-    timings["task CPU"] = sum(c for _b, c, _w in got)
-    timings["task wall"] = sum(w for _b, _c, w in got)
+    timings["task CPU"] = timings.get("task CPU", 0.0) + sum(c for _b, c, _w in got)
+    timings["task wall"] = timings.get("task wall", 0.0) + sum(w for _b, _c, w in got)
     for blob, _cpu, _wall in got:
         w = core.loads(blob)
         state.summaries[w.path] = w.summary
@@ -550,7 +554,8 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
                  chunk_size: int, sch: dict, state: _State, say, timings: dict,
                  index_on_executors: bool | None, append: bool) -> None:
     """The chunked stages for files larger than a chunk: index, frame index per chunk
-    (stage A), analysis groups (stage B) and their runs again (:mod:`.merge`)."""
+    (stage A), analysis groups (stage B) and their runs again (:mod:`.merge`). A file whose
+    chunks hold IP fragments leaves after stage A and is analysed whole."""
     sc = spark.sparkContext
     t0 = time.monotonic()
     if index_on_executors is None:
@@ -589,6 +594,18 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
                 state.errors.append(_error_row(stats.error, "read", stats.offset,
                                                stats.first_frame))
     timings["frame index"] = time.monotonic() - t1
+
+    fragmented = [p for p, m in merges.items() if m.fragmented]
+    if fragmented:              # IP fragments belong to no flow: those files are read whole
+        say(f"pipeline: {len(fragmented)} file(s) with IP fragments analysed whole")
+        state.errors = [e for e in state.errors if e["capture_file"] not in fragmented
+                        or e["stage"] != "read"]
+        for p in fragmented:
+            del merges[p]
+        _run_whole(spark, fragmented, out, local, options, sch, state, timings,
+                   tag="whole-fragmented", append=append)
+        append = True
+        state.whole.update(fragmented)
 
     b_clocks = sc.broadcast({i.path: (i.blocks if i.splittable else i.chunks) for i in indexes})
     number = {p: i for i, p in enumerate(paths)}
@@ -657,9 +674,11 @@ class _StageB:
             gc.set_threshold(50_000, *gc.get_threshold()[1:])
             cpu, wall = time.process_time(), time.monotonic()
             got: list = []
-            for cols in run_group(task.path, task.group, task.flows, task.options or options,
-                                  task.numbers,
-                                  TcpClock(clocks.value[task.path]), got, time=False,
+            task_options = task.options or options
+            for cols in run_group(task.path, task.group, task.flows, task_options, task.numbers,
+                                  TcpClock(clocks.value[task.path],
+                                           vxlan_ports=task_options.vxlan_ports), got,
+                                  time=False,
                                   header=False):
                 yield _message_batch(cols, schema)
             return got[0], time.process_time() - cpu, time.monotonic() - wall

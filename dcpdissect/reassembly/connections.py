@@ -50,6 +50,7 @@ class ConnectionOpened(NamedTuple):
     frame: int
     ts_ns: int
     mid_stream: bool                # True when neither SYN nor SYN-ACK opened it
+    tunnel: str = ""                 # what its opening segment came through (Segment.tunnel)
 
 
 class ConnectionClosed(NamedTuple):
@@ -265,7 +266,7 @@ class ConnectionTable:
         self._lru[cid] = conn
         self._mru = conn
         self.stats["connections"] += 1
-        out.append(ConnectionOpened(cid, client, server, frame, ts_ns, not syn))
+        out.append(ConnectionOpened(cid, client, server, frame, ts_ns, not syn, seg.tunnel))
         rd, other = (d0, d1) if client_is_src else (d1, d0)
         if syn and flags & ACK:
             other.set_isn((seg.ack - 1) & MASK)

@@ -5,8 +5,10 @@ Every stage is a plain iterator so that the CLI and the Spark job share it. Even
 ``ConnectionClosed`` and ``TcpAnomaly`` (TCP), ``TlsConnection`` (not decoded) and
 ``NotMcbp`` (``--any-port``: the connections judged not MCBP, once, at the end).
 
-Which connections are decoded: those on the DCP ports and ``--port`` always (MCBP by their
-port); any other connection only when its bytes prove it MCBP, as Wireshark's heuristic
+Frames are decoded through tunnels (``--vxlan-port`` adds VXLAN ports) and IP fragments are
+reassembled (:class:`~dcpdissect.capture.packets.Decoder`). Which connections are decoded:
+those on the DCP ports and ``--port`` always (MCBP by their port); any other connection
+only when its bytes prove it MCBP, as Wireshark's heuristic
 dissectors judge a conversation: plausible headers (a legal magic, a known opcode, sane
 lengths) that chain, a header right after the previous frame, in every direction that
 carries bytes, or a request and its answer. A connection whose start was captured is judged
@@ -24,9 +26,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
+from ..capture.fragments import Defragmenter
 from ..capture.keylog import KeyLog
 from ..capture.order import WINDOW_NS, TimeOrder
-from ..capture.packets import decode_packet
+from ..capture.packets import Decoder
 from ..capture.readers import TLS_KEY_LOG, CaptureError, Frame, open_capture
 from ..protocol import DCP_PORTS, TLS_PORTS
 from ..codec.header import frame_size
@@ -74,6 +77,7 @@ class Options:
                                          # by the heuristic are decrypted with its secrets
     tls_secrets: tuple = ()              # (frames before, key log text) of each of the
                                          # capture's TLS secrets blocks, when known ahead
+    vxlan_ports: tuple[int, ...] = ()    # UDP ports carrying VXLAN besides 4789
 
     @property
     def server_ports(self) -> frozenset[int]:
@@ -104,6 +108,11 @@ class Summary:
     undecoded_ports: dict = field(default_factory=dict)   # server port -> connections judged
     #                                     not MCBP by their bytes (not decoded)
     tcp: dict = field(default_factory=dict)
+    ip_fragments: int = 0               # IP fragments seen
+    ip_unreassembled: int = 0           # fragmented packets given up (incomplete, timed out,
+    #                                     over the memory cap) and invalid fragments
+    vxlan_like: dict = field(default_factory=dict, compare=False)   # UDP port -> datagrams
+    #                                     that look like VXLAN on a port not read as VXLAN
     error: str | None = None
     file_keylog: str = field(default="", compare=False)  # the capture's own TLS key log
     #                                     lines (decryption secrets blocks)
@@ -134,6 +143,9 @@ class Summary:
         mismatched = self.tcp.get("overlaps_mismatched", 0)
         if mismatched:
             text += f", {mismatched} overlapping retransmissions with different bytes"
+        if self.ip_unreassembled:
+            text += (f", {self.ip_unreassembled} fragmented IP packets not reassembled "
+                     "(fragments missing)")
         return text + (f"; stopped: {self.error}" if self.error else "")
 
     def port_note(self) -> str | None:
@@ -176,6 +188,9 @@ class Summary:
         if self.tls_connections:
             what += (f"; {self.tls_connections} TLS connection{'s' * (self.tls_connections != 1)} "
                      "not decoded: give their key log with --tls-keylog")
+        if self.vxlan_like:
+            port = max(self.vxlan_like, key=self.vxlan_like.get)
+            what += f"; UDP port {port} carries what looks like VXLAN: try --vxlan-port {port}"
         return (f"dcpdissect: no MCBP found in {self.path or 'the capture'} ({what}); if the "
                 f"traffic is MCBP on another port, decode it with --port N")
 
@@ -197,6 +212,7 @@ class PduStream:
         self.keylog = KeyLog(opts.tls_keylog) if opts.tls_keylog or opts.tls_secrets else None
         for after, text in opts.tls_secrets:
             self.keylog.add(text, after)
+        self.decoder = Decoder(opts.vxlan_ports, Defragmenter())
         self.table = ConnectionTable(server_ports=self.server_ports,
                                      tls_ports=(frozenset() if self.heuristic or self.keylog
                                                 else self.tls_ports),
@@ -216,11 +232,12 @@ class PduStream:
 
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
+        decode = self.decoder.decode_frame
         for frame in frames:
             summary.frames += 1
             if summary.first_ts_ns is None:
                 summary.first_ts_ns = frame.ts_ns
-            seg = decode_packet(frame.linktype, frame.data)
+            seg = decode(frame.linktype, frame.data, frame.number, frame.ts_ns)
             if seg is None:
                 continue
             summary.tcp_segments += 1
@@ -277,6 +294,11 @@ class PduStream:
         self.framers.clear()
         self.summary.tls_connections += self.table.stats.get("tls_connections", 0)
         self.summary.tcp = dict(self.table.stats)
+        defrag = self.decoder.defragmenter
+        defrag.finish()
+        self.summary.ip_fragments = defrag.stats["fragments"]
+        self.summary.ip_unreassembled = defrag.unreassembled
+        self.summary.vxlan_like = dict(self.decoder.vxlan_like)
         if self.options.any_port and self.not_mcbp_at is not None:
             yield NotMcbp(None, dict(sorted(self.summary.undecoded_ports.items())),
                           *self.not_mcbp_at)

@@ -7,7 +7,12 @@ offsets are per message); a frame's payload byte stays in a redacted frame only 
 a byte of a decoded message that carries no customer data (:mod:`.redact`) and equals what
 the reassembly saw at that stream offset, the header of a message cut by a gap, or the
 header that broke framing. Everything else (document keys and values, partial messages,
-skipped bytes, segments the reassembly did not place) becomes ``x``.
+skipped bytes, segments the reassembly did not place) becomes ``x``. Frames are decoded
+through tunnels as the reassembly decodes them. A packet reassembled from IP fragments is
+placed at its last fragment and a bundle keeps all of its fragments
+(:meth:`CaptureIndex.with_fragments`); each fragment is redacted as its part of the
+packet's payload would be, headers kept (a fragment of a fragment: every byte it carries
+becomes ``x``).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import dataclasses
 from collections import defaultdict
 
 from ..analysis.findings import Finding
-from ..capture.packets import decode_packet
+from ..capture.fragments import Defragmenter
 from ..capture.order import TimeOrder
+from ..capture.packets import Decoder, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec.header import peek
 from ..protocol import HEADER_SIZE, REQUEST_MAGICS, opcode_code
@@ -62,6 +68,8 @@ class CaptureIndex:
     def __init__(self, path: str, findings: list[Finding], options: Options | None,
                  redact: bool = False):
         self.path, self.options, self.redact = path, options, redact
+        self.vxlan_ports = options.vxlan_ports if options else ()
+        self.decoder = Decoder(self.vxlan_ports)      # one frame at a time: no reassembly
         needed = {n for f in findings for n in finding_frames(f) + list(f.context)}
         conns = {f.connection for f in findings if f.connection is not None}
         self._read(conns, needed)
@@ -81,6 +89,11 @@ class CaptureIndex:
         self.runs: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
         self.conn_frames: dict[int, list[int]] = defaultdict(list)      # every frame of a conn
         self.conn_of: dict[int, int] = {}                               # needed frame -> conn
+        self.fragments: dict[int, tuple] = {}       # last fragment's frame -> every fragment's
+        # redact: fragment frame -> (last fragment's frame, offset, its bytes), and the last
+        # fragment's frame -> (the reassembled bytes from the fragments, payload position)
+        self.fragment_of: dict[int, tuple] = {}
+        self.reassembled: dict[int, tuple[bytes, int]] = {}
         self.total_frames = 0
         self._by_conn: dict[int, tuple[list[_Msg], list[int]]] = {}
         self._events()
@@ -139,6 +152,11 @@ class CaptureIndex:
         current: dict[tuple, int] = {}      # endpoints -> the connection open on them
         state: dict[tuple[int, int], list] = {}       # (conn, dir) -> [last_seq, last_off]
         synack_seen: set[int] = set()
+        decoder = Decoder(self.vxlan_ports, Defragmenter())
+        decode = decoder.decode_frame
+        log: dict[int, tuple] = {}          # fragment frame -> (offset, bytes)
+        if self.redact:
+            decoder.log = []
         try:
             with open_capture(self.path) as reader:
                 for fr in TimeOrder(reader):            # the order the analysis saw them in
@@ -146,9 +164,16 @@ class CaptureIndex:
                     if fr.number in opens:
                         ends, c = opens[fr.number]
                         current[ends] = c
-                    seg = decode_packet(fr.linktype, fr.data)
+                    seg = decode(fr.linktype, fr.data, fr.number, fr.ts_ns)
+                    if decoder.log:
+                        log.update((n, (off, chunk)) for n, off, chunk in decoder.log)
+                        decoder.log.clear()
                     if seg is None:
                         continue
+                    if seg.frames:
+                        self.fragments[fr.number] = seg.frames
+                        if self.redact:
+                            self._fragments_of(fr.number, seg, log)
                     a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
                     if (a, b) in current:
                         conn, direction = current[(a, b)], 0
@@ -159,12 +184,28 @@ class CaptureIndex:
                     if fr.number in needed:
                         self.conn_of[fr.number] = conn
                     if conn in self.conns:
-                        self.conn_frames[conn].append(fr.number)
+                        self.conn_frames[conn].extend(seg.frames or (fr.number,))
                         self._segment(fr.number, conn, direction, seg, state, synack_seen)
         except CaptureError:
             pass
         for runs in self.runs.values():
             runs.sort()
+
+    def _fragments_of(self, last: int, seg, log: dict) -> None:
+        """Remember how the fragments of the packet completed at frame ``last`` make it up
+        (only those read from frames of their own)."""
+        parts = [(n,) + log.pop(n) for n in seg.frames if n in log]
+        if not parts:
+            return
+        packet = bytearray(max(off + len(chunk) for _n, off, chunk in parts))
+        for n, off, chunk in reversed(parts):   # the first fragments' bytes win
+            packet[off:off + len(chunk)] = chunk
+        pos = packet.rfind(seg.payload) if seg.payload else -1
+        if pos < 0:
+            return
+        self.reassembled[last] = (bytes(packet), pos)
+        for n, off, chunk in parts:
+            self.fragment_of[n] = (last, off, chunk)
 
     def _segment(self, number, conn, direction, seg, state, synack_seen) -> None:
         flags, seq = seg.flags, seg.seq
@@ -281,6 +322,10 @@ class CaptureIndex:
             return set(range(1, self.total_frames + 1))
         return set()
 
+    def with_fragments(self, keep: set[int]) -> set[int]:
+        """``keep`` with every fragment of the reassembled packets it holds."""
+        return keep.union(*(self.fragments[n] for n in keep if n in self.fragments))
+
     def alignment_cuts(self, keep: set[int]) -> dict[int, int]:
         """Frames that start a kept stretch of a stream in the middle of a message, with the
         number of leading payload bytes (that message's tail) to drop so that a dissector
@@ -306,15 +351,24 @@ class CaptureIndex:
     def redacted(self, fr) -> bytes:
         """The frame with every TCP payload byte that is not known to be clear of customer
         data replaced by ``x`` (see the module docstring)."""
-        seg = decode_packet(fr.linktype, fr.data)
+        decoder = self.decoder
+        fragments = decoder.fragments
+        seg = decoder.decode(fr.linktype, fr.data)
+        if seg is None and decoder.fragments != fragments:      # an IP fragment
+            return self._redacted_fragment(fr, decoder.last_fragment)
         if seg is None or not seg.payload:
             return fr.data
         payload = seg.payload
-        pos = payload_pos(fr.linktype, fr.data, payload)
+        pos = payload_pos(fr.linktype, fr.data, payload, decoder.decode)
         if pos is None:                 # the payload cannot be located: drop the frame's bytes
             return fr.data[:len(fr.data) - len(payload)] + PLACEHOLDER * len(payload)
+        out = self._clear_bytes(fr.number, payload)
+        return bytes(fr.data[:pos]) + out + bytes(fr.data[pos + len(payload):])
+
+    def _clear_bytes(self, number: int, payload: bytes) -> bytes:
+        """The TCP payload of frame ``number`` with the bytes not known to be clear as ``x``."""
         out = bytearray(PLACEHOLDER * len(payload))
-        info = self.frame_ranges.get(fr.number)
+        info = self.frame_ranges.get(number)
         if info is not None:
             conn, direction, off, length = info
             spans = self.clear.get((conn, direction), [])
@@ -328,11 +382,28 @@ class CaptureIndex:
                     if expected is None or expected[lo - a:hi - a] == got:
                         out[lo - off:hi - off] = got
                 i += 1
-        return bytes(fr.data[:pos]) + bytes(out) + bytes(fr.data[pos + len(payload):])
+        return bytes(out)
+
+    def _redacted_fragment(self, fr, chunk: bytes) -> bytes:
+        """A fragment frame: its share of the reassembled packet, redacted as the packet's
+        payload is; all of its bytes as ``x`` when it is not known how it makes it up."""
+        at = fr.data.rfind(chunk) if chunk else -1
+        if at < 0:
+            return fr.data
+        known = self.fragment_of.get(fr.number)
+        if known is None or known[2] != chunk:
+            return fr.data[:at] + PLACEHOLDER * len(chunk) + fr.data[at + len(chunk):]
+        last, off, _ = known
+        packet, pos = self.reassembled[last]
+        size = self.frame_ranges[last][3] if last in self.frame_ranges else len(packet) - pos
+        payload = packet[pos:pos + size]
+        clear = packet[:pos] + self._clear_bytes(last, payload) + packet[pos + size:]
+        return fr.data[:at] + clear[off:off + len(chunk)] + fr.data[at + len(chunk):]
 
 
-def payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
-    """Where the TCP payload starts in the frame (verified by decoding a modified copy)."""
+def payload_pos(linktype: int, data: bytes, payload: bytes, decode=decode_packet) -> int | None:
+    """Where the TCP payload starts in the frame (verified by decoding a modified copy with
+    ``decode``)."""
     pos = len(data)
     while True:
         pos = data.rfind(payload, 0, pos + len(payload) - 1)
@@ -340,7 +411,7 @@ def payload_pos(linktype: int, data: bytes, payload: bytes) -> int | None:
             return None
         probe = bytearray(data)
         probe[pos] ^= 0xFF
-        seg = decode_packet(linktype, bytes(probe))
+        seg = decode(linktype, bytes(probe))
         if seg is not None and seg.payload[:1] == bytes([payload[0] ^ 0xFF]) \
                 and seg.payload[1:] == payload[1:]:
             return pos

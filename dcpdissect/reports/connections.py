@@ -3,8 +3,11 @@
 One record per decoded connection: client and server ``ip:port``, the DcpOpen name, the
 bucket SelectBucket chose, and the role of memcached's side (``producer`` when the accepted
 DcpOpen carries the Producer flag, ``consumer`` without it, ``mcbp`` when the connection's
-start was captured and it never opened DCP, None when the capture does not show). Fed with
-the capture's events; only the few requests that name a connection are decoded.
+start was captured and it never opened DCP, None when the capture does not show). A
+connection captured inside a tunnel (VXLAN, GRE, ERSPAN, ...) shows its inner endpoints and
+the tunnel its first segment came through; the ``tunnel`` key and column are there only
+when some connection has one. Fed with the capture's events; only the few requests that
+name a connection are decoded.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .messages import iso_time
 
 _NAMING = frozenset({HELLO, DCP_OPEN, DCP_CONTROL, SELECT_BUCKET})
 COLUMNS = ("conn", "client", "server", "role", "bucket", "dcp name", "first frame")
+TUNNEL_COLUMN = "tunnel"        # after COLUMNS, when a connection came through a tunnel
 
 
 def _address(ends: tuple) -> str:
@@ -59,28 +63,42 @@ class ConnectionLegend:
         if conn not in self.opened:
             return None
         o, neg = self.opened[conn], self.negotiated[conn]
-        return {"connection": conn, "client": _address(o.client),
-                "server": _address(o.server), "role": role(neg), "bucket": neg.bucket,
-                "dcp_name": neg.name, "first_frame": o.frame, "time": iso_time(o.ts_ns),
-                "start_captured": not o.mid_stream}
+        record = {"connection": conn, "client": _address(o.client),
+                  "server": _address(o.server), "role": role(neg), "bucket": neg.bucket,
+                  "dcp_name": neg.name, "first_frame": o.frame, "time": iso_time(o.ts_ns),
+                  "start_captured": not o.mid_stream}
+        if o.tunnel:
+            record["tunnel"] = o.tunnel
+        return record
 
     def records(self, conns=None) -> list[dict]:
         """The legend of ``conns`` (default: every connection), by connection number."""
         return [self.record(c) for c in sorted(self.opened) if conns is None or c in conns]
 
     def label(self, conn: int) -> str:
-        """``client → server (role, bucket, "name")``: one line naming a connection."""
+        """``client → server (role, bucket, "name") via tunnel``: one line naming a
+        connection."""
         r = self.record(conn)
         if r is None:
             return f"connection {conn}"
         extra = [x for x in (r["role"], r["bucket"] and f"bucket {r['bucket']}",
                              r["dcp_name"] and f'"{r["dcp_name"]}"') if x]
-        return f"{r['client']} → {r['server']}" + (f" ({', '.join(extra)})" if extra else "")
+        via = f" via {r['tunnel']}" if "tunnel" in r else ""
+        return (f"{r['client']} → {r['server']}" + (f" ({', '.join(extra)})" if extra else "")
+                + via)
+
+    def columns(self, conns=None) -> tuple:
+        """The headers of :meth:`rows`: :data:`COLUMNS`, then ``tunnel`` when one of the
+        connections came through a tunnel."""
+        tunnelled = any(self.opened[c].tunnel for c in self.opened if conns is None or c in conns)
+        return COLUMNS + (TUNNEL_COLUMN,) if tunnelled else COLUMNS
 
     def rows(self, conns=None) -> list[list]:
-        """Table rows under :data:`COLUMNS`."""
+        """Table rows under :meth:`columns`."""
+        tunnelled = len(self.columns(conns)) > len(COLUMNS)
         return [[r["connection"], r["client"], r["server"], r["role"] or "-",
                  r["bucket"] or "-", r["dcp_name"] or "-", r["first_frame"]]
+                + ([r.get("tunnel", "-")] if tunnelled else [])
                 for r in self.records(conns)]
 
     def table(self, conns=None) -> str:
@@ -88,4 +106,5 @@ class ConnectionLegend:
         rows = self.rows(conns)
         if not rows:
             return ""
-        return "connections\n" + tabulate(rows, headers=COLUMNS, disable_numparse=True) + "\n"
+        return ("connections\n" + tabulate(rows, headers=self.columns(conns),
+                                           disable_numparse=True) + "\n")

@@ -62,14 +62,15 @@ class Bundle:
     unreproduced: list[Finding]     # bundled findings the trimmed capture does not give back
 
 
-def _cut_payload(linktype: int, data: bytes, cut: int) -> bytes | None:
+def _cut_payload(linktype: int, data: bytes, cut: int, decode=decode_packet) -> bytes | None:
     """The frame without the first ``cut`` bytes of its TCP payload: the TCP sequence
     number advances by ``cut`` and the IP length shrinks (IPv4 header checksum
-    recomputed). None when the headers cannot be located with certainty."""
-    seg = decode_packet(linktype, data)
-    if seg is None or cut >= len(seg.payload):
+    recomputed). None when the headers cannot be located with certainty, or belong to a
+    tunnel's inner packet (the outer lengths would disagree)."""
+    seg = decode(linktype, data)
+    if seg is None or seg.tunnel or cut >= len(seg.payload):
         return None
-    pos = payload_pos(linktype, data, seg.payload)
+    pos = payload_pos(linktype, data, seg.payload, decode)
     if pos is None:
         return None
     tcp = data.rfind(struct.pack(">HHI", seg.sport, seg.dport, seg.seq), 0, pos)
@@ -93,7 +94,7 @@ def _cut_payload(linktype: int, data: bytes, cut: int) -> bytes | None:
         plen = struct.unpack_from(">H", out, ip + 4)[0]
         if plen:
             struct.pack_into(">H", out, ip + 4, plen - cut)
-    check = decode_packet(linktype, bytes(out))
+    check = decode(linktype, bytes(out))
     if check is None or check.payload != seg.payload[cut:] or check.seq != (seg.seq + cut) & MASK:
         return None
     return bytes(out)
@@ -106,18 +107,20 @@ def _ip_checksum(header: bytes) -> int:
     return ~s & 0xFFFF
 
 
-def tshark_command(pcap_name: str, frames, ports=DCP_PORTS) -> str:
+def tshark_command(pcap_name: str, frames, ports=DCP_PORTS, vxlan_ports=()) -> str:
     """The tshark command, run in the bundle's directory, that shows ``frames`` with the
-    bundled Lua plugin (which owns ``ports``)."""
+    bundled Lua plugin (which owns ``ports``), reading ``vxlan_ports`` as VXLAN."""
     return (f"tshark -r {shlex.quote(pcap_name)} -X lua_script:{PLUGIN} "
             f"-o dcp.tcp_ports:{','.join(map(str, sorted(set(ports))))} "
-            "-o tcp.reassemble_out_of_order:TRUE -o tcp.analyze_sequence_numbers:FALSE -V "
+            + "".join(f"-d udp.port=={p},vxlan " for p in sorted(set(vxlan_ports)))
+            +             "-o tcp.reassemble_out_of_order:TRUE -o tcp.analyze_sequence_numbers:FALSE -V "
             f"-Y {shlex.quote(frame_filter(frames))}")
 
 
-def analyze_command(pcap_name: str, ports) -> str:
+def analyze_command(pcap_name: str, ports, vxlan_ports=()) -> str:
     """The ``dcpdissect analyze`` command that gives the findings back from the bundle."""
     extra = "".join(f" --port {p}" for p in sorted(set(ports) - set(DCP_PORTS)))
+    extra += "".join(f" --vxlan-port {p}" for p in sorted(set(vxlan_ports)))
     return f"dcpdissect analyze {shlex.quote(pcap_name)}{extra}"
 
 
@@ -165,7 +168,9 @@ def renumber(text: str, frame_map: dict[int, int]) -> str:
 
 def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool):
     """Write the kept frames to ``dest`` (pcapng when they use several link types; the
-    suffix follows). Returns (path, original -> new frame numbers, alignment cuts)."""
+    suffix follows); the fragments of a kept reassembled packet are kept too. Returns (path,
+    original -> new frame numbers, alignment cuts)."""
+    keep = cap.with_fragments(keep)
     cuts = cap.alignment_cuts(keep)
     frames = []
     try:
@@ -190,7 +195,7 @@ def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool):
             data = cap.redacted(fr) if redact else fr.data
             wirelen = fr.wirelen
             if fr.number in cuts:
-                shorter = _cut_payload(fr.linktype, data, cuts[fr.number])
+                shorter = _cut_payload(fr.linktype, data, cuts[fr.number], cap.decoder.decode)
                 if shorter is None:
                     del cuts[fr.number]
                 else:
@@ -270,9 +275,9 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     ports = ({cap.opened[c].server[1] for c in conns if c in cap.opened} - tls.ports
              | set(DCP_PORTS))
     offending = sorted({frame_map[n] for f in chosen for n in finding_frames(f) if n in frame_map})
-    command = (tshark_command(name, offending or sorted(frame_map.values())[:1], ports)
-               + tls.tshark_args)
-    reanalyze = analyze_command(name, ports) + tls.analyze_args
+    command = (tshark_command(name, offending or sorted(frame_map.values())[:1], ports,
+                              cap.vxlan_ports) + tls.tshark_args)
+    reanalyze = analyze_command(name, ports, cap.vxlan_ports) + tls.analyze_args
     connections = {c: f"{o.client[0]}:{o.client[1]} → {o.server[0]}:{o.server[1]}"
                    for c, o in cap.opened.items() if c in conns}
     notes = [f"Evidence capture `{name}`: {len(frame_map)} of {summary.frames} frames of "

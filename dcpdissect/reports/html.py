@@ -8,7 +8,6 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from .connections import COLUMNS as CONNECTION_COLUMNS
 from .markdown import sha256_of
 from .messages import iso_time
 from .timeline import finding_anchor, plot_name, svg_text, timelines
@@ -77,7 +76,7 @@ def html_report(path, findings: list, summary, legend, collector, *, streams=Non
 
     out.append('<h2 id="connections">Connections</h2>')
     legend_rows = legend.rows()
-    out += (_table(CONNECTION_COLUMNS, legend_rows, numeric=(0, 6)) if legend_rows
+    out += (_table(legend.columns(), legend_rows, numeric=(0, 6)) if legend_rows
             else ['<p class="note">No MCBP connection.</p>'])
 
     if streams is not None:

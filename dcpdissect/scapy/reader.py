@@ -42,7 +42,8 @@ def iread(path: str, **options) -> Iterator[Packet]:
     without loading the file: ``Ether/IP(v6)/TCP/MCBP`` with the connection's addresses and
     ports and TCP sequence numbers that place each PDU at its stream offset, so that
     ``wrpcap`` writes a capture that reassembles the same. ``options`` are those of
-    ``dcpdissect.reassembly.pdus.Options`` (``ports``, ``any_port``, ``max_connections``).
+    ``dcpdissect.reassembly.pdus.Options`` (``ports``, ``any_port``, ``vxlan_ports``,
+    ``max_connections``).
 
     Each packet carries ``frames`` (every frame contributing bytes), ``frame`` (the
     completing frame), ``conn``, ``direction`` (0 client->server, 1 server->client),
