@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dcpdissect.analysis.run import analyze_file
 from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_moves, scenarios_streams
 from dcpdissect.samples.builder import Script, dcp_open, ok
 from dcpdissect.samples.netsynth import Endpoint
@@ -118,11 +119,14 @@ def test_dissect_decodes_what_tshark_decodes(name):
     assert dissect_conversations(REAL / name) == tshark_conversations(REAL / name)
 
 
-@pytest.mark.xfail(strict=True, reason="the capture reader does not take VXLAN apart yet: "
-                   "dissect finds no TCP connection in the underlay capture")
-def test_dissect_decodes_the_vxlan_underlay():
-    path = REAL / "replication-vxlan.pcapng"
+@pytest.mark.parametrize("name", ["replication-vxlan.pcapng", "replication-vxlan-any.pcap"])
+def test_dissect_decodes_the_vxlan_underlay(name):
+    """Through the real kernel VXLAN tunnel (and with tcpdump -i any, where every segment
+    shows twice: on the vxlan device and inside UDP 4789 on the veth): tshark's messages."""
+    path = REAL / name
     assert dissect_conversations(path) == tshark_conversations(path)
+    found, _ = analyze_file(str(path))
+    assert [f.rule for f in found if f.severity != "info"] == []
 
 
 @pytest.mark.parametrize("name", sorted(CUT))
