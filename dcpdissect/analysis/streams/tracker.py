@@ -67,7 +67,8 @@ class StreamTracker:
     def __init__(self, on_marker=None, all_rules: bool = True):
         self.all_rules = all_rules   # False: the bookkeeping and snapshot rules only
         self.conns: dict[int, Conn] = {}
-        self.names: dict[tuple, int] = {}   # (DcpOpen name, server address, bucket) -> conn
+        # (DcpOpen name, bucket) -> {server address: the connection that holds the name there}
+        self.names: dict[tuple, dict] = {}
         self.snapshots = Snapshots(on_marker, duplicate_keys=all_rules)
         self.correlation = Correlation()
         self.resume = Resume()
@@ -222,22 +223,26 @@ class StreamTracker:
         name = c.negotiation.name
         if name is None:
             return
-        ident = (name, c.server[0], c.negotiation.bucket)
-        old = self.conns.get(self.names.get(ident, c.id))
+        ident = (name, c.negotiation.bucket)
+        holders = self.names.get(ident)
+        if holders is None:
+            if len(self.names) >= limits.MAX_RESUME:
+                del self.names[next(iter(self.names))]
+            holders = self.names[ident] = {}
+        old = self.conns.get(holders.get(c.server[0], c.id))
         if old is not None and old is not c:
             for st in old.streams.values():
                 self._end_stream(old, st, out)
             old.stream_requests.clear()
-        self.names.pop(ident, None)
-        if len(self.names) >= limits.MAX_RESUME:
-            del self.names[next(iter(self.names))]
-        self.names[ident] = c.id
+        holders[c.server[0]] = c.id
 
     def _release_name(self, c: Conn) -> None:
-        name = c.negotiation.name
-        ident = (name, c.server[0], c.negotiation.bucket)
-        if name is not None and self.names.get(ident) == c.id:
-            del self.names[ident]
+        ident = (c.negotiation.name, c.negotiation.bucket)
+        holders = self.names.get(ident)
+        if holders is not None and holders.get(c.server[0]) == c.id:
+            del holders[c.server[0]]
+            if not holders:
+                del self.names[ident]
 
     # --- the consumer's requests and the producer's responses -----------------------------
 
@@ -282,12 +287,9 @@ class StreamTracker:
         """The consumer asks for a vbucket on another connection (another node after a
         rebalance or failover, 11207 after 11210): its stream there has ended, whether or
         not the capture shows that connection ending (a failed node sends no FIN)."""
-        name, bucket = c.negotiation.name, c.negotiation.bucket
-        if name is None:
-            return
-        for other in self.conns.values():
-            if (other is not c and other.negotiation.name == name
-                    and other.negotiation.bucket == bucket):
+        for cid in self.names.get((c.negotiation.name, c.negotiation.bucket), {}).values():
+            other = self.conns.get(cid)
+            if other is not None and other is not c:
                 st = other.streams.get(key)
                 if st is not None and st.active:
                     self._end_stream(other, st, out)
