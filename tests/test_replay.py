@@ -20,7 +20,8 @@ from dcpdissect.analysis.run import analyze_file
 from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_moves, scenarios_streams
 from dcpdissect.samples.builder import Script, dcp_open, ok
 from dcpdissect.samples.netsynth import Endpoint
-from dcpdissect.samples.real_samples import on_loopback, replication_scripts
+from dcpdissect.samples.real_samples import replication_scripts
+from dcpdissect.samples.realnet import on_loopback
 from dcpdissect.samples.replay import Loopback, Player, timeline
 
 REAL = Path(__file__).resolve().parent.parent / "samples" / "real"
