@@ -347,3 +347,25 @@ def test_kernel_capture_replays_the_conversation(tmp_path):
     committed, _ = analyze_file(str(ENCAP / "loopback-resume-collapsed.pcap"))
     assert [(f.rule, f.connection) for f in found] == [(f.rule, f.connection) for f in committed]
     assert (summary.connections, summary.pdus) == (2, 16)
+
+
+@pytest.mark.slow
+@needs_tshark
+@pytest.mark.tshark
+@pytest.mark.skipif(shutil.which("dumpcap") is None or shutil.which("ip") is None
+                    or os.geteuid() != 0, reason="needs root, iproute2 and dumpcap")
+def test_kernel_vxlan_capture_over_a_smaller_veth(tmp_path):
+    """The kernel's VXLAN over a 1400-byte veth without segmentation offload: no frame
+    longer than the veth allows, outer IPv4 fragments (the VXLAN device's MTU is 1500), and
+    every scripted message decoded by tshark through them; analyze finds nothing."""
+    from dcpdissect.samples.encapsulate import capture_inner
+    out = tmp_path / "vxlan.pcap"
+    capture_inner(out, "replication", "vxlan", 1400)
+    rows = subprocess.run(["tshark", "-r", str(out), "-T", "fields", "-e", "frame.len",
+                           "-e", "ip.flags.mf"], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    assert max(int(row.split("\t")[0]) for row in rows) <= 1400 + 14
+    assert any(row.split("\t")[1].startswith(("1", "True")) for row in rows)
+    assert len(tshark_pdus(str(out))) == MESSAGES["loopback-replication.pcap"]
+    found, summary = analyze_file(str(out))
+    assert found == [] and summary.pdus == MESSAGES["loopback-replication.pcap"]
