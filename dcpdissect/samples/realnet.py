@@ -225,8 +225,9 @@ class Marker:
 class Capture:
     """A running dumpcap (``tool='dumpcap'``: one or more interfaces, pcapng or pcap) or
     tcpdump (pcap; ``interfaces=('any',)`` gives Linux cooked v2) writing ``path``, optionally
-    inside namespace ``ns`` and with a capture ``bpf`` filter (on every interface). The kernel buffer is
-    ``buffer_mib`` MiB: the 2 MiB default loses frames of a 12 MB loopback burst.
+    inside namespace ``ns`` and with a capture ``bpf`` filter (on every interface). The
+    kernel buffer is ``buffer_mib`` MiB: the 2 MiB default loses frames of a 12 MB loopback
+    burst.
 
     Entering waits for the tool's own "capturing" line, then sends ``markers`` until the
     tool has captured some (dumpcap's packet count, tcpdump's file growing): a capture that
