@@ -35,7 +35,7 @@ from ..capture.pcapwrite import LINKTYPE_ETHERNET, PcapWriter
 from ..capture.readers import Frame, open_capture
 from .builder import Script, replication
 from .netsynth import Endpoint
-from .realnet import in_namespaces
+from .realnet import in_namespaces, missing
 from .scenarios_streams import resume_collapsed
 
 __all__ = ["Layer", "Fragmenting", "Wrapped", "encapsulate", "write_wrapped", "ipv4_fragments",
@@ -510,8 +510,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", help="where the samples are (samples/encap)")
     p.add_argument("--capture", action="store_true",
-                   help="capture the real conversations again first (root, dumpcap)")
+                   help="capture the real conversations again first (root, dumpcap, ip netns)")
     args = p.parse_args(argv)
+    why = args.capture and missing(namespaces=True)
+    if why:
+        print(f"cannot capture here: {why}", file=sys.stderr)
+        return 2
     for path in build(args.dir, args.capture):
         print(path)
     return 0

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from .builder import Script
 from .netsynth import Endpoint
-from .realnet import NamespaceReplay, capinfos
+from .realnet import NamespaceReplay, capinfos, missing
 
 PORT = 11210
 CLIENT, SERVER = "10.99.1.2", "10.99.2.2"
@@ -291,6 +291,10 @@ def main(argv=None) -> int:
     if args.secrets_only:
         inject(args.tls, args.dir)
         return 0
+    why = missing(namespaces=True)
+    if why:
+        print(f"cannot capture here: {why}", file=sys.stderr)
+        return 2
     build(args.dir, args.source, args.tls)
     return 0
 
