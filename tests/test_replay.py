@@ -20,7 +20,8 @@ from dcpdissect.analysis.run import analyze_file
 from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_moves, scenarios_streams
 from dcpdissect.samples.builder import Script, dcp_open, ok
 from dcpdissect.samples.netsynth import Endpoint
-from dcpdissect.samples.real_samples import on_loopback, replication_scripts
+from dcpdissect.samples.real_samples import replication_scripts
+from dcpdissect.samples.realnet import on_loopback
 from dcpdissect.samples.replay import Loopback, Player, timeline
 
 REAL = Path(__file__).resolve().parent.parent / "samples" / "real"
@@ -319,6 +320,30 @@ def test_live_vxlan_between_namespaces(tmp_path):
     check_live(path, [builder.seed_add_stream()])
     vnis = {row[0] for row in tshark(path, "-Y", "tcp", "-T", "fields", "-e", "vxlan.vni")}
     assert vnis == {"42"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NETNS_SKIP is not None, reason=f"no network namespaces: {NETNS_SKIP}")
+def test_live_replay_through_a_router_namespace(tmp_path):
+    """Client and server in two namespaces routed by a third; one dumpcap per router veth
+    keeps the packets coming in from its side ('inbound'): each file holds one side's
+    packets only, and the two merged hold the whole conversation."""
+    scripts = [builder.seed_add_stream()]
+    client, server = scripts[0].conv.client.ip, scripts[0].conv.server.ip
+    files = {"client": tmp_path / "client.pcapng", "server": tmp_path / "server.pcapng"}
+    placement = {client: ("client", "link"), server: ("server", "link")}
+    with realnet.NamespaceReplay(scripts, placement, router=True) as lab:
+        assert set(lab.spaces.ns) == {"client", "server", "router"}
+        with lab.capture(files["client"], [lab.spaces.router_veth["client"]], "router",
+                         bpf="inbound and ip"), \
+                lab.capture(files["server"], [lab.spaces.router_veth["server"]], "router",
+                            bpf="inbound and ip"):
+            lab.play()
+    for side, ip in (("client", client), ("server", server)):
+        assert {row[0] for row in tshark(files[side], "-T", "fields", "-e", "ip.src")} == {ip}
+    merged = tmp_path / "merged.pcapng"
+    subprocess.run(["mergecap", "-w", str(merged), *map(str, files.values())], check=True)
+    check_live(merged, [builder.seed_add_stream()])
 
 
 def test_timeline_keeps_global_order_and_groups():

@@ -17,8 +17,8 @@ original's timestamp.
 
 The inner bytes are not changed otherwise. :data:`SAMPLES` describes ``samples/encap``;
 ``python -m dcpdissect.samples.encapsulate samples/encap`` rewrites it from the real
-captures there (``--capture`` first captures those again with :mod:`.kernel_capture`,
-which needs root and dumpcap) together with its README.
+captures there (``--capture`` first captures those again with :func:`capture_inner`, which needs
+root, dumpcap and ``ip netns``) together with its README.
 """
 
 from __future__ import annotations
@@ -29,13 +29,17 @@ import struct
 import sys
 import zlib
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from ..capture.pcapwrite import LINKTYPE_ETHERNET, PcapWriter
 from ..capture.readers import Frame, open_capture
+from .builder import Script, replication
+from .netsynth import Endpoint
+from .realnet import in_namespaces, missing
+from .scenarios_streams import resume_collapsed
 
 __all__ = ["Layer", "Fragmenting", "Wrapped", "encapsulate", "write_wrapped", "ipv4_fragments",
-           "ipv6_fragments", "Sample", "SAMPLES", "build", "main"]
+           "ipv6_fragments", "Sample", "SAMPLES", "SCENARIOS", "capture_inner", "build", "main"]
 
 ETHERTYPE = {"ipv4": 0x0800, "ipv6": 0x86DD, "vlan": 0x8100, "mpls": 0x8847,
              "ethernet": 0x6558, "erspan2": 0x88BE, "erspan3": 0x22EB}
@@ -317,7 +321,7 @@ _V4, _V6, _RESUME = "loopback-replication.pcap", "loopback-replication-ipv6.pcap
 _VXLAN = (_ETH, _IP4, Layer("udp", {"dport": 4789}), Layer("vxlan", {"vni": 42}))
 _PLATFORM = struct.pack("!II", 3 << 26 | 7, 0x5F5E100)        # platform id 3: port 7, time
 
-CAPTURES = {            # the real captures, by kernel_capture (scenario, mode, veth MTU)
+CAPTURES = {            # the real captures, by capture_inner() (scenario, mode, veth MTU)
     _V4: ("replication", "loopback", 0),
     _V6: ("replication-ipv6", "loopback", 0),
     _RESUME: ("resume-collapsed", "loopback", 0),
@@ -390,6 +394,35 @@ SAMPLES: tuple[Sample, ...] = (
 )
 
 
+SCENARIOS: dict[str, Callable[[], list[Script]]] = {
+    "replication": lambda: [replication()],
+    "replication-ipv6": lambda: [replication(client=Endpoint("fd00::2", 50123),
+                                             server=Endpoint("fd00::1", 11209))],
+    "resume-collapsed": resume_collapsed,
+}
+
+
+def capture_inner(path, scenario: str, mode: str = "loopback", mtu: int = 1500) -> None:
+    """Write ``path`` (pcap): ``scenario``'s conversations replayed over the kernel's TCP
+    (:mod:`.realnet`), keeping the scripts' addresses. ``loopback``: both ends on one
+    namespace's loopback, captured there; ``vxlan``: the client's and the server's
+    namespace joined by VXLAN devices (VNI 42, UDP 4789, MTU 1500) over a veth pair of MTU
+    ``mtu`` without segmentation offload, captured on the client's veth: VXLAN as Linux
+    sends it, its outer IPv4 packets fragmented where they exceed the veth."""
+    scripts = SCENARIOS[scenario]()
+    sides = {e.ip: side for s in scripts
+             for side, e in (("client", s.conv.client), ("server", s.conv.server))}
+    if mode == "loopback":
+        in_namespaces(path, scripts, {ip: ("server", "lo") for ip in sides},
+                      spaces_kw={"ipv6": any(":" in ip for ip in sides)}, capture_side="server",
+                      interfaces=lambda spaces: ["lo"], fmt="pcap")
+    else:
+        in_namespaces(path, scripts, {ip: (side, "link") for ip, side in sides.items()},
+                      spaces_kw={"vxlan": True, "mtu": mtu, "vxlan_mtu": 1500, "gso": False},
+                      capture_side="client", interfaces=lambda spaces: [spaces.veth["client"]],
+                      fmt="pcap", bpf="ip proto 17")      # VXLAN and its fragments
+
+
 def wrap_file(source: str, layers, fragmenting: Optional[Fragmenting] = None) -> Wrapped:
     with open_capture(source) as reader:
         return encapsulate(reader, list(layers), fragmenting)
@@ -398,13 +431,12 @@ def wrap_file(source: str, layers, fragmenting: Optional[Fragmenting] = None) ->
 def build(directory, capture: bool = False) -> list[Path]:
     """Write every sample of :data:`SAMPLES` and the README into ``directory`` (from the real
     captures there; ``capture``: capture those again first). Returns the paths written."""
-    from .kernel_capture import capture as kernel_capture
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     if capture:
         for name, (scenario, mode, mtu) in CAPTURES.items():
-            kernel_capture(str(directory / name), scenario, mode, mtu or 1500)
+            capture_inner(directory / name, scenario, mode, mtu or 1500)
             written.append(directory / name)
     for s in SAMPLES:
         if s.layers:
@@ -439,14 +471,15 @@ def readme() -> str:
 DCP conversations captured inside overlays and mirrors: every sample decodes, through its
 tunnels and fragments, to the same messages as its real inner capture, and `dcpdissect
 analyze` reports the same findings (the `resume-collapsed-*` samples keep their one
-`resume-collapsed-snapshot` error; the others keep the inner capture's two infos).
+`resume-collapsed-snapshot` error; the others, a clean replication, have none).
 `tests/test_encap_samples.py` checks each one against tshark and the inner capture.
 
 ## Real captures
 
-The kernel's own TCP, captured with dumpcap (`dcpdissect/samples/kernel_capture.py`): the
-sample builder's scripts replayed over real sockets, one process per end, on a private
-loopback (`loopback`) or across two network namespaces joined by VXLAN devices (`vxlan`).
+The kernel's own TCP, captured with dumpcap: the sample builder's scripts replayed over
+real sockets by the real-capture harness (`dcpdissect/samples/replay.py`, `realnet.py`),
+both ends on one network namespace's loopback (`loopback`), or across two namespaces
+joined by VXLAN devices over a veth pair without segmentation offload (`vxlan`).
 
 | file | scenario | mode |
 |---|---|---|
@@ -477,8 +510,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", help="where the samples are (samples/encap)")
     p.add_argument("--capture", action="store_true",
-                   help="capture the real conversations again first (root, dumpcap)")
+                   help="capture the real conversations again first (root, dumpcap, ip netns)")
     args = p.parse_args(argv)
+    why = args.capture and missing(namespaces=True)
+    if why:
+        print(f"cannot capture here: {why}", file=sys.stderr)
+        return 2
     for path in build(args.dir, args.capture):
         print(path)
     return 0

@@ -494,29 +494,6 @@ class TcpConversation:
         _check_direction(direction)
         return b"".join(op.data for op in self._ops if isinstance(op, _Send) and op.direction == direction)
 
-    def writes(self) -> list[tuple]:
-        """What the two applications do, in order (for a replay over real sockets):
-        ``("send", direction, bytes)`` for each group of sends coalesced as :meth:`packets`
-        groups them, ``("pause", ns)`` and ``("close", how, initiator)``."""
-        out: list[tuple] = []
-        ops, i = self._ops, 0
-        while i < len(ops):
-            op = ops[i]
-            i += 1
-            if isinstance(op, _Pause):
-                out.append(("pause", op.ns))
-            elif isinstance(op, _Close):
-                out.append(("close", op.how, op.initiator))
-            else:
-                data = op.data
-                while op.coalesce and i < len(ops) and isinstance(ops[i], _Send) \
-                        and ops[i].direction == op.direction:
-                    op = ops[i]
-                    data += op.data
-                    i += 1
-                out.append(("send", op.direction, data))
-        return out
-
     @property
     def data_base(self) -> dict[str, int]:
         """Sequence number of the first payload byte per direction."""

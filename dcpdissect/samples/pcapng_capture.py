@@ -1,10 +1,11 @@
 """pcapng samples as Wireshark's tools write them, from real kernel TCP.
 
-A plaintext sample's DCP conversation (``--source``) is replayed over real sockets between
-two network namespaces, a client and a server, through a third one that routes between
-them; dumpcap captures in the router, on the veth end facing the client (the client's
-packets) and on the one facing the server (the server's packets). Each side sends its
-chunks in the recorded order, paced, after reading the other side's chunks before them.
+A plaintext sample's DCP conversation (``--source``) is replayed over real sockets by the
+real-capture harness (:mod:`.realnet`) between two network namespaces, a client and a
+server, through a third one that routes between them; dumpcap captures in the router, on
+the veth end facing the client (the client's packets) and on the one facing the server (the
+server's packets). Each side sends its chunks in the recorded order, paced, after the other
+side has read the chunks before them.
 
 ``python -m dcpdissect.samples.pcapng_capture samples/pcapng`` (as root) writes:
 
@@ -35,134 +36,58 @@ chunks in the recorded order, paced, after reading the other side's chunks befor
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
-import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
+
+from .builder import Script
+from .netsynth import Endpoint
+from .realnet import NamespaceReplay, capinfos, missing
 
 PORT = 11210
 CLIENT, SERVER = "10.99.1.2", "10.99.2.2"
-PACE = 0.02                     # seconds between two chunks of a side
+PACE = 0.01                     # seconds before each chunk (the replay within 2 s: the
+#                                 time-order window that reads sections.pcapng in order)
+GAP_NS = 1_000_000              # from one connection's last packet to the next one's first
 
 
-# -- the conversation, played by one side ----------------------------------------------------
+# -- the conversation, replayed and captured --------------------------------------------------
 
-def play(role: str, conversation: str) -> None:
-    """Play ``role`` (client or server) of every connection in the JSON file
-    ``conversation``: [[direction, hex chunk], ...] per connection."""
-    conns = json.loads(Path(conversation).read_text())
-    mine = 0 if role == "client" else 1
-    if role == "server":
-        listener = socket.create_server((SERVER, PORT), reuse_port=False)
-    for chunks in conns:
-        if role == "client":
-            sock = socket.create_connection((SERVER, PORT))
-        else:
-            sock, _ = listener.accept()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for direction, data in chunks:
-            data = bytes.fromhex(data)
-            if direction == mine:
-                time.sleep(PACE)
-                sock.sendall(data)
-            else:
-                got = bytearray()
-                while len(got) < len(data):
-                    part = sock.recv(len(data) - len(got))
-                    if not part:
-                        raise SystemExit(f"{role}: connection closed early")
-                    got += part
-        if role == "client":
-            sock.shutdown(socket.SHUT_WR)
-        while sock.recv(65536):
-            pass
-        sock.close()
-
-
-def conversation_file(source: str, where: str) -> str:
+def replayed_scripts(source: str) -> list[Script]:
+    """``source``'s connections from CLIENT (each from its own client port) to SERVER:PORT,
+    one after the other: each chunk one send, closed by the client as the capture shows
+    (RST, else FIN)."""
     from .tls_capture import conversations
-    conns = [[[d, data.hex()] for d, data in c["chunks"]] for c in conversations(source)]
-    path = os.path.join(where, "conversation.json")
-    Path(path).write_text(json.dumps(conns))
-    return path
+    scripts: list[Script] = []
+    for c in conversations(source):
+        start = scripts[-1].conv.packets()[-1].ts_ns + GAP_NS if scripts else c["ts_ns"]
+        script = Script(Endpoint(CLIENT, c["client"][1]), Endpoint(SERVER, PORT), start_ns=start)
+        for direction, data in c["chunks"]:
+            script.send(("c2s", "s2c")[direction], data)
+        script.conv.close("rst" if c["closed"] == "rst" else "fin")
+        scripts.append(script)
+    return scripts
 
 
-# -- the namespaces --------------------------------------------------------------------------
-
-class Lab:
-    """Client, router and server namespaces joined by two veth pairs (deleted on exit)."""
-
-    def __init__(self):
-        tag = os.getpid() % 100000
-        self.ns = {k: f"dcpng{tag}{k}" for k in "crs"}
-
-    def sh(self, *cmd: str, ns: str | None = None) -> None:
-        prefix = ["ip", "netns", "exec", self.ns[ns]] if ns else []
-        subprocess.run([*prefix, *cmd], check=True)
-
-    def popen(self, ns: str, *cmd: str, **kw) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *cmd], **kw)
-
-    def __enter__(self) -> "Lab":
-        for name in self.ns.values():
-            self.sh("ip", "netns", "add", name)
-        for side, ip, gw in (("c", CLIENT, "10.99.1.1"), ("s", SERVER, "10.99.2.1")):
-            self.sh("ip", "link", "add", "veth0", "netns", self.ns[side], "type", "veth",
-                    "peer", "name", f"to{side}", "netns", self.ns["r"])
-            self.sh("ip", "addr", "add", f"{ip}/24", "dev", "veth0", ns=side)
-            self.sh("ip", "link", "set", "veth0", "up", ns=side)
-            self.sh("ip", "link", "set", "lo", "up", ns=side)
-            self.sh("ip", "route", "add", "default", "via", gw, ns=side)
-            self.sh("ip", "addr", "add", f"{gw}/24", "dev", f"to{side}", ns="r")
-            self.sh("ip", "link", "set", f"to{side}", "up", ns="r")
-        self.sh("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", ns="r")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for name in self.ns.values():
-            subprocess.run(["ip", "netns", "del", name], check=False)
-
-    def replay(self, conversation: str) -> None:
-        cmd = [sys.executable, "-m", "dcpdissect.samples.pcapng_capture", "--play"]
-        server = self.popen("s", *cmd, "server", conversation)
-        time.sleep(0.5)
-        client = self.popen("c", *cmd, "client", conversation)
-        if client.wait(60) or server.wait(60):
-            raise SystemExit("the replay failed")
-
-    @contextmanager
-    def dumpcap(self, out: str, *interfaces: str):
-        """dumpcap in the router on ``interfaces`` (toc: the client's packets, tos: the
-        server's), writing ``out`` until the block ends."""
-        args = []
-        for name in interfaces:
-            args += ["-i", name, "-f", f"src host {CLIENT if name == 'toc' else SERVER}"]
-        proc = self.popen("r", "dumpcap", "-q", *args, "-w", out, stderr=subprocess.PIPE)
-        time.sleep(2)                       # capturing by now
-        try:
-            yield
-            time.sleep(1.5)                 # the last buffers drain
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(30)
-        if not os.path.getsize(out):
-            raise SystemExit(f"dumpcap wrote nothing: {proc.stderr.read().decode()}")
-        os.chmod(out, 0o644)
-
-
-def in_time_order(path: str) -> bool:
-    from ..capture.readers import open_capture
-    with open_capture(path) as reader:
-        stamps = [f.ts_ns for f in reader]
-    return stamps == sorted(stamps)
+def capture(scripts: list[Script], files: dict[Path, tuple[str, ...]]) -> None:
+    """One paced replay of ``scripts`` from the client's namespace to the server's through
+    a router's; each file written by its own dumpcap in the router, on its veths facing the
+    sides named, each keeping the packets that come in from its side."""
+    placement = {CLIENT: ("client", "link"), SERVER: ("server", "link")}
+    pace = {"delay": lambda ev: PACE if ev.kind == "send" else 0.0}
+    with NamespaceReplay(scripts, placement, pace, router=True) as lab:
+        with contextlib.ExitStack() as captures:
+            for path, sides in files.items():
+                captures.enter_context(lab.capture(
+                    path, [lab.spaces.router_veth[side] for side in sides], "router",
+                    bpf="inbound and ip"))
+            lab.play()
 
 
 # -- hand-built blocks -----------------------------------------------------------------------
@@ -336,24 +261,21 @@ def move_secrets(source: str, out: str) -> None:
 def build(out_dir: str, source: str, tls_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     out = Path(out_dir)
-    with tempfile.TemporaryDirectory(prefix="dcpng-") as tmp, Lab() as lab:
-        os.chmod(tmp, 0o755)                 # dumpcap may drop privileges to write
-        conv = conversation_file(source, tmp)
-        two = str(out / "two-interfaces.pcapng")
-        for _attempt in range(3):
-            with lab.dumpcap(two, "toc", "tos"):
-                lab.replay(conv)
-            if not in_time_order(two):
-                break
-        else:
-            raise SystemExit("dumpcap wrote the blocks in time order three times")
-        subprocess.run(["reordercap", "-n", two, str(out / "two-interfaces-reordered.pcapng")],
-                       check=True, stdout=subprocess.DEVNULL)
-        a, b = os.path.join(tmp, "toc.pcapng"), os.path.join(tmp, "tos.pcapng")
-        with lab.dumpcap(a, "toc"), lab.dumpcap(b, "tos"):
-            lab.replay(conv)
-        (out / "sections.pcapng").write_bytes(Path(a).read_bytes() + Path(b).read_bytes())
-        subprocess.run(["mergecap", "-w", str(out / "merged.pcapng"), a, b], check=True)
+    scripts = replayed_scripts(source)
+    two = out / "two-interfaces.pcapng"
+    for _attempt in range(3):
+        capture(scripts, {two: ("client", "server")})
+        if capinfos(two)["Strict time order"] == "False":
+            break
+    else:
+        raise SystemExit("dumpcap wrote the blocks in time order three times")
+    subprocess.run(["reordercap", "-n", str(two), str(out / "two-interfaces-reordered.pcapng")],
+                   check=True, stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="dcpng-") as tmp:
+        a, b = Path(tmp) / "client.pcapng", Path(tmp) / "server.pcapng"
+        capture(scripts, {a: ("client",), b: ("server",)})
+        (out / "sections.pcapng").write_bytes(a.read_bytes() + b.read_bytes())
+        subprocess.run(["mergecap", "-w", str(out / "merged.pcapng"), str(a), str(b)], check=True)
     variants(str(out / "merged.pcapng"), str(out / "variants.pcapng"))
     inject(tls_dir, out_dir)
 
@@ -365,14 +287,14 @@ def main(argv=None) -> int:
     p.add_argument("--tls", default="samples/tls", help="the TLS samples and their key logs")
     p.add_argument("--secrets-only", action="store_true",
                    help="only inject the TLS samples' key logs again (after they were rebuilt)")
-    p.add_argument("--play", nargs=2, metavar=("ROLE", "CONVERSATION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.play:
-        play(*args.play)
-        return 0
     if args.secrets_only:
         inject(args.tls, args.dir)
         return 0
+    why = missing(namespaces=True)
+    if why:
+        print(f"cannot capture here: {why}", file=sys.stderr)
+        return 2
     build(args.dir, args.source, args.tls)
     return 0
 

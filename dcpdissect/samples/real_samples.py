@@ -17,18 +17,15 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..codec.header import peek
 from ..protocol.constants import HEADER_SIZE
 from . import builder, scenarios_large, scenarios_moves, scenarios_streams
-from .realnet import UNDERLAY, Capture, Marker, NamespaceNet, Namespaces, delete_frames, missing
-from .replay import Loopback, Player
+from .realnet import delete_frames, in_namespaces, missing, on_loopback
 
 PORTS = (11209, 11210)
 TSHARK_DECODE = [arg for p in PORTS for arg in ("-d", f"tcp.port=={p},couchbase")] + [
     "-d", "udp.port==4789,vxlan"]
-LOOPBACK_MARKER = "127.42.255.254"          # inside Loopback()'s addresses (and capture filter)
 REPLICATION_SIDES = {"10.0.0.2": "client", "10.0.0.3": "client", "10.0.0.1": "server"}
 
 
@@ -44,45 +41,6 @@ def replication_scripts() -> list[builder.Script]:
     """The clean replication sample's scripts: replication on 11209 and the stream-id
     connector on 11210, half a microsecond apart as in ``clean-replication.pcap``."""
     return [builder.replication(), builder.stream_id_connector(start_ns=builder.T0 + 500)]
-
-
-def on_loopback(path: Path, scripts, player_kw: dict | None = None, **capture_kw) -> dict:
-    """Replay on this host's loopback (``Player`` options ``player_kw``), captured with
-    dumpcap on ``lo``; capinfos' table. Other programs' loopback traffic is filtered out."""
-    player_kw = player_kw or {}
-    marker, net = Marker(LOOPBACK_MARKER), Loopback()
-    try:
-        with Player(scripts, net, **player_kw) as player:
-            with Capture(path, ["lo"], bpf=net.capture_filter(scripts), markers=[marker],
-                         **capture_kw) as cap:
-                player.play()
-    finally:
-        marker.close()
-    return cap.info
-
-
-def in_namespaces(path: Path, scripts, placement: dict[str, tuple[str, str]], *, vxlan: bool,
-                  capture_side: str, interfaces: Callable[[Namespaces], list[str]],
-                  lo_marker: bool = False, **capture_kw) -> dict:
-    """Replay between two namespaces: ``placement`` puts each scripted address on a side
-    and device (``Namespaces.place``); the capture runs on ``capture_side`` on the
-    ``interfaces`` chosen once the namespaces exist."""
-    with Namespaces(vxlan=vxlan) as spaces:
-        for ip, (side, on) in placement.items():
-            spaces.place(ip, side, on)
-        net = NamespaceNet(spaces, {ip: side for ip, (side, _) in placement.items()})
-        markers = [Marker(UNDERLAY[1], spaces.ns["client"], spaces.ns["server"])]
-        if lo_marker:
-            markers.append(Marker("127.0.0.1", spaces.ns[capture_side], spaces.ns[capture_side]))
-        try:
-            with Player(scripts, net) as player:
-                with Capture(path, interfaces(spaces), ns=spaces.ns[capture_side],
-                             markers=markers, **capture_kw) as cap:
-                    player.play()
-        finally:
-            for marker in markers:
-                marker.close()
-    return cap.info
 
 
 def gzip_to(src: Path, dst: Path) -> None:
@@ -197,30 +155,30 @@ def big_document(out: Path, work: Path) -> list[Made]:
 def replication_in_namespaces(out: Path) -> list[Made]:
     made = []
     link = {ip: (side, "link") for ip, side in REPLICATION_SIDES.items()}
-    in_namespaces(out / "replication-veth.pcapng", replication_scripts(), link, vxlan=False,
+    in_namespaces(out / "replication-veth.pcapng", replication_scripts(), link,
                   capture_side="client", interfaces=lambda sp: [sp.veth["client"]])
     made.append(Made("replication-veth.pcapng", "client and server in two network namespaces "
                      "joined by a veth pair; dumpcap on the client's veth",
                      "the clean replication over Ethernet (MSS 1460): ARP, and sends longer "
                      "than the MSS captured whole as GSO super-segments"))
-    in_namespaces(out / "replication-vxlan.pcapng", replication_scripts(), link, vxlan=True,
-                  capture_side="client", interfaces=lambda sp: [sp.veth["client"]])
+    in_namespaces(out / "replication-vxlan.pcapng", replication_scripts(), link,
+                  spaces_kw={"vxlan": True}, capture_side="client",
+                  interfaces=lambda sp: [sp.veth["client"]])
     made.append(Made("replication-vxlan.pcapng", "the namespaces joined by VXLAN id 42 "
                      "(UDP 4789) over the veth pair; dumpcap on the client's veth (underlay)",
                      "every TCP segment inside UDP 4789 + VXLAN + Ethernet; inner GSO "
                      "super-segments longer than the inner MSS (1410)"))
-    in_namespaces(out / "replication-vxlan-any.pcap", replication_scripts(), link, vxlan=True,
-                  capture_side="client", interfaces=lambda sp: ["any"], tool="tcpdump",
-                  fmt="pcap")
+    in_namespaces(out / "replication-vxlan-any.pcap", replication_scripts(), link,
+                  spaces_kw={"vxlan": True}, capture_side="client",
+                  interfaces=lambda sp: ["any"], tool="tcpdump", fmt="pcap")
     made.append(Made("replication-vxlan-any.pcap", "the VXLAN namespaces; tcpdump -i any in "
                      "the client's namespace (Linux cooked v2)",
                      "each TCP segment twice: plain on the VXLAN device and encapsulated "
                      "on the veth"))
     both = {"10.0.0.1": ("server", "lo"), "10.0.0.2": ("server", "lo"),
             "10.0.0.3": ("client", "link")}
-    in_namespaces(out / "two-interfaces.pcapng", replication_scripts(), both, vxlan=False,
-                  capture_side="server", interfaces=lambda sp: ["lo", sp.veth["server"]],
-                  lo_marker=True)
+    in_namespaces(out / "two-interfaces.pcapng", replication_scripts(), both,
+                  capture_side="server", interfaces=lambda sp: ["lo", sp.veth["server"]])
     made.append(Made("two-interfaces.pcapng", "dumpcap -i lo -i <veth> in the server's "
                      "namespace: replication inside it over lo, the connector from the other "
                      "namespace over the veth",

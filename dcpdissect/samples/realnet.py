@@ -1,6 +1,8 @@
-"""Real captures around a replay: dumpcap or tcpdump on an interface, two network
-namespaces joined by a veth pair (optionally a VXLAN tunnel over it), and frames deleted
-from a finished capture with editcap.
+"""Real captures around a replay: dumpcap or tcpdump on one or more interfaces, two network
+namespaces joined by a veth pair or through a router namespace (optionally a VXLAN tunnel
+over it), frames deleted from a finished capture with editcap, and a
+:class:`~dcpdissect.samples.replay.Player` captured on this host's loopback
+(:func:`on_loopback`) or between namespaces (:class:`NamespaceReplay`, :func:`in_namespaces`).
 
 Everything here needs root (packet capture, ``ip netns``); :func:`missing` says what this
 machine lacks instead of failing half-way.
@@ -21,14 +23,19 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
+
+from .replay import Loopback, Player
 
 CLONE_NEWNET = 0x40000000
 VXLAN_ID = 42
 VXLAN_PORT = 4789
 UNDERLAY = ("192.0.2.1", "192.0.2.2")       # client and server side of the veth pair
+ROUTED = {"client": ("192.0.2.1", "192.0.2.254"),          # (the side's, the router's) with
+          "server": ("198.51.100.2", "198.51.100.254")}   # a router namespace between
 TOOLS = ("dumpcap", "tcpdump", "capinfos", "editcap", "tshark", "ip")
 MARKER_PORT = 47999                         # UDP port of the capture-start markers
+LOOPBACK_MARKER = "127.42.255.254"          # inside Loopback()'s addresses (and capture filter)
 
 
 def missing(namespaces: bool = False) -> str | None:
@@ -79,25 +86,42 @@ def in_netns(name: str | None):
 
 
 class Namespaces:
-    """Two fresh namespaces, ``client`` and ``server``, joined by a veth pair (and a VXLAN
-    tunnel, id 42 on UDP 4789, over it when ``vxlan``); IPv6 is off unless ``ipv6`` (no
+    """Two fresh namespaces, ``client`` and ``server``, joined by a veth pair, or with
+    ``router`` by a third namespace that routes between them (one veth pair to each side,
+    ``router_veth[side]`` its end facing that side; IPv4 only). IPv6 is off unless ``ipv6`` (no
     neighbour discovery chatter in the captures). Names are unique per instance;
     everything is deleted on exit, also after an error during setup.
 
+    ``vxlan``: a VXLAN tunnel, id 42 on UDP 4789, between the two sides' underlay
+    addresses; bound to the veth (its MTU 50 bytes below the veth's) unless ``vxlan_mtu``
+    gives it its own, with which the kernel fragments outer packets larger than the veth.
+    ``mtu``: the veths' MTU; ``gso=False``: no segmentation offload (``gso_max_segs 1``),
+    so that captures hold segments as a network carries them.
+
     ``place(ip, side, on='link')`` puts a scripted address on that side's link device (the
     VXLAN device when there is one, else the veth) or on its loopback (``on='lo'``), with a
-    route to it from the other side."""
+    route to it from the other side (through the router when there is one)."""
 
-    def __init__(self, vxlan: bool = False, ipv6: bool = False):
-        self.ipv6 = ipv6
+    def __init__(self, vxlan: bool = False, ipv6: bool = False, *, router: bool = False,
+                 mtu: int | None = None, vxlan_mtu: int | None = None, gso: bool = True):
+        self.ipv6, self.router, self.gso = ipv6, router, gso
+        self.mtu, self.vxlan_mtu = mtu, vxlan_mtu
         tag = uuid.uuid4().hex[:6]
         self.ns = {"client": f"dcpr-{tag}-c", "server": f"dcpr-{tag}-s"}
         self.veth = {"client": f"dr{tag}c", "server": f"dr{tag}s"}
+        self.router_veth = {}
+        if router:
+            self.ns["router"] = f"dcpr-{tag}-r"
+            self.router_veth = {"client": f"dr{tag}rc", "server": f"dr{tag}rs"}
         self.vxlan = {"client": f"vx{tag}c", "server": f"vx{tag}s"} if vxlan else None
         self._made: list[str] = []
 
     def link(self, side: str) -> str:
         return (self.vxlan or self.veth)[side]
+
+    def underlay(self, side: str) -> str:
+        """The address of ``side``'s veth."""
+        return ROUTED[side][0] if self.router else UNDERLAY[side == "server"]
 
     def __enter__(self) -> "Namespaces":
         try:
@@ -108,24 +132,40 @@ class Namespaces:
         return self
 
     def _setup(self) -> None:
-        for side in ("client", "server"):
-            _run("ip", "netns", "add", self.ns[side])
-            self._made.append(self.ns[side])
-            _run("ip", "link", "set", "lo", "up", ns=self.ns[side])
+        for ns in self.ns.values():
+            _run("ip", "netns", "add", ns)
+            self._made.append(ns)
+            _run("ip", "link", "set", "lo", "up", ns=ns)
             if not self.ipv6:
                 _run("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                     "net.ipv6.conf.default.disable_ipv6=1", ns=self.ns[side])
-        _run("ip", "link", "add", self.veth["client"], "netns", self.ns["client"], "type", "veth",
-             "peer", "name", self.veth["server"], "netns", self.ns["server"])
-        for side, mine, other in (("client", *UNDERLAY), ("server", *reversed(UNDERLAY))):
-            ns = self.ns[side]
-            _run("ip", "addr", "add", f"{mine}/24", "dev", self.veth[side], ns=ns)
-            _run("ip", "link", "set", self.veth[side], "up", ns=ns)
-            if self.vxlan:
+                     "net.ipv6.conf.default.disable_ipv6=1", ns=ns)
+        if self.router:
+            _run("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=self.ns["router"])
+            for side, (mine, gateway) in ROUTED.items():
+                _run("ip", "link", "add", self.veth[side], "netns", self.ns[side], "type", "veth",
+                     "peer", "name", self.router_veth[side], "netns", self.ns["router"])
+                self._up(self.router_veth[side], "router", f"{gateway}/24", self.mtu)
+                self._up(self.veth[side], side, f"{mine}/24", self.mtu)
+                _run("ip", "route", "add", "default", "via", gateway, ns=self.ns[side])
+        else:
+            _run("ip", "link", "add", self.veth["client"], "netns", self.ns["client"], "type",
+                 "veth", "peer", "name", self.veth["server"], "netns", self.ns["server"])
+            for side in ("client", "server"):
+                self._up(self.veth[side], side, f"{self.underlay(side)}/24", self.mtu)
+        if self.vxlan:
+            for side, other in (("client", "server"), ("server", "client")):
+                bound = [] if self.vxlan_mtu else ["dev", self.veth[side]]
                 _run("ip", "link", "add", self.vxlan[side], "type", "vxlan", "id", str(VXLAN_ID),
-                     "dstport", str(VXLAN_PORT), "remote", other, "local", mine,
-                     "dev", self.veth[side], ns=ns)
-                _run("ip", "link", "set", self.vxlan[side], "up", ns=ns)
+                     "dstport", str(VXLAN_PORT), "remote", self.underlay(other),
+                     "local", self.underlay(side), *bound, ns=self.ns[side])
+                self._up(self.vxlan[side], side, None, self.vxlan_mtu)
+
+    def _up(self, device: str, side: str, address: str | None, mtu: int | None) -> None:
+        ns = self.ns[side]
+        if address:
+            _run("ip", "addr", "add", address, "dev", device, ns=ns)
+        _run("ip", "link", "set", device, "up", *(["mtu", str(mtu)] if mtu else []),
+             *([] if self.gso else ["gso_max_segs", "1"]), ns=ns)
 
     def __exit__(self, *exc) -> None:
         for name in reversed(self._made):
@@ -139,8 +179,9 @@ class Namespaces:
         device = "lo" if on == "lo" else self.link(side)
         extra = ["nodad"] if v6 else []
         _run("ip", fam, "addr", "add", f"{ip}/{prefix}", "dev", device, *extra, ns=self.ns[side])
-        _run("ip", fam, "route", "replace", f"{ip}/{prefix}", "dev", self.link(other),
-             ns=self.ns[other])
+        where, via = (("router", self.router_veth[side]) if self.router and not self.vxlan
+                      else (other, self.link(other)))
+        _run("ip", fam, "route", "replace", f"{ip}/{prefix}", "dev", via, ns=self.ns[where])
 
 
 class NamespaceNet:
@@ -184,8 +225,9 @@ class Marker:
 class Capture:
     """A running dumpcap (``tool='dumpcap'``: one or more interfaces, pcapng or pcap) or
     tcpdump (pcap; ``interfaces=('any',)`` gives Linux cooked v2) writing ``path``, optionally
-    inside namespace ``ns`` and with a capture ``bpf`` filter. The kernel buffer is
-    ``buffer_mib`` MiB: the 2 MiB default loses frames of a 12 MB loopback burst.
+    inside namespace ``ns`` and with a capture ``bpf`` filter (on every interface). The
+    kernel buffer is ``buffer_mib`` MiB: the 2 MiB default loses frames of a 12 MB loopback
+    burst.
 
     Entering waits for the tool's own "capturing" line, then sends ``markers`` until the
     tool has captured some (dumpcap's packet count, tcpdump's file growing): a capture that
@@ -205,6 +247,8 @@ class Capture:
         self.tool, self.interfaces = tool, tuple(interfaces)
         self.markers, self.settle = markers, settle
         self.cmd = (["ip", "netns", "exec", ns] if ns else []) + [tool]
+        if bpf and tool == "dumpcap":
+            self.cmd += ["-f", bpf]             # before any -i: the filter of every interface
         for iface in interfaces:
             self.cmd += ["-i", iface]
         if snaplen:
@@ -215,8 +259,8 @@ class Capture:
             self.cmd += ["-P"] if fmt == "pcap" else []
         else:
             self.cmd += ["-U", "-n", "--immediate-mode"]
-        if bpf:
-            self.cmd += ["-f", bpf] if tool == "dumpcap" else [bpf]
+        if bpf and tool == "tcpdump":
+            self.cmd += [bpf]
         self.stderr: list[str] = []
         self.info: dict[str, str] = {}
         self._count = 0
@@ -323,3 +367,75 @@ def capinfos(path: str | Path) -> dict[str, str]:
 def delete_frames(src: str | Path, dst: str | Path, frames: Sequence[int]) -> None:
     """Write ``src`` without the given frame numbers (editcap)."""
     _run("editcap", str(src), str(dst), *[str(f) for f in frames])
+
+
+# -- a replay captured ------------------------------------------------------------------------
+
+def on_loopback(path: str | Path, scripts, player_kw: dict | None = None, **capture_kw) -> dict:
+    """Replay on this host's loopback (``Player`` options ``player_kw``), captured with
+    dumpcap on ``lo``; capinfos' table. Other programs' loopback traffic is filtered out."""
+    marker, net = Marker(LOOPBACK_MARKER), Loopback()
+    try:
+        with Player(scripts, net, **(player_kw or {})) as player:
+            with Capture(path, ["lo"], bpf=net.capture_filter(scripts), markers=[marker],
+                         **capture_kw) as cap:
+                player.play()
+    finally:
+        marker.close()
+    return cap.info
+
+
+class NamespaceReplay:
+    """Scripts replayed by a ``Player`` (options ``player_kw``) between fresh
+    :class:`Namespaces` (options ``spaces_kw``), each scripted address where ``placement``
+    puts it (ip -> (side, on), see :meth:`Namespaces.place`). Inside it, :meth:`capture`
+    makes captures and :meth:`play` replays once; leaving deletes everything."""
+
+    def __init__(self, scripts, placement: dict[str, tuple[str, str]],
+                 player_kw: dict | None = None, **spaces_kw):
+        self.scripts, self.placement = scripts, placement
+        self.player_kw, self.spaces_kw = player_kw or {}, spaces_kw
+        self.markers: list[Marker] = []
+
+    def __enter__(self) -> "NamespaceReplay":
+        with contextlib.ExitStack() as stack:
+            self.spaces = stack.enter_context(Namespaces(**self.spaces_kw))
+            for ip, (side, on) in self.placement.items():
+                self.spaces.place(ip, side, on)
+            ns = self.spaces.ns
+            for src, dst in (("client", "server"), ("server", "client")):   # across the veths
+                self.markers.append(Marker(self.spaces.underlay(dst), ns[src], ns[dst]))
+                stack.callback(self.markers[-1].close)
+            net = NamespaceNet(self.spaces, {ip: side for ip, (side, _) in self.placement.items()})
+            self.player = stack.enter_context(Player(self.scripts, net, **self.player_kw))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def capture(self, path: str | Path, interfaces: Sequence[str], side: str,
+                **capture_kw) -> "Capture":
+        """A :class:`Capture` on ``interfaces`` of ``side``'s namespace, live once it holds
+        the markers sent across the veths (and on its loopback when it listens there)."""
+        markers = list(self.markers)
+        if "lo" in interfaces:
+            lo = Marker("127.0.0.1", self.spaces.ns[side], self.spaces.ns[side])
+            self._stack.callback(lo.close)
+            markers.append(lo)
+        return Capture(path, interfaces, ns=self.spaces.ns[side], markers=markers, **capture_kw)
+
+    def play(self) -> list:
+        return self.player.play()
+
+
+def in_namespaces(path: str | Path, scripts, placement: dict[str, tuple[str, str]], *,
+                  capture_side: str, interfaces: Callable[[Namespaces], list[str]],
+                  spaces_kw: dict | None = None, player_kw: dict | None = None,
+                  **capture_kw) -> dict:
+    """One :class:`NamespaceReplay` captured on ``capture_side`` on the ``interfaces``
+    chosen once the namespaces exist; capinfos' table."""
+    with NamespaceReplay(scripts, placement, player_kw, **(spaces_kw or {})) as lab:
+        with lab.capture(path, interfaces(lab.spaces), capture_side, **capture_kw) as cap:
+            lab.play()
+    return cap.info
