@@ -28,6 +28,11 @@ if ! command -v tcpdump >/dev/null 2>&1; then
 fi
 
 # Compiled copies of the hot modules (Cython; without them the Python source runs, slower).
+# `setup.sh --no-compile` stops here: the Python source runs (the demo builds them after its
+# first result).
+if [ "${1:-}" = "--no-compile" ]; then
+    exit 0
+fi
 if ! command -v cc >/dev/null 2>&1 || ! .venv/bin/python -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
     SUDO=""
