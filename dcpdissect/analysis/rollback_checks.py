@@ -164,20 +164,14 @@ class RollbackTracker:
                              "previous_rollback_seqno": last.seqno})]
 
     def _judge(self, req: _Request, msg, pdu, opened, negotiated, key, success: bool) -> list[Finding]:
-        f = req.fields
-        if "start_seqno" not in f:
+        if "start_seqno" not in req.fields:
             return []
-        start, uuid = f["start_seqno"], f["vbucket_uuid"]
-        snap = (f["snap_start_seqno"], f["snap_end_seqno"])
-        flags = f.get("flags", 0)
+        start, uuid, snap, flags, shown = _asked(req, msg, success)
         from_latest = bool(flags & FROM_LATEST)
-        shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
-                 "snap_end_seqno": snap[1]}
         context = tuple(req.pdu.frames)
         out: list[Finding] = []
         if not success:
             r = msg.fields["rollback_seqno"]
-            shown["rollback_seqno"] = r
             rb_key = _consumer(opened, negotiated) + key[1:]
             last = self.rollbacks.get(rb_key)
             if r > start and not from_latest:        # FromLatest replaced start by the high seqno
@@ -206,15 +200,8 @@ class RollbackTracker:
 
     def _model(self, req: _Request, msg, pdu, negotiated, key, success: bool) -> list[Finding]:
         """The server's answer against needsRollback on the node's failover log."""
-        f = req.fields
-        start, uuid = f["start_seqno"], f["vbucket_uuid"]
-        snap = (f["snap_start_seqno"], f["snap_end_seqno"])
-        flags = f.get("flags", 0)
+        start, uuid, snap, flags, shown = _asked(req, msg, success)
         from_latest = bool(flags & FROM_LATEST)
-        shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
-                 "snap_end_seqno": snap[1]}
-        if not success:
-            shown["rollback_seqno"] = msg.fields["rollback_seqno"]
         context = tuple(req.pdu.frames)
         out: list[Finding] = []
         table = self.tables.get(key, (None, None))[0]
@@ -276,6 +263,19 @@ class RollbackTracker:
         else:
             sure = ignore_purge or start == 0 or not success
         return d, sure
+
+
+def _asked(req: _Request, msg, success: bool) -> tuple:
+    """(start, uuid, (snap_start, snap_end), flags, the fields a finding shows) of a stream
+    request and its answer."""
+    f = req.fields
+    start, uuid = f["start_seqno"], f["vbucket_uuid"]
+    snap = (f["snap_start_seqno"], f["snap_end_seqno"])
+    shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
+             "snap_end_seqno": snap[1]}
+    if not success:
+        shown["rollback_seqno"] = msg.fields["rollback_seqno"]
+    return start, uuid, snap, f.get("flags", 0), shown
 
 
 def _consumer(opened, negotiated) -> tuple:

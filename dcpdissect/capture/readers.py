@@ -371,42 +371,38 @@ def parse_idb(buf: bytes, pos: int, end: int, order: str) -> tuple[int, int, int
     linktype, snaplen = _NG_IDB[order].unpack_from(buf, pos + 8)
     resol = 6
     offset = fcs = 0
-    opt = _NG_OPT[order]
-    o = pos + 16
-    limit = end - 4
-    while o + 4 <= limit:
-        code, olen = opt.unpack_from(buf, o)
-        if code == 0:
-            break
-        v = o + 4
-        if v + olen > limit:
-            break
+    for code, v, olen in _options(buf, pos + 16, end - 4, order):
         if code == 9 and olen >= 1:
             resol = buf[v]
         elif code == 14 and olen == 8:
             offset = _NG_I64[order].unpack_from(buf, v)[0] * 1_000_000_000
         elif code == 13 and olen >= 1:
             fcs = buf[v]
-        o = v + ((olen + 3) & ~3)
     mul, div = _tsresol(resol)
     return linktype, snaplen, mul, div, offset, fcs if linktype == _ETHERNET else 0
+
+
+def _options(buf: bytes, o: int, limit: int, order: str):
+    """(code, value offset, value length) of each option of a block, from ``o`` to
+    ``limit``, up to the end-of-options option or one that runs past ``limit``."""
+    opt = _NG_OPT[order]
+    while o + 4 <= limit:
+        code, olen = opt.unpack_from(buf, o)
+        if code == 0:
+            return
+        v = o + 4
+        if v + olen > limit:
+            return
+        yield code, v, olen
+        o = v + ((olen + 3) & ~3)
 
 
 def _flags_fcs(buf: bytes, o: int, limit: int, order: str) -> int | None:
     """The FCS length of a packet block's ``epb_flags`` option (options from ``o`` to
     ``limit``), None when the block does not give one."""
-    opt = _NG_OPT[order]
-    while o + 4 <= limit:
-        code, olen = opt.unpack_from(buf, o)
-        if code == 0:
-            break
-        v = o + 4
-        if v + olen > limit:
-            break
+    for code, v, olen in _options(buf, o, limit, order):
         if code == 2 and olen == 4:
-            fcs = (_NG_U32[order].unpack_from(buf, v)[0] >> 5) & 0xF
-            return fcs or None
-        o = v + ((olen + 3) & ~3)
+            return (_NG_U32[order].unpack_from(buf, v)[0] >> 5) & 0xF or None
     return None
 
 

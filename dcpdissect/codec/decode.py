@@ -134,16 +134,7 @@ def decode(buf) -> Message:
             _frame_infos(m, buf[HEADER_SIZE:e_start], request)
         else:
             m.frame_infos = []
-        if extlen:
-            hit = plan.extras.get(extlen)
-            if hit is not None:
-                st, names, label = hit
-                fields.update(zip(names, st.unpack_from(extras)))
-                m.layout = label
-            elif plan.spec is not None:
-                problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
-        if plan.values:
-            _decode_value(m, plan.values)
+        _decode_sections(m, plan, extras)
         return m
     m.frame_infos = []
     if len(buf) < end:
@@ -159,17 +150,23 @@ def decode(buf) -> Message:
     m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
     if v_start <= end and len(extras) == extlen:
         # a captured prefix (the rest not captured or lost): what it holds is decoded
-        if extlen:
-            hit = plan.extras.get(extlen)
-            if hit is not None:
-                st, names, label = hit
-                fields.update(zip(names, st.unpack_from(extras)))
-                m.layout = label
-            elif plan.spec is not None:
-                problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
-        if plan.values:
-            _decode_value(m, plan.values)
+        _decode_sections(m, plan, extras)
     return m
+
+
+def _decode_sections(m: Message, plan: _Plan, extras) -> None:
+    """The extras' fields (by their length's layout), then the value's."""
+    extlen = m.extlen
+    if extlen:
+        hit = plan.extras.get(extlen)
+        if hit is not None:
+            st, names, label = hit
+            m.fields.update(zip(names, st.unpack_from(extras)))
+            m.layout = label
+        elif plan.spec is not None:
+            m.problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
+    if plan.values:
+        _decode_value(m, plan.values)
 
 
 def _frame_infos(m: Message, raw, request: bool) -> None:
