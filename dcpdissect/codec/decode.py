@@ -127,46 +127,49 @@ def decode(buf) -> Message:
     k_start = e_start + extlen
     v_start = k_start + keylen
     if v_start <= end <= len(buf):          # the common case: whole, and the lengths agree
-        m.extras = extras = buf[e_start:k_start]
+        m.extras = buf[e_start:k_start]
         m.key = buf[k_start:v_start]
         m.value = memoryview(buf)[v_start:end]
         if framing_len:
             _frame_infos(m, buf[HEADER_SIZE:e_start], request)
         else:
             m.frame_infos = []
-        _decode_sections(m, plan, extras)
+    elif not _cut_sections(m, buf, request, e_start, k_start, v_start, end):
         return m
+    if extlen:              # (of a whole message, or of the captured prefix of one)
+        hit = plan.extras.get(extlen)
+        if hit is not None:
+            st, names, label = hit
+            fields.update(zip(names, st.unpack_from(m.extras)))
+            m.layout = label
+        elif plan.spec is not None:
+            problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
+    if plan.values:
+        _decode_value(m, plan.values)
+    return m
+
+
+def _cut_sections(m: Message, buf: bytes, request: bool, e_start: int, k_start: int,
+                  v_start: int, end: int) -> bool:
+    """The sections of a frame that is not whole (a captured prefix) or whose lengths do
+    not add up: what is there, and its problems. True when its extras were captured whole
+    (then they and the value are decoded as for a whole frame)."""
+    problems = m.problems
+    framing_len, bodylen = m.framing_len, m.bodylen
     m.frame_infos = []
     if len(buf) < end:
         problems.append(Problem(TRUNCATED, f"frame truncated: body has {len(buf) - HEADER_SIZE}"
                                            f" of {bodylen} bytes"))
     if v_start > end:
-        problems.append(Problem(HEADER_OVERRUN, f"framing extras {framing_len} + extras {extlen}"
-                                                f" + key {keylen} exceed body length {bodylen}"))
+        problems.append(Problem(HEADER_OVERRUN, f"framing extras {framing_len} + extras "
+                                                f"{m.extlen} + key {m.keylen} exceed body "
+                                                f"length {bodylen}"))
     if framing_len and min(e_start, end) <= len(buf):
         _frame_infos(m, buf[HEADER_SIZE:min(e_start, end)], request)
-    m.extras = extras = buf[min(e_start, end):min(k_start, end)]
+    m.extras = buf[min(e_start, end):min(k_start, end)]
     m.key = buf[min(k_start, end):min(v_start, end)]
     m.value = memoryview(buf)[v_start:end] if v_start <= end else memoryview(b"")
-    if v_start <= end and len(extras) == extlen:
-        # a captured prefix (the rest not captured or lost): what it holds is decoded
-        _decode_sections(m, plan, extras)
-    return m
-
-
-def _decode_sections(m: Message, plan: _Plan, extras) -> None:
-    """The extras' fields (by their length's layout), then the value's."""
-    extlen = m.extlen
-    if extlen:
-        hit = plan.extras.get(extlen)
-        if hit is not None:
-            st, names, label = hit
-            m.fields.update(zip(names, st.unpack_from(extras)))
-            m.layout = label
-        elif plan.spec is not None:
-            m.problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))
-    if plan.values:
-        _decode_value(m, plan.values)
+    return v_start <= end and len(m.extras) == m.extlen
 
 
 def _frame_infos(m: Message, raw, request: bool) -> None:
