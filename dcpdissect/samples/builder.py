@@ -298,9 +298,9 @@ def _expectations(scripts: list[Script], written: ns.WrittenPackets) -> tuple[li
     decoded from its prefix up to the first missing byte, cited at the prefix's frames (one
     whose header was cut after its length is not decoded, but framing goes on). Missing
     bytes that cover a message boundary (or a header before its length) lose framing until
-    the first captured header
-    proven by the next message's captured header right after it (or, when its frame runs
-    into missing bytes, by its layout; or, last, by ending the stream).
+    the first captured header proven by the next message's captured header right after it
+    (or, when its frame runs into missing bytes, by its layout; or, last, by ending the
+    stream).
     """
     out, lost, partial = [], 0, 0
     for script in scripts:
