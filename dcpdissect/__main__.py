@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from dcpdissect.cli import main     # absolute: also spark-submit's application file
 
 sys.exit(main())

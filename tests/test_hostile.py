@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dcpdissect.analysis.engine import MAX_FINDINGS_PER_RULE
+from dcpdissect.analysis.findings import MAX_FINDINGS_PER_RULE
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.capture.readers import CaptureError, open_capture
 from dcpdissect.cli import main

@@ -257,14 +257,13 @@ def test_plots_per_bucket_and_vbucket(tmp_path):
     assert sorted(p.name for p in plots.iterdir()) == [
         "timeline-bucket-a-vb0.png", "timeline-bucket-a-vb0.svg",
         "timeline-bucket-b-vb0.png", "timeline-bucket-b-vb0.svg"]
+    from dcpdissect.analysis.session import Pass
     from dcpdissect.reassembly.pdus import iter_events
     from dcpdissect.reports.connections import ConnectionLegend
     from dcpdissect.reports.timeline import TimelineCollector
 
     c, legend = TimelineCollector(), ConnectionLegend()
-    for ev in iter_events(str(SAMPLES / "identity-two-buckets.pcap")):
-        c.feed(ev)
-        legend.feed(ev)
+    Pass([c, legend]).run(iter_events(str(SAMPLES / "identity-two-buckets.pcap")))
     lanes = c.vbuckets(lambda conn: legend.record(conn)["bucket"])
     assert {w: sorted(lane.conn for lane in ls) for w, ls in lanes.items()} == {
         ("bucket-a", 0): [1, 3], ("bucket-b", 0): [2, 4]}
@@ -306,12 +305,12 @@ def test_output_that_cannot_be_written(tmp_path):
 def test_timeline_collects_what_the_stream_shows():
     """rollback-correct: a request {1,4} start 3 answered with rollback to 1, the request
     {1,1} start 1, then snapshot [1,5] with items 2..5 (as dissect lists them)."""
+    from dcpdissect.analysis.session import Pass
     from dcpdissect.reassembly.pdus import iter_events
     from dcpdissect.reports.timeline import TimelineCollector
 
     c = TimelineCollector()
-    for ev in iter_events(str(SAMPLES / "rollback-correct.pcap")):
-        c.feed(ev)
+    Pass([c]).run(iter_events(str(SAMPLES / "rollback-correct.pcap")))
     (lane,) = c.vbuckets()[(None, 3)]
     assert (lane.conn, lane.vb, lane.sid) == (1, 3, None)
     assert [(start, s, e, frame) for _ts, start, s, e, frame in lane.requests] == \

@@ -210,7 +210,7 @@ def lua_findings(p: LuaPdu) -> list[tuple[str, str]]:
 def py_findings(path: Path) -> dict[int, list[tuple[str, str]]]:
     """The analyzer's single-message findings by frame, as (expert name, expert text)."""
     by_frame = defaultdict(list)
-    analyzer = Analyzer(max_per_rule=10**9)       # every finding, none capped
+    analyzer = Analyzer()       # every finding (the cap is the pass's)
     found = [f for ev in iter_events(str(path)) for f in analyzer.feed(ev)] + analyzer.finish()
     for f in found:
         if RULES[f.rule].single_pdu:

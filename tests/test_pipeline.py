@@ -16,13 +16,14 @@ import pytest
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.capture.readers import CaptureError, open_capture
 from dcpdissect.codec import decode, encode
-from dcpdissect.pipeline import core
+from dcpdissect.pipeline import core, filepass, tables
 from dcpdissect.pipeline.chunks import index_file, parse_size, read_piece
+from dcpdissect.pipeline.coupling import END
 from dcpdissect.pipeline.frames import index_chunk
-from dcpdissect.pipeline.groups import END, run_group
+from dcpdissect.pipeline.groups import run_group
 from dcpdissect.pipeline.merge import FileMerge
 from dcpdissect.reassembly.connections import ConnectionClosed
-from dcpdissect.reassembly.pdus import Pdu, iter_events
+from dcpdissect.reassembly.pdus import Options, Pdu, iter_events
 from dcpdissect.reports.findings import finding_record
 from dcpdissect.reports.messages import message_record
 from dcpdissect.samples import netsynth as ns
@@ -258,7 +259,7 @@ def test_local_stages_equal_analyze(tmp_path, chunk_size, block):
     check_equal(local_results(paths, chunk_size=chunk_size, block_frames=block), paths)
 
 
-@pytest.mark.parametrize("options", [core.Options(ports=(12000,)), core.Options(any_port=True)],
+@pytest.mark.parametrize("options", [Options(ports=(12000,)), Options(any_port=True)],
                          ids=["port", "any-port"])
 def test_local_stages_equal_analyze_with_options(tmp_path, options):
     paths = make_corpus(tmp_path / "corpus") + [str(ROOT / "samples" / "clean-replication.pcap")]
@@ -277,16 +278,16 @@ def test_lingering_fin_expires_on_other_connections_packets(tmp_path):
     # each group alone: the lingering FINs of the first two connections expire on the
     # file's other packets (the clock), not at the end of the capture
     idx = index_file(path, 200, 2)
-    fm = FileMerge(idx, core.Options(), groups=8)
+    fm = FileMerge(idx, Options(), groups=8)
     for piece in idx.chunks:
-        fm.add_chunk(*index_chunk(piece, core.Options()))
+        fm.add_chunk(*index_chunk(piece, Options()))
     tasks = fm.plan()
     assert len(tasks) == 4
     for clock in (core.clock_for(idx), None):
         moments = set()
         for task in tasks:
             got: list = []
-            for _cols in run_group(path, task.group, task.flows, core.Options(), task.numbers,
+            for _cols in run_group(path, task.group, task.flows, Options(), task.numbers,
                                    clock, got, keep_events=True):
                 pass
             moments |= {m[0] for m, ev in got[0].events if type(ev) is ConnectionClosed
@@ -313,7 +314,7 @@ def test_coupled_groups_run_again_and_equal_analyze(tmp_path):
         assert res[resume].reruns == 2          # the two connections of the name, only
         assert res[buckets].reruns == 2         # other names, buckets or vbuckets stay apart
         whole: list = []
-        for _cols in core.analyze_whole(buckets, None, whole):
+        for _cols in filepass.analyze_whole(buckets, None, whole):
             pass
         assert res[buckets].streams == whole[0].streams
         assert res[buckets].connections == whole[0].connections
@@ -326,15 +327,15 @@ def test_local_stages_on_bad_files(tmp_path):
 
 
 def whole_results(paths, options=None, batch_rows=4096) -> tuple[dict, dict]:
-    """core.analyze_whole on each file: (path -> (findings, summary, messages), path -> rows)."""
+    """filepass.analyze_whole on each file: (path -> (findings, summary, messages), path -> rows)."""
     results, rows = {}, {}
     for path in paths:
         got: list = []
         rows[path] = []
-        for cols in core.analyze_whole(path, options, got, batch_rows):
+        for cols in filepass.analyze_whole(path, options, got, batch_rows):
             rows[path] += [tuple(list(v) if c == "frames" else v
-                                 for c, v in zip(core.MESSAGE_COLUMNS, r))
-                           for r in zip(*(cols[c] for c in core.MESSAGE_COLUMNS))]
+                                 for c, v in zip(tables.MESSAGE_COLUMNS, r))
+                           for r in zip(*(cols[c] for c in tables.MESSAGE_COLUMNS))]
         w = got[0]
         results[path] = (w.findings, w.summary, w.messages)
         assert sum(c.messages_c2s + c.messages_s2c for c in w.connections) == w.messages
@@ -353,11 +354,11 @@ def test_whole_file_pass_equals_analyze(tmp_path):
         try:
             for ev in iter_events(path):
                 if type(ev) is Pdu:
-                    ref.append(core.message_row(path, ev))
+                    ref.append(tables.message_row(path, ev))
         except CaptureError:
             pass
         assert rows[path] == ref, path
-    opts = core.Options(any_port=True)
+    opts = Options(any_port=True)
     check_equal(whole_results(paths[-8:], opts)[0], paths[-8:], opts)
 
 
@@ -366,9 +367,9 @@ def test_fields_text_is_compact_json():
     objects = [{}, {"by_seqno": 1 << 64 - 1, "flags": 0}, {"a": True}, {"a": 1.5},
                {"a%d": 3, "b:0": -(1 << 70)}, {1: 2}, {"é\"x": 5}, {"a": [1, 2]},
                {"a": None}, {"by_seqno": 7, "flags": 1}, {"flags": 1, "by_seqno": 7}]
-    got = core.MessageColumns("x").columns([], [])["fields"]
+    got = tables.MessageColumns("x").columns([], [])["fields"]
     assert got == []
-    texts = core._json_objects(objects * 2)
+    texts = tables._json_objects(objects * 2)
     assert texts == [json.dumps(o, separators=(",", ":")) for o in objects * 2]
 
 
@@ -500,7 +501,7 @@ def test_spark_whole_files_and_chunks(spark, tmp_path):
         assert got.get(big) == got.get(str(copy)), name
     messages = table("messages")
     for path in paths:
-        ref = [dict(zip(core.MESSAGE_COLUMNS[1:], core.message_row(path, ev)[1:]))
+        ref = [dict(zip(tables.MESSAGE_COLUMNS[1:], tables.message_row(path, ev)[1:]))
                for ev in iter_events(path) if type(ev) is Pdu]
         assert messages.get(path, []) == sorted(ref, key=key), path
     files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files").to_pylist()}
@@ -610,12 +611,12 @@ def test_ship_package_zips_the_package():
 
 
 def test_cli_usage_errors(capsys):
-    from dcpdissect.pipeline.__main__ import main
-    assert main([]) == 2
-    assert main(["x.pcap", "--out", "o", "--chunk-size", "lots"]) == 2
-    assert main(["x.pcap", "--out", "o", "--conf", "novalue"]) == 2
+    from dcpdissect.cli import main
+    assert main(["pipeline"]) == 2
+    assert main(["pipeline", "x.pcap", "--out", "o", "--chunk-size", "lots"]) == 2
+    assert main(["pipeline", "x.pcap", "--out", "o", "--conf", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
-    assert main([str(ROOT / "docs" / "*.nothing"), "--out", "o"]) == 2
+    assert main(["pipeline", str(ROOT / "docs" / "*.nothing"), "--out", "o"]) == 2
     assert "no capture files" in capsys.readouterr().err
 
 
@@ -631,9 +632,9 @@ def test_cli_refuses_a_port_out_of_range():
 def test_register_cli_adds_the_subcommand():
     import argparse
 
-    from dcpdissect.pipeline import cmd_pipeline, register_cli
+    from dcpdissect.cli.pipeline import cmd_pipeline, register
     parser = argparse.ArgumentParser()
-    register_cli(parser.add_subparsers(dest="command"))
+    register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["pipeline", "a.pcap", "dir/", "--out", "o", "--chunk-size", "64MB",
                               "--port", "12000", "--conf", "spark.driver.memory=2g"])
     assert args.func is cmd_pipeline and args.inputs == ["a.pcap", "dir/"]
@@ -647,7 +648,7 @@ def test_message_batch_formats_time_like_iso_time():
     from dcpdissect.reports.messages import iso_time
     schema = sp._schemas()["message"][1]
     for ts in ([1_700_000_000_018_830_000, 0, 86_399_999_999_999], [-1, 5], [2**63 - 1]):
-        cols = {c: [None] * len(ts) for c in core.MESSAGE_COLUMNS}
+        cols = {c: [None] * len(ts) for c in tables.MESSAGE_COLUMNS}
         cols.update(ts_ns=ts, time=None, cas=[2**64 - 1] * len(ts))
         batch = sp._message_batch(cols, schema)
         assert batch.column("time").to_pylist() == [iso_time(t) for t in ts]
@@ -665,6 +666,6 @@ def test_header_columns_equal_the_decoded_messages(tmp_path):
         tables = []
         for header in (True, False):
             tables.append([sp._message_batch(cols, schema).to_pylist()
-                           for cols in core.analyze_whole(path, None, [], 7, time=header,
+                           for cols in filepass.analyze_whole(path, None, [], 7, time=header,
                                                           header=header)])
         assert tables[0] == tables[1], path

@@ -14,8 +14,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..protocol import opcode_code
-from ..reassembly.pdus import CaptureError, iter_events
+from ..reassembly.pdus import iter_events
 from .engine import Analyzer
+from .session import Pass
 
 LABELS = {
     "first-of-stream": "first marker of the stream: start = the requested snap_start "
@@ -49,13 +50,7 @@ def classify_markers(events: Iterable) -> dict[tuple[int, int, int], str]:
         if label is not None:
             labels[marker_key(pdu)] = label
 
-    analyzer = Analyzer(on_marker=keep)
-    try:
-        for ev in events:
-            analyzer.feed(ev)
-    except CaptureError:
-        pass                    # a damaged capture: label what was read before the fault
-    analyzer.finish()
+    Pass([Analyzer(on_marker=keep)]).run(events)     # a fault ends the pass
     return labels
 
 

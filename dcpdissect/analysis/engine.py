@@ -2,8 +2,9 @@
 
 ``Analyzer.feed(event)`` takes the events of :mod:`dcpdissect.reassembly.pdus` in capture
 order and returns the findings they complete; ``finish()`` returns the rest. A caller that
-has already decoded a PDU (to write it out as well) passes the message along with
-``feed_message(pdu, msg)`` instead, so that nothing is decoded twice. Per-message
+has already decoded a PDU passes the message along with ``feed_message(pdu, msg)``
+instead, so that nothing is decoded twice: that is how a :class:`~.session.Pass`, which
+also caps the findings per rule, feeds it as one of its observers. Per-message
 rules live in :mod:`.rules.structure`, per-connection/per-stream state machines in
 :mod:`.streams`. State is kept per open connection and per stream, never per message.
 """
@@ -23,68 +24,34 @@ from .streams import StreamTracker
 from .rules.structure import check_message, unjudged
 
 
-MAX_FINDINGS_PER_RULE = 1000
-
-
 class Analyzer:
     """``on_marker(pdu, label)``, when given, gets the start-seqno convention of every
     snapshot marker request fed (see :class:`.streams.StreamTracker`). ``conventions_only``
     runs just what those conventions depend on (negotiation, stream bookkeeping, snapshot
     rules): for a caller that wants the conventions and not the findings."""
 
-    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE, on_marker=None,
-                 conventions_only: bool = False):
+    def __init__(self, on_marker=None, conventions_only: bool = False):
         self.connections: dict[int, ConnectionOpened] = {}
         self.negotiated: dict[int, Negotiation] = {}     # what each connection negotiated
         self.all_rules = not conventions_only
         self.streams = StreamTracker(on_marker, all_rules=self.all_rules)
         self.rollback = RollbackTracker()
         self.messages = 0
-        self.max_per_rule = max_per_rule
-        self._counts: dict[str, int] = {}
-        self._dropped: dict[str, list] = {}     # rule -> [count, first Finding, last frame]
         self._not_judged: dict[str, Finding] = {}   # rule -> its uncaptured-not-judged note
 
     def feed(self, ev) -> list[Finding]:
-        out = self._pdu(ev) if type(ev) is Pdu else self._feed(ev)
-        return self._cap(out) if out else out
+        return self._pdu(ev) if type(ev) is Pdu else self._feed(ev)
 
     def feed_message(self, pdu: Pdu, msg) -> list[Finding]:
         """``feed(pdu)`` for a PDU whose :func:`~dcpdissect.codec.decode` is ``msg``."""
-        out = self._pdu(pdu, msg)
-        return self._cap(out) if out else out
+        return self._pdu(pdu, msg)
 
-    def _cap(self, out: list[Finding]) -> list[Finding]:
-        """Keep the first ``max_per_rule`` findings of each rule; count the others."""
-        counts = self._counts
-        cap = self.max_per_rule
-        keep = []
-        for f in out:
-            n = counts[f.rule] = counts.get(f.rule, 0) + 1
-            if n <= cap:
-                keep.append(f)
-                continue
-            d = self._dropped.get(f.rule)
-            if d is None:
-                self._dropped[f.rule] = [1, f, f.frame]
-            else:
-                d[0] += 1
-                d[2] = f.frame
-        return keep
-
-    def _capped(self) -> list[Finding]:
-        out = []
-        for rid, (n, first, last) in self._dropped.items():
-            out.append(Finding("findings-capped", f"{n} more {rid} findings (frames {first.frame}"
-                               f"–{last}) not kept: at most {self.max_per_rule} per rule",
-                               first.frame, (first.frame,) if first.frame else (), first.ts_ns,
-                               first.connection, fields={"rule": rid, "dropped": n}))
-        return out
+    # as an observer of a :class:`~.session.Pass`
+    on_message = feed_message
+    on_event = feed
 
     def _feed(self, ev) -> list[Finding]:
         kind = type(ev)
-        if kind is Pdu:
-            return self._pdu(ev)
         if kind is ConnectionOpened:
             self.connections[ev.conn] = ev
             neg = self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
@@ -141,8 +108,9 @@ class Analyzer:
         return []
 
     def finish(self) -> list[Finding]:
-        out = self.streams.finish()
-        return (self._cap(out) if out else out) + self._capped()
+        return self.streams.finish()
+
+    on_finish = finish
 
     def _pdu(self, pdu: Pdu, msg=None) -> list[Finding]:
         self.messages += 1

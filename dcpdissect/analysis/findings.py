@@ -33,6 +33,43 @@ class Finding:
         return (self.frame or 0, self.rule)
 
 
+MAX_FINDINGS_PER_RULE = 1000
+
+
+class FindingCap:
+    """Bounded resources: the first ``max_per_rule`` findings of each rule are kept
+    (:meth:`keep`); the others are counted, and :meth:`dropped` turns the counts into one
+    ``findings-capped`` finding per rule."""
+
+    def __init__(self, max_per_rule: int = MAX_FINDINGS_PER_RULE):
+        self.max_per_rule = max_per_rule
+        self._counts: dict[str, int] = {}
+        self._dropped: dict[str, list] = {}     # rule -> [count, first Finding, last frame]
+
+    def keep(self, found: list[Finding]) -> list[Finding]:
+        counts, cap = self._counts, self.max_per_rule
+        keep = []
+        for f in found:
+            n = counts[f.rule] = counts.get(f.rule, 0) + 1
+            if n <= cap:
+                keep.append(f)
+                continue
+            d = self._dropped.get(f.rule)
+            if d is None:
+                self._dropped[f.rule] = [1, f, f.frame]
+            else:
+                d[0] += 1
+                d[2] = f.frame
+        return keep
+
+    def dropped(self) -> list[Finding]:
+        return [Finding("findings-capped", f"{n} more {rid} findings (frames {first.frame}"
+                        f"–{last}) not kept: at most {self.max_per_rule} per rule",
+                        first.frame, (first.frame,) if first.frame else (), first.ts_ns,
+                        first.connection, fields={"rule": rid, "dropped": n})
+                for rid, (n, first, last) in self._dropped.items()]
+
+
 def finding_for(rid: str, text: str, pdu, msg, fields: dict | None = None,
                 context: tuple[int, ...] = ()) -> Finding:
     """A finding about one message."""

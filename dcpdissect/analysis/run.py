@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..reassembly.pdus import CaptureError, Options, Summary, iter_events
+from ..reassembly.pdus import Options, Summary, iter_events
 from .engine import Analyzer
-from .findings import Finding
+from .findings import MAX_FINDINGS_PER_RULE, Finding
+from .session import Pass
 
 
 def analyze_file(path: str, options: Options | None = None, summary: Summary | None = None,
@@ -16,17 +17,9 @@ def analyze_file(path: str, options: Options | None = None, summary: Summary | N
     (:meth:`dcpdissect.analysis.streams.flow.Flow.timelines`)."""
     summary = summary or Summary()
     analyzer = Analyzer()
-    findings: list[Finding] = []
     hook = progress.attach if progress is not None else None
-    try:
-        for n, ev in enumerate(iter_events(path, options, summary, hook)):
-            findings += analyzer.feed(ev)
-            if progress is not None and not n & 1023:
-                progress.update()
-    except CaptureError as exc:
-        summary.error = str(exc)
-    findings += analyzer.finish()
+    run = Pass([analyzer], MAX_FINDINGS_PER_RULE, progress=progress).run(
+        iter_events(path, options, summary, hook))
     if flow is not None:
         flow.update(analyzer.streams.flow.timelines())
-    findings.sort(key=Finding.sort_key)
-    return findings, summary
+    return sorted(run.findings, key=Finding.sort_key), summary

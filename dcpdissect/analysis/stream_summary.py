@@ -153,6 +153,11 @@ class StreamSummary:
         self._open_conns.clear()
         return found
 
+    # as an observer of a :class:`~.session.Pass`
+    on_message = feed_message
+    on_event = feed
+    on_finish = finish
+
     def _on(self, c) -> _OnConnection:
         on = self._open_conns.get(c.id)
         if on is None:

@@ -16,12 +16,11 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--version", action="version", version=f"dcpdissect {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     from ..luagen import register_cli as register_lua
-    from ..pipeline import register_cli as register_pipeline
-    from . import analyze, dissect, rollback_check, streams
+    from . import analyze, dissect, pipeline, rollback_check, streams
     for module in (dissect, analyze, streams, rollback_check):
         module.register(sub)
     register_lua(sub)
-    register_pipeline(sub)
+    pipeline.register(sub)
     return parser
 
 

@@ -8,16 +8,15 @@ import sys
 from tabulate import tabulate
 
 from ..capture.readers import CaptureError
-from ..reassembly.batches import BATCH, in_batches
+from ..reassembly.batches import BATCH
 from ..reassembly.pdus import Summary, iter_events
+from ..reports.findings import (FINDING_HEADERS, finding_record, finding_row, findings_table,
+                                summary_rows)
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
-                     StopOnSigint, add_capture_options, add_progress_option,
-                     add_time_option, capture_options,
-                     capture_notes, live_output, os_error, ports_report, with_examples)
-
-FAIL_ON = ("error", "warning", "info", "never")
-
+                     add_capture_options, add_fail_on_option, add_progress_option,
+                     add_time_option, capture_options, capture_notes, fails, live_output,
+                     os_error, ports_report, with_examples)
 
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="find spec violations in a capture", **with_examples(
@@ -37,8 +36,7 @@ def register(sub) -> None:
     p.add_argument("--annotate", metavar="OUT.pcapng",
                    help="write a copy of the capture with a packet comment '[rule] message' "
                         "on every frame of every finding")
-    p.add_argument("--fail-on", choices=FAIL_ON, default="error",
-                   help="exit 1 when a finding at or above this severity exists (default: error)")
+    add_fail_on_option(p)
     p.add_argument("--evidence", metavar="DIR",
                    help="write a bug-report bundle: trimmed pcap, Markdown report, tshark command")
     p.add_argument("--redact", action="store_true",
@@ -54,13 +52,17 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_analyze)
 
 
-def _check_evidence_dir(where: str) -> int:
-    from ..reports.evidence import check_evidence_dir
-    problem = check_evidence_dir(where)
+def _argument_problem(args) -> bool:
+    """Say on stderr what is wrong with the arguments before the capture is read."""
+    problem = _unknown_rule(args.rule or ()) or _unknown_rule(args.exclude_rule or ())
+    if not problem and args.evidence:
+        from ..reports.evidence import check_evidence_dir
+        if evidence := check_evidence_dir(args.evidence):
+            problem = f"--evidence {evidence}"
+    problem = problem or _output_problem(args)
     if problem:
-        print(f"dcpdissect: error: --evidence {problem}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return EXIT_OK
+        print(f"dcpdissect: error: {problem}", file=sys.stderr)
+    return bool(problem)
 
 
 def cmd_analyze(args) -> int:
@@ -74,97 +76,97 @@ def cmd_analyze(args) -> int:
 def _analyze(args, capture_copy: str) -> int:
     """``analyze``; ``capture_copy`` is the capture as the evidence bundle reads it."""
     from ..analysis.engine import Analyzer
-    from ..analysis.findings import Finding
-    from ..analysis.rules import SEVERITY_RANK
+    from ..analysis.findings import MAX_FINDINGS_PER_RULE, Finding
+    from ..analysis.session import Pass
     from ..reports.connections import ConnectionLegend
-    from ..reports.findings import (FINDING_HEADERS, finding_record, finding_row,
-                                    findings_table, summary_rows)
     from ..reports.progress import Progress
 
-    if (problem := _unknown_rule(args.rule or ()) or _unknown_rule(args.exclude_rule or ())):
-        print(f"dcpdissect: error: {problem}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.evidence and _check_evidence_dir(args.evidence):
-        return EXIT_BAD_INPUT
-    if problem := _output_problem(args):
-        print(f"dcpdissect: error: {problem}", file=sys.stderr)
+    if _argument_problem(args):
         return EXIT_BAD_INPUT
     live = args.file == "-"
     live_output(args.file)
     out = _output(args.output)
     if out is None:
         return EXIT_BAD_INPUT
+    summary = Summary()
+    clock = Clock(args.time, summary)
+    legend = ConnectionLegend()
     timeline = None
     if args.format == "html" or args.plot:
         from ..reports.timeline import TimelineCollector
         timeline = TimelineCollector()
-    # Live input: each finding leaves as soon as it is known (jsonl, table); otherwise
-    # (and for markdown) the findings are printed sorted by frame at the end.
-    stream_jsonl = live and args.format == "jsonl"
-    live_table = (LiveTable(out, FINDING_HEADERS)
-                  if live and args.format == "table" else None)
-    summary = Summary()
-    clock = Clock(args.time, summary)
-    legend = ConnectionLegend()
-
-    def found(new) -> None:
-        if args.rule or args.exclude_rule:
-            new = [f for f in new if (not args.rule or f.rule in args.rule)
-                   and f.rule not in (args.exclude_rule or ())]
-        new = _shown(new, args.redact)
-        findings.extend(new)
-        for f in new:
-            if stream_jsonl:
-                out.write(jsonl_line(finding_record(f, legend.record(f.connection))))
-            elif live_table is not None:
-                live_table.row(finding_row(f, clock))
-
-    progress = Progress.from_option(f"analyzing {args.file}", args.progress)
     analyzer = Analyzer()
     streams = None              # per-stream accounting, for the report's streams table
     if args.format in ("markdown", "html"):
         from ..analysis.stream_summary import StreamSummary
         streams = StreamSummary(analyzer)
-    feed, finish = (streams.feed, streams.finish) if streams else (analyzer.feed, analyzer.finish)
-    findings: list = []
-    hook = progress.attach
+    shown = _Shown(args, out, legend, clock)
+    progress = Progress.from_option(f"analyzing {args.file}", args.progress)
+    observers = [o for o in (legend, timeline, streams or analyzer, shown) if o is not None]
     try:
-        with StopOnSigint() as guard:
-            try:
-                n = 0
-                # a file is read a batch of events ahead; live input is analysed as it comes
-                for batch in in_batches(iter_events(args.file, capture_options(args), summary,
-                                                    hook), 1 if live else BATCH):
-                    guard.busy = True
-                    for ev in batch:
-                        legend.feed(ev)
-                        if timeline is not None:
-                            timeline.feed(ev)
-                        new = feed(ev)
-                        if new:
-                            found(new)
-                        if not n & 1023:
-                            progress.update()
-                        n += 1
-                    guard.busy = False
-                    if guard.hit:
-                        break
-            except CaptureError as exc:
-                summary.error = str(exc)
+        run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if live else BATCH,
+                   progress=progress, interruptible=True)
+        run.run(iter_events(args.file, capture_options(args), summary, progress.attach))
     finally:
         progress.close()
-    found(finish())
-    flow = analyzer.streams.flow.timelines() if args.format == "jsonl" else None
-    findings.sort(key=Finding.sort_key)
-    summary_line = summary.line() + f", {len(findings)} findings"
+    findings = sorted(shown.findings, key=Finding.sort_key)
+    _write_report(args, out, findings, summary, legend, timeline, streams, analyzer, shown)
+    out.flush()
+    if args.evidence and _write_evidence(args, capture_copy, findings, summary):
+        return EXIT_BAD_INPUT
+    if out is not sys.stdout:
+        out.close()
+    if _extra_files(args, findings, legend, timeline):
+        return EXIT_BAD_INPUT
+    print(summary.line() + f", {len(findings)} findings", file=sys.stderr)
+    capture_notes(summary)
+    if run.interrupted:
+        print(INTERRUPTED, file=sys.stderr)
+    return _exit_status(args, summary, findings)
+
+
+class _Shown:
+    """The findings ``analyze`` reports, as a pass finds them: those ``--rule`` and
+    ``--exclude-rule`` keep, redacted with ``--redact``; from live input each leaves at
+    once (jsonl, table), otherwise they are written sorted by frame at the end."""
+
+    def __init__(self, args, out, legend, clock):
+        self.rules, self.excluded = args.rule, args.exclude_rule or ()
+        self.redact = args.redact
+        self.out, self.legend, self.clock = out, legend, clock
+        live = args.file == "-"
+        self.jsonl = live and args.format == "jsonl"
+        self.table = (LiveTable(out, FINDING_HEADERS)
+                      if live and args.format == "table" else None)
+        self.findings: list = []
+
+    def on_findings(self, new: list) -> None:
+        if self.rules or self.excluded:
+            new = [f for f in new if (not self.rules or f.rule in self.rules)
+                   and f.rule not in self.excluded]
+        if self.redact:
+            from ..reports.redact import redact_finding
+            new = [redact_finding(f) for f in new]
+        self.findings.extend(new)
+        if self.jsonl:
+            for f in new:
+                self.out.write(jsonl_line(finding_record(f, self.legend.record(f.connection))))
+        elif self.table is not None:
+            for f in new:
+                self.table.row(finding_row(f, self.clock))
+
+
+def _write_report(args, out, findings, summary, legend, timeline, streams, analyzer,
+                  shown) -> None:
+    """The report in ``--format``, then (tables) the legend of the connections cited."""
     cited = {c for f in findings
              for c in (f.connection, f.fields.get("previous_connection")) if type(c) is int}
     if args.format == "jsonl":
         from ..reports.findings import flow_control_records
-        if not stream_jsonl:
+        if not shown.jsonl:
             for f in findings:
                 out.write(jsonl_line(finding_record(f, legend.record(f.connection))))
-        for rec in flow_control_records(flow):
+        for rec in flow_control_records(analyzer.streams.flow.timelines()):
             out.write(jsonl_line(rec))
     elif args.format == "html":
         from ..reports.html import html_report
@@ -177,47 +179,41 @@ def _analyze(args, capture_copy: str) -> int:
         from ..reports.markdown import REDACTED_NOTE, markdown_report
         from ..reports.streams import stream_records
         out.write(markdown_report(args.file, findings, summary,
-                                  connections={c: legend.label(c) for c in cited
-                                               if c is not None},
+                                  connections={c: legend.label(c) for c in cited},
                                   streams=stream_records(streams.streams, findings),
                                   notes=[REDACTED_NOTE] if args.redact else ()))
-    elif live_table is not None:
+    elif shown.table is not None:
         out.write("\n" + (tabulate(summary_rows(findings),
                                    headers=("rule", "severity", "count", "title"),
                                    disable_numparse=True) + "\n" if findings
                           else "no findings\n"))
     else:
-        out.write(findings_table(findings, clock))
+        out.write(findings_table(findings, shown.clock))
     if args.format == "table" and findings:
         out.write("\n" + legend.table(cited))
-    out.flush()
-    if args.evidence:
-        from ..reports.evidence import write_bundle
-        try:
-            bundle = write_bundle(capture_copy, findings, summary, args.evidence,
-                                    redact=args.redact, options=capture_options(args))
-        except OSError as exc:
-            print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        _bundle_note(bundle)
-    if out is not sys.stdout:
-        out.close()
-    if _extra_files(args, findings, legend, timeline):
+
+
+def _write_evidence(args, capture_copy: str, findings, summary) -> int:
+    """``--evidence DIR``: the bundle, said on stderr. Exit code."""
+    from ..reports.evidence import write_bundle
+    try:
+        bundle = write_bundle(capture_copy, findings, summary, args.evidence,
+                              redact=args.redact, options=capture_options(args))
+    except OSError as exc:
+        print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(summary_line, file=sys.stderr)
-    capture_notes(summary)
-    if guard.hit:
-        print(INTERRUPTED, file=sys.stderr)
+    _bundle_note(bundle)
+    return EXIT_OK
+
+
+def _exit_status(args, summary, findings) -> int:
+    """2 for a capture fault or no MCBP, 1 for a finding at or above ``--fail-on``."""
     if summary.error:
         print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if ports_report(summary):
         return EXIT_BAD_INPUT
-    if args.fail_on != "never":
-        threshold = SEVERITY_RANK[args.fail_on]
-        if any(SEVERITY_RANK[f.severity] >= threshold for f in findings):
-            return EXIT_FINDINGS
-    return EXIT_OK
+    return EXIT_FINDINGS if fails(findings, args.fail_on) else EXIT_OK
 
 
 def _bundle_note(bundle) -> None:
@@ -271,13 +267,6 @@ def _output_problem(args) -> str | None:
         return ("--annotate copies every frame as captured, documents included; it cannot "
                 "honour --redact (--evidence DIR --redact writes a redacted capture)")
     return None
-
-
-def _shown(findings: list, redact: bool) -> list:
-    if not redact:
-        return findings
-    from ..reports.redact import redact_finding
-    return [redact_finding(f) for f in findings]
 
 
 def _extra_files(args, findings, legend, timeline) -> int:

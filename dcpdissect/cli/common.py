@@ -1,16 +1,16 @@
-"""What every subcommand shares: exit codes, argument types, capture options, SIGINT
-handling, live output and one-line errors."""
+"""What every subcommand shares: exit codes, argument types, capture options, live output
+and one-line errors."""
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from ..protocol import OPCODE_NAMES
 from ..reassembly.pdus import Options
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+FAIL_ON = ("error", "warning", "info", "never")
 INTERRUPTED = ("dcpdissect: interrupted: stopped reading; the results cover the input "
                "read so far")
 
@@ -61,38 +61,6 @@ def live_output(path: str) -> None:
             pass
 
 
-class StopOnSigint:
-    """SIGINT stops reading: while the reader runs (or waits for input) it raises
-    KeyboardInterrupt there; while an event is being processed it is noted and the loop
-    stops after that event (``hit``), so the analyzer is never left half-fed. The
-    previous handler is back on exit, so a second Ctrl-C during output interrupts."""
-
-    def __init__(self):
-        self.busy = False
-        self.hit = False
-        self._old = None
-
-    def _handler(self, signum, frame):
-        self.hit = True
-        if not self.busy:
-            raise KeyboardInterrupt
-
-    def __enter__(self):
-        try:
-            self._old = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:          # not the main thread: leave SIGINT alone
-            self._old = None
-        return self
-
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-        if exc[0] is KeyboardInterrupt:
-            self.hit = True
-            return True             # stop reading; the caller prints what it has
-        return False
-
-
 class LiveTable:
     """A table written row by row (live input): the header once, columns as wide as the
     header and first row, widened when a later cell is longer."""
@@ -115,6 +83,20 @@ class LiveTable:
         else:
             self.widths = [max(w, len(c)) for w, c in zip(self.widths, cells)]
         self._line(cells)
+
+
+def add_fail_on_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                   help="exit 1 when a finding at or above this severity exists (default: error)")
+
+
+def fails(findings, fail_on: str) -> bool:
+    """Whether a finding is at or above the ``--fail-on`` severity."""
+    if fail_on == "never":
+        return False
+    from ..analysis.rules import SEVERITY_RANK
+    threshold = SEVERITY_RANK[fail_on]
+    return any(SEVERITY_RANK[f.severity] >= threshold for f in findings)
 
 
 def add_capture_options(p: argparse.ArgumentParser) -> None:

@@ -7,21 +7,18 @@ import sys
 from tabulate import tabulate
 
 from ..analysis.collections import CollectionsView
-from ..capture.readers import CaptureError
-from ..codec import decode
 from ..protocol import opcode_code
-from ..reassembly.batches import BATCH, in_batches
-from ..reassembly.pdus import Pdu, Summary, iter_events
+from ..reassembly.batches import BATCH
+from ..reassembly.pdus import Summary, iter_events
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
                                 message_record, table_row)
 from ..reports.progress import Progress
 from ..reports.redact import redact_record
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, StopOnSigint,
-                     TimeWindow, add_capture_options, add_progress_option, add_time_option,
-                     capture_notes, capture_options, checked_opcode, live_output,
-                     parse_connection, parse_follow, parse_instant, parse_vbucket, ports_report,
-                     with_examples)
+from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, TimeWindow,
+                     add_capture_options, add_progress_option, add_time_option, capture_notes,
+                     capture_options, checked_opcode, live_output, parse_connection,
+                     parse_follow, parse_instant, parse_vbucket, ports_report, with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 JSONL_BLOCK = 256      # JSON lines per write
@@ -66,139 +63,136 @@ def register(sub) -> None:
 
 
 def cmd_dissect(args) -> int:
-    from ..analysis.stream_summary import StreamFilter
-    opcodes = set(args.opcode or ())
-    follow = args.follow or {}
-
-    def chosen(given, name) -> set:
-        return set(given or ()) | ({follow[name]} if name in follow else set())
-    streams = StreamFilter(chosen(args.vbucket, "vb"), chosen(args.stream_id, "sid"),
-                           chosen(args.conn, "conn"), stream_only=bool(follow))
+    from ..analysis.findings import MAX_FINDINGS_PER_RULE
+    from ..analysis.session import Pass
     summary = Summary()
-    window = TimeWindow(args.time_from, args.time_to, summary)
-    clock = Clock(args.time, summary)
     legend = ConnectionLegend()
-    collections = CollectionsView()     # collection ids and names of document keys
-    shown: set = set()          # connections with a row: named in the table's legend
+    live = args.file == "-"
     live_output(args.file)
-    out = sys.stdout
-    rows: list = []
-    first_block = True
-    live_table = (LiveTable(out, TABLE_HEADERS)
-                  if args.file == "-" and args.format == "table" else None)
-
-    lines: list = []            # JSON lines not written yet (a file's are written in blocks)
-    line_block = 1 if args.file == "-" else JSONL_BLOCK
-
-    def flush_rows():
-        nonlocal first_block
-        if lines:
-            out.write("".join(lines))
-            lines.clear()
-        if rows:
-            out.write(tabulate(rows, headers=TABLE_HEADERS, disable_numparse=True,
-                               tablefmt="simple") + "\n")
-            rows.clear()
-            first_block = False
-
-    jsonl, redact = args.format == "jsonl", args.redact
-    # unredacted JSON lines are written straight from the message, without a record
-    as_text = jsonl and not redact
-    make_record = message_json if as_text else message_record
-
-    def emit(record) -> None:
-        if as_text:
-            lines.append(record + "}\n")
-            if len(lines) >= line_block:
-                flush_rows()
-            return
-        if redact:
-            record = redact_record(record)
-        shown.add(record["connection"])
-        if jsonl:
-            lines.append(message_line(record))
-            if len(lines) >= line_block:
-                flush_rows()
-        elif live_table is not None:
-            live_table.row(table_row(record, clock))
-        else:
-            rows.append(table_row(record, clock))
-            if len(rows) >= TABLE_BLOCK:
-                flush_rows()
-
+    writer = _Writer(args, sys.stdout, Clock(args.time, summary), live)
+    rows = _Rows(args, writer, summary)
+    observers = [legend, rows]
     # The analyzer, fed as we go, labels each snapshot marker with its start-seqno
     # convention; the records wait in capture order until their markers are labelled.
-    analyzer = ordered = None
-    if args.file != "-" and not args.no_conventions:
+    if not live and not args.no_conventions:
         from ..analysis.conventions import InCaptureOrder
         from ..analysis.engine import Analyzer
-        ordered = InCaptureOrder(emit, labelled=labelled_json if as_text else None)
-        analyzer = Analyzer(on_marker=ordered.label, conventions_only=True)
-    status = EXIT_OK
+        rows.ordered = InCaptureOrder(writer.emit,
+                                      labelled=labelled_json if writer.as_text else None)
+        observers.insert(1, Analyzer(on_marker=rows.ordered.label, conventions_only=True))
     # The rows go to stdout: by default no bar when they scroll on the same terminal.
     progress = Progress.from_option(f"dissecting {args.file}", args.progress
-                                    if args.progress is not None or not out.isatty() else False)
-    with StopOnSigint() as guard:
-        try:
-            n = 0
-            by_stream, by_time = bool(streams), bool(window)     # the filters asked for
-            # a file is read a batch of events ahead; live input is shown as it comes
-            for batch in in_batches(iter_events(args.file, capture_options(args), summary,
-                                                progress.attach),
-                                    1 if args.file == "-" else BATCH):
-                guard.busy = True
-                for ev in batch:
-                    if not n & 1023:
-                        progress.update()
-                    n += 1
-                    legend.feed(ev)
-                    msg = decode(ev.data) if type(ev) is Pdu else None
-                    if analyzer is not None:    # decoded once, for the analyzer and the record
-                        if msg is None:
-                            analyzer.feed(ev)
-                        else:
-                            analyzer.feed_message(ev, msg)
-                    if msg is not None:
-                        doc_key = collections.feed(ev, msg)
-                        record = None
-                        if ((not by_stream or streams.wants(ev, msg))
-                                and (not opcodes or msg.opcode in opcodes)
-                                and (not by_time or window.contains(ev.ts_ns))):
-                            record = make_record(ev, msg, doc_key,
-                                                 collections.stream_filter(ev.conn, msg))
-                        if ordered is not None:
-                            ordered.add(ev, msg, record)
-                        elif record is not None:
-                            if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
-                                if as_text:
-                                    record = labelled_json(record, None)
-                                else:
-                                    record["convention"] = None
-                            emit(record)
-                    else:
-                        collections.feed(ev)
-                guard.busy = False
-                if guard.hit:
-                    break
-        except CaptureError as exc:
-            status = EXIT_BAD_INPUT
-            summary.error = str(exc)
-        finally:
-            progress.close()
-    if analyzer is not None:
-        analyzer.finish()
-        ordered.close()
-    flush_rows()
-    if args.format == "table" and shown:
-        out.write("\n" + legend.table(shown))
-    out.flush()
+                                    if args.progress is not None or not sys.stdout.isatty()
+                                    else False)
+    try:
+        run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if live else BATCH,
+                   progress=progress, interruptible=True)
+        run.run(iter_events(args.file, capture_options(args), summary, progress.attach))
+    finally:
+        progress.close()
+    writer.flush()
+    if args.format == "table" and writer.shown:
+        sys.stdout.write("\n" + legend.table(writer.shown))
+    sys.stdout.flush()
     print(summary.line(), file=sys.stderr)
     capture_notes(summary)
-    if guard.hit:
+    if run.interrupted:
         print(INTERRUPTED, file=sys.stderr)
-    if status == EXIT_BAD_INPUT:
+    if run.error is not None:
         print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
-    if status == EXIT_OK and (no_mcbp := ports_report(summary)):
-        return no_mcbp
-    return status
+        return EXIT_BAD_INPUT
+    return ports_report(summary) or EXIT_OK
 
+
+class _Rows:
+    """An observer of the pass: the record of every message the filters keep
+    (``--opcode``, ``--vbucket``, ``--follow``, ``--conn``, ``--stream-id``, ``--from``,
+    ``--to``), handed to the writer, through ``ordered`` (an
+    :class:`~dcpdissect.analysis.conventions.InCaptureOrder`) when markers are labelled."""
+
+    def __init__(self, args, writer, summary):
+        from ..analysis.stream_summary import StreamFilter
+        self.opcodes = set(args.opcode or ())
+        follow = args.follow or {}
+
+        def chosen(given, name) -> set:
+            return set(given or ()) | ({follow[name]} if name in follow else set())
+        self.streams = StreamFilter(chosen(args.vbucket, "vb"), chosen(args.stream_id, "sid"),
+                                    chosen(args.conn, "conn"), stream_only=bool(follow))
+        self.window = TimeWindow(args.time_from, args.time_to, summary)
+        self.by_stream, self.by_time = bool(self.streams), bool(self.window)
+        self.collections = CollectionsView()    # collection ids and names of document keys
+        self.writer = writer
+        self.make_record = message_json if writer.as_text else message_record
+        self.ordered = None
+
+    def on_message(self, pdu, msg) -> None:
+        doc_key = self.collections.feed(pdu, msg)
+        record = None
+        if ((not self.by_stream or self.streams.wants(pdu, msg))
+                and (not self.opcodes or msg.opcode in self.opcodes)
+                and (not self.by_time or self.window.contains(pdu.ts_ns))):
+            record = self.make_record(pdu, msg, doc_key,
+                                      self.collections.stream_filter(pdu.conn, msg))
+        if self.ordered is not None:
+            self.ordered.add(pdu, msg, record)
+        elif record is not None:
+            if msg.opcode == SNAPSHOT_MARKER and msg.is_request:
+                if self.writer.as_text:
+                    record = labelled_json(record, None)
+                else:
+                    record["convention"] = None
+            self.writer.emit(record)
+
+    def on_event(self, ev) -> None:
+        self.collections.feed(ev)
+
+    def on_finish(self) -> None:
+        if self.ordered is not None:
+            self.ordered.close()
+
+
+class _Writer:
+    """The rows on stdout: JSON lines or table blocks (bounded memory on big captures),
+    one by one for live input; :attr:`shown` are the connections with a row."""
+
+    def __init__(self, args, out, clock, live: bool):
+        self.out, self.clock = out, clock
+        self.jsonl, self.redact = args.format == "jsonl", args.redact
+        # unredacted JSON lines are written straight from the message, without a record
+        self.as_text = self.jsonl and not self.redact
+        self.table = (LiveTable(out, TABLE_HEADERS)
+                      if live and args.format == "table" else None)
+        self.block = 1 if live else JSONL_BLOCK
+        self.rows: list = []
+        self.lines: list = []   # JSON lines not written yet (a file's are written in blocks)
+        self.shown: set = set()
+
+    def emit(self, record) -> None:
+        if self.as_text:
+            self.lines.append(record + "}\n")
+            if len(self.lines) >= self.block:
+                self.flush()
+            return
+        if self.redact:
+            record = redact_record(record)
+        self.shown.add(record["connection"])
+        if self.jsonl:
+            self.lines.append(message_line(record))
+            if len(self.lines) >= self.block:
+                self.flush()
+        elif self.table is not None:
+            self.table.row(table_row(record, self.clock))
+        else:
+            self.rows.append(table_row(record, self.clock))
+            if len(self.rows) >= TABLE_BLOCK:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            self.out.write("".join(self.lines))
+            self.lines.clear()
+        if self.rows:
+            self.out.write(tabulate(self.rows, headers=TABLE_HEADERS, disable_numparse=True,
+                                    tablefmt="simple") + "\n")
+            self.rows.clear()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary, iter_events
 from ..reports.messages import jsonl_line
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, StopOnSigint, add_capture_options,
-                     capture_notes, capture_options, ports_report)
+from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options, capture_notes,
+                     capture_options, ports_report)
 
 EXAMPLES = """\
 examples:
@@ -35,24 +34,16 @@ def register(sub) -> None:
 
 def cmd_streams(args) -> int:
     from ..analysis.engine import Analyzer
+    from ..analysis.findings import MAX_FINDINGS_PER_RULE
+    from ..analysis.session import Pass
     from ..analysis.stream_summary import StreamSummary
     from ..reports.streams import stream_records, streams_table
 
     summary = Summary()
     streams = StreamSummary(Analyzer())
-    findings: list = []
-    with StopOnSigint() as guard:
-        try:
-            for ev in iter_events(args.file, capture_options(args), summary):
-                guard.busy = True
-                findings += streams.feed(ev)
-                guard.busy = False
-                if guard.hit:
-                    break
-        except CaptureError as exc:
-            summary.error = str(exc)
-    findings += streams.finish()
-    records = stream_records(streams.streams, findings)
+    run = Pass([streams], MAX_FINDINGS_PER_RULE, interruptible=True)
+    run.run(iter_events(args.file, capture_options(args), summary))
+    records = stream_records(streams.streams, run.findings)
     out = sys.stdout
     if args.format == "jsonl":
         for r in records:
@@ -62,7 +53,7 @@ def cmd_streams(args) -> int:
     out.flush()
     print(summary.line() + f", {len(records)} streams", file=sys.stderr)
     capture_notes(summary)
-    if guard.hit:
+    if run.interrupted:
         print(INTERRUPTED, file=sys.stderr)
     if summary.error:
         print(f"dcpdissect: error: {summary.error}", file=sys.stderr)

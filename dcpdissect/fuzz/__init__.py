@@ -124,34 +124,34 @@ def check_pdu(data: bytes, scapy: bool = True) -> None:
 def check_capture(path: str) -> None:
     """A capture file through the whole path; checks the invariants of every event."""
     from ..analysis.engine import Analyzer
-    from ..capture.readers import CaptureError
-    from ..codec import decode
-    from ..reassembly.pdus import Pdu, Summary, iter_events
+    from ..analysis.findings import MAX_FINDINGS_PER_RULE
+    from ..analysis.session import Pass
+    from ..reassembly.pdus import Summary, iter_events
     from ..reports.findings import finding_record
-    from ..reports.messages import message_record
-    analyzer = Analyzer()
     summary = Summary()
-    findings = []
-    try:
-        for ev in iter_events(path, summary=summary):
-            if type(ev) is Pdu:
-                d = ev.data
-                if len(d) < HEADER_SIZE or len(d) + ev.missing != frame_size(d) or ev.missing < 0:
-                    raise Invariant(f"PDU of {len(d)} bytes (+{ev.missing} missing) disagrees "
-                                    "with its body length")
-                fr = ev.frames
-                if not fr or list(fr) != sorted(set(fr)) or ev.frame < fr[-1]:
-                    raise Invariant(f"bad provenance frames={fr} frame={ev.frame}")
-                message_record(ev, decode(d))
-            findings += analyzer.feed(ev)
-    except CaptureError as exc:
-        if path not in str(exc):
-            raise Invariant(f"capture error does not name the file: {exc}") from None
-    findings += analyzer.finish()
-    for f in findings:
+    run = Pass([_PduInvariants(), Analyzer()], MAX_FINDINGS_PER_RULE)
+    run.run(iter_events(path, summary=summary))
+    if run.error is not None and path not in str(run.error):
+        raise Invariant(f"capture error does not name the file: {run.error}")
+    for f in run.findings:
         finding_record(f)
     if summary.pdus > summary.frames * 65536:
         raise Invariant("more PDUs than the frames can carry")
+
+
+class _PduInvariants:
+    """Every PDU agrees with its body length, its frames are in order, its record builds."""
+
+    def on_message(self, pdu, msg) -> None:
+        from ..reports.messages import message_record
+        d = pdu.data
+        if len(d) < HEADER_SIZE or len(d) + pdu.missing != frame_size(d) or pdu.missing < 0:
+            raise Invariant(f"PDU of {len(d)} bytes (+{pdu.missing} missing) disagrees "
+                            "with its body length")
+        fr = pdu.frames
+        if not fr or list(fr) != sorted(set(fr)) or pdu.frame < fr[-1]:
+            raise Invariant(f"bad provenance frames={fr} frame={pdu.frame}")
+        message_record(pdu, msg)
 
 
 # -- one input under a time and memory watch ---------------------------------------------------

@@ -3,7 +3,8 @@
 An analysis group is a set of flows of one capture file (:mod:`.frames`). Its frames are
 read again by offset, in time order (:mod:`dcpdissect.capture.order`: the order
 ``analyze`` feeds them in, restricted to the group), and go through the same path as
-``analyze``: TCP reassembly, framing, decode, the Analyzer (:class:`.core.FilePass`).
+``analyze``: TCP reassembly, framing, decode, the Analyzer (a
+:class:`~dcpdissect.analysis.session.Pass` with :class:`~.filepass.FileRows`).
 A frame's place in that order is its **position**
 (:func:`~dcpdissect.capture.order.position`: order time, then frame number; the frame
 number itself in a file in time order). What ties the group's results to the whole file's:
@@ -22,7 +23,8 @@ number itself in a file in time order). What ties the group's results to the who
   The driver hands each group the numbers it foresees (``numbers``: moment → number); the
   group reports the moments it actually numbered at (:attr:`GroupResult.numbered`), and
   the driver runs a group again when one differs (:mod:`.merge`).
-* :func:`coupling_keys`: the ways a connection can meet another one in the Analyzer.
+* :func:`~.coupling.coupling_keys`: the ways a connection can meet another one in the
+  Analyzer.
 """
 
 from __future__ import annotations
@@ -35,17 +37,20 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ..analysis.engine import Analyzer
+from ..analysis.session import Pass
+from ..analysis.stream_summary import StreamSummary
 from ..capture.order import TimeKeys, position
 from ..capture.packets import Decoder, Segment
 from ..capture.readers import CaptureError
-from ..protocol import FAILOVER_LOG_OPCODES, STREAM_OPCODES, opcode_code
-from ..reassembly.batches import in_batches
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.pdus import COUNTED, Options, PduStream
 from .chunks import Piece, read_piece
+from .coupling import COUPLING_OPCODES, END
+from .filepass import FileRows
 from .frames import FIELDS, FlowFrames
+from .tables import stream_records_in_order
 
-END = 1 << 127                   # moment position of the end of the capture
 UNFORESEEN = 1 << 30             # numbers from here on: a connection the driver did not foresee
 _TICK = Segment("", "", 0, 0, 0, 0, 0, b"", 0)   # an untracked segment: only a clock tick
 _LOW = 0xFFFFFFFF
@@ -203,63 +208,6 @@ class GroupStream(PduStream):
             yield from super()._route((ev,))
 
 
-# -- coupling ------------------------------------------------------------------------------
-#
-# Connections meet in the Analyzer only through state not keyed by connection. Audited in
-# dcpdissect/analysis (each entry: the state, its key, the coupling key that covers it):
-#   streams/tracker.py   StreamTracker.names (DcpOpen name, server, bucket)     -> name
-#   streams/resume.py    Resume.points (name, server, bucket, vb, sid)          -> name
-#   streams/relay.py     Relay.pairs by DcpOpen name (proxy legs on two servers) -> name
-#   rollback_checks.py   seen_purge (consumer name, server, bucket, vb)         -> name
-#                        tables, high, purge (server, bucket, vb)               -> vb
-#                        rollbacks (client ip, server, bucket, vb)              -> vb
-#                        (the bucket as the Analyzer's negotiation has it then)
-#   streams/correlation.py  Correlation.adds, across connections: an Add Stream's
-#                        consumer host and vb meet a stream request's client host and vb
-#                        -> add (host, vb) / answers add (host, vb); the list keeps the newest MAX_ADD_STREAMS of
-#                        all connections -> add-stream (every Add Stream connection)
-#   engine.py            the per-rule finding cap MAX_FINDINGS_PER_RULE: applied by the
-#                        driver to the merged findings, in analyze's order (merge.py)
-# Keyed by connection, so never shared: engine.py (connections, negotiated), negotiation.py,
-# streams/state.py Conn, controls.py, flow.py, lifecycle.py, durability.py (by connection,
-# vb, sid), snapshots.py (per stream), rollback_checks.py pending (connection, opaque),
-# stream_summary.py. Bounds shared by every connection (MAX_RESUME and MAX_PAIRS names,
-# rollback MAX_PENDING requests, durability MAX_TRACKED streams) and the connection
-# table's (max_connections, remembered closed and TLS 4-tuples) apply per group: they
-# only bind beyond tens of thousands of entries.
-# Names and vbuckets are taken from requests either way (the consumer's leg of the proxy
-# sends its stream requests server→client); names and Add Stream hosts are coarser than
-# the state's keys (no server, bucket or stream id): when unsure, couple.
-
-DCP_OPEN = opcode_code("DcpOpen")
-ADD_STREAM = opcode_code("DcpAddStream")
-STREAM_REQUEST = opcode_code("DcpStreamReq")
-VB_OPCODES = FAILOVER_LOG_OPCODES | STREAM_OPCODES
-COUPLING_OPCODES = VB_OPCODES | {DCP_OPEN, ADD_STREAM, STREAM_REQUEST}
-ANSWERS_ADD = ("answers add",)      # a stream request's key: it meets ("add", host, vb) only
-
-
-def coupling_keys(msg, client: tuple, server: tuple, bucket: str | None) -> list[tuple]:
-    """The keys through which the request ``msg`` of a connection (``client``, ``server``
-    endpoints, ``bucket`` selected) may meet other connections; responses carry none."""
-    if not msg.is_request:
-        return []
-    op = msg.opcode
-    out = []
-    if op == DCP_OPEN:
-        out.append(("name", bytes(msg.key)))
-    vb = msg.vbucket
-    if vb is None:
-        return out
-    if op in VB_OPCODES:
-        out.append(("vb", server, bucket, vb))
-    if op == ADD_STREAM:
-        out += [("add-stream",), ("add", server[0], vb)]
-    elif op == STREAM_REQUEST:
-        out.append(ANSWERS_ADD + (client[0], vb))
-    return out
-
-
 # -- one group -----------------------------------------------------------------------------
 
 class GroupResult(NamedTuple):
@@ -290,14 +238,18 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
               clock: TcpClock | None, result: list, batch_rows: int = 4096, time: bool = True,
               header: bool = True, keep_events: bool = False) -> Iterator[dict]:
     """Stage B: yields the group's ``messages`` rows in batches (as
-    :func:`.core.analyze_whole`) and appends its :class:`GroupResult` to ``result``
+    :func:`.filepass.analyze_whole`) and appends its :class:`GroupResult` to ``result``
     (with every event and its moment if ``keep_events``)."""
-    from .core import FilePass, stream_records_in_order
     stream = GroupStream(options, numbers, clock)
-    now: list = [None]          # the moment of the event being analysed
-    fp = FilePass(path, batch_rows, time, header, moment=lambda: now[0],
-                  watch=COUPLING_OPCODES)
-    kept: list | None = [] if keep_events else None
+    analyzer = Analyzer()
+    streams = StreamSummary(analyzer)
+    rows = FileRows(path, analyzer, batch_rows, time, header, watch=COUPLING_OPCODES)
+    moments = _Moments()
+    kept = _Kept() if keep_events else None
+    run = Pass([o for o in (streams, rows, moments, kept) if o is not None], tagged=True)
+    moments.run = run
+    if kept is not None:
+        kept.run = run
 
     def events() -> Iterator[tuple]:
         """(moment, event) of every event of the group, in order."""
@@ -312,24 +264,47 @@ def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, 
         for ev in stream.finish():
             yield stream.moment, ev
 
-    def replay(batch: list) -> Iterator:
-        if kept is not None:
-            kept.extend(batch)
-        for moment, ev in batch:
-            now[0] = moment
-            yield ev
-
-    for batch in in_batches(events()):      # reassembly, then analysis (see in_batches)
-        yield from fp.run(replay(batch))
-    yield from fp.flush()
-    fp.finish()
+    for _ in run.steps(events()):       # reassembly, then analysis (see in_batches)
+        yield from rows.drain()
+    run.finish()
+    yield from rows.drain()
     s = stream.summary
     counts = {k: getattr(s, k) for k in COUNTED}
     tcp = dict(s.tcp)
     tcp["segments"] -= stream.ticks
     tcp["ignored_segments"] -= stream.ticks
-    result.append(GroupResult(path, group, fp.findings, fp.moments, fp.connection_rows(),
-                              stream_records_in_order(fp.streams.streams), counts,
-                              (dict(s.heuristic_ports), dict(s.undecoded_ports)), tcp,
-                              dict(s.tls_randoms), stream.numbered, frozenset(fp.coupling),
-                              fp.count, kept))
+    result.append(GroupResult(path, group, run.findings, moments.moments,
+                              rows.connection_rows(), stream_records_in_order(streams.streams),
+                              counts, (dict(s.heuristic_ports), dict(s.undecoded_ports)), tcp,
+                              dict(s.tls_randoms), stream.numbered, frozenset(rows.coupling),
+                              rows.count, kept.events if kept is not None else None))
+
+
+class _Moments:
+    """The moment of each finding of the group's pass: that of the event being analysed,
+    ``(END, 4, connection)`` for the analyzer's ``finish``."""
+
+    def __init__(self):
+        self.run = None
+        self.moments: list = []
+
+    def on_findings(self, found: list) -> None:
+        tag = self.run.tag
+        if tag is None:
+            self.moments += [(END, 4, f.connection or 0) for f in found]
+        else:
+            self.moments += [tag] * len(found)
+
+
+class _Kept:
+    """Every event of the group with its moment (``keep_events``)."""
+
+    def __init__(self):
+        self.run = None
+        self.events: list = []
+
+    def on_message(self, pdu, msg) -> None:
+        self.events.append((self.run.tag, pdu))
+
+    def on_event(self, ev) -> None:
+        self.events.append((self.run.tag, ev))

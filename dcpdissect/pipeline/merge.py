@@ -21,8 +21,8 @@ import dataclasses
 import heapq
 from typing import NamedTuple
 
-from ..analysis.engine import Analyzer, not_mcbp_finding
-from ..analysis.findings import Finding
+from ..analysis.engine import not_mcbp_finding
+from ..analysis.findings import MAX_FINDINGS_PER_RULE, Finding, FindingCap
 from ..analysis.stream_summary import findings_by_stream
 from ..capture.order import position
 from ..capture.readers import TLS_KEY_LOG
@@ -30,7 +30,8 @@ from ..reassembly.pdus import Options
 from ..reports.streams import SEVERITIES, _order
 from .chunks import FileIndex
 from .frames import ChunkStats, FlowFrames, flow_ports, merge_flow
-from .groups import ANSWERS_ADD
+from .coupling import ANSWERS_ADD
+from .tables import ConnRow, FileTotals, record_rows
 
 
 class Task(NamedTuple):
@@ -212,13 +213,12 @@ class FileMerge:
 
     # -- 4 ---------------------------------------------------------------------------------
     def merged(self, max_per_rule: int | None = None) -> Merged:
-        from .core import ConnRow, FileTotals, record_rows
         results = [self.results[g] for g in sorted(self.results)]
         found = _first_notes(_one_not_mcbp(sorted(((m, f) for r in results
                                                    for m, f in zip(r.moments, r.findings)),
                                                   key=lambda mf: mf[0])))
-        analyzer = Analyzer() if max_per_rule is None else Analyzer(max_per_rule)
-        findings = analyzer._cap([f for _m, f in found]) + analyzer._capped()
+        cap = FindingCap(max_per_rule or MAX_FINDINGS_PER_RULE)
+        findings = cap.keep([f for _m, f in found]) + cap.dropped()
         findings.sort(key=Finding.sort_key)
         totals = FileTotals(self.index.path)
         totals.add_secrets(self.index.secrets)

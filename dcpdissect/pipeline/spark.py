@@ -1,7 +1,7 @@
 """Spark driver of the pipeline stages in :mod:`.core`.
 
 Files that are compressed or fit in one chunk are analysed whole, one task per file and no
-shuffle: :func:`core.analyze_whole` gives findings, summary, connection and stream rows
+shuffle: :func:`filepass.analyze_whole` gives findings, summary, connection and stream rows
 and the messages rows. When ``--out`` is a local directory and the master local, the task
 writes the messages to Parquet itself (pyarrow) and returns the rest (a plain RDD job);
 otherwise Spark writes them and the rest comes back through an accumulator.
@@ -39,7 +39,7 @@ from typing import NamedTuple
 from ..capture.readers import CaptureError, open_capture
 from ..reassembly.pdus import Options, Summary
 from ..reports.messages import is_u64_name, iso_time
-from . import core
+from . import core, filepass, tables
 from .chunks import DEFAULT_CHUNK_SIZE, index_file
 from .frames import index_chunk
 from .groups import TcpClock, run_group
@@ -192,17 +192,17 @@ def _schemas():
                  ("resyncs", L), ("lost_pdus", L), ("tunnel", S)]
     by_name = {"string": S, "long": L, "int": I, "bool": B, "u64": DecimalType(20, 0),
                "list<long>": LA, "list<string>": SA}
-    message = make([(c, by_name[t]) for c, t in core.MESSAGE_SCHEMA])
+    message = make([(c, by_name[t]) for c, t in tables.MESSAGE_SCHEMA])
     stream_types = {c: S for c in ("capture_file", "client", "server", "role", "bucket",
                                    "dcp_name", "answer", "items", "ended", "end_reason",
                                    "first_time", "last_time")}
     stream_types.update({"connection": I, "vbucket": I, "stream_id": I,
                          "duration": D})
-    stream_types.update({c: DecimalType(20, 0) for c in core.STREAM_COLUMNS if is_u64_name(c)})
+    stream_types.update({c: DecimalType(20, 0) for c in tables.STREAM_COLUMNS if is_u64_name(c)})
     types = {"string": S, "long": L}
     return {"message": message, "finding": make(finding_cols),
             "connection": make([("capture_file", S), ("connection", I)] + conn_cols),
-            "stream": make([(c, stream_types.get(c, L)) for c in core.STREAM_COLUMNS]),
+            "stream": make([(c, stream_types.get(c, L)) for c in tables.STREAM_COLUMNS]),
             "error": make([(c, types[t]) for c, t in _ERROR_COLUMNS]),
             "file": make([(c, types[t]) for c, t in _FILE_COLUMNS])}
 
@@ -280,7 +280,7 @@ def _iso_times(ts: list):
 
 
 def _header_columns(raw: bytes) -> dict:
-    """The :data:`core.HEADER_COLUMNS` of messages whose 24-byte headers are ``raw``, end
+    """The :data:`tables.HEADER_COLUMNS` of messages whose 24-byte headers are ``raw``, end
     to end, as Arrow arrays: the values ``decode`` sets from the header, names looked up
     once per distinct value."""
     import numpy as np
@@ -328,7 +328,7 @@ def _header_columns(raw: bytes) -> dict:
 
 
 def _message_batch(cols: dict, schema):
-    """One Arrow record batch of ``messages`` rows from :class:`core.MessageColumns`
+    """One Arrow record batch of ``messages`` rows from :class:`tables.MessageColumns`
     (``time`` when missing made here from ``ts_ns``, the header columns from ``header``)."""
     import pyarrow as pa
     if "header" in cols:
@@ -483,7 +483,7 @@ class _State:
     """What the driver gathers for the small tables and the CLI."""
 
     def __init__(self, paths: list[str]):
-        self.totals = {p: core.FileTotals(p) for p in paths}    # files not read at all
+        self.totals = {p: tables.FileTotals(p) for p in paths}    # files not read at all
         self.summaries: dict = {}
         self.reruns: dict = {}
         self.errors: list = []
@@ -498,7 +498,7 @@ class _State:
 def _run_whole(spark, files: list[str], out: str, local: str | None, options: Options,
                sch: dict, state: _State, timings: dict, tag: str = "whole",
                append: bool = False) -> None:
-    """One task per file, the largest first: :func:`core.analyze_whole`. When ``out`` is
+    """One task per file, the largest first: :func:`filepass.analyze_whole`. When ``out`` is
     local, a plain RDD job: each task writes its messages Parquet file (named with ``tag``)
     and returns the rest. Otherwise mapInArrow hands the messages to Spark's writer (added
     to the table's rows with ``append``) and the rest comes back through an accumulator.
@@ -514,9 +514,9 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
         gc.set_threshold(50_000, *gc.get_threshold()[1:])    # fewer collections in the pass
         cpu, wall = time.process_time(), time.monotonic()
         result: list = []
-        for cols in core.analyze_whole(files[i], options, result, time=False, header=False):
+        for cols in filepass.analyze_whole(files[i], options, result, time=False, header=False):
             yield _message_batch(cols, message_schema)
-        return core.dumps(result[0]), time.process_time() - cpu, time.monotonic() - wall
+        return tables.dumps(result[0]), time.process_time() - cpu, time.monotonic() - wall
 
     if where is not None:
         def write_one(i):
@@ -539,11 +539,11 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
     timings["task CPU"] = timings.get("task CPU", 0.0) + sum(c for _b, c, _w in got)
     timings["task wall"] = timings.get("task wall", 0.0) + sum(w for _b, _c, w in got)
     for blob, _cpu, _wall in got:
-        w = core.loads(blob)
+        w = tables.loads(blob)
         state.summaries[w.path] = w.summary
         state.findings[w.path] = w.findings
         state.counts[w.path] = w.messages
-        state.finding_rows[w.path] = [core.finding_row(w.path, f) for f in w.findings]
+        state.finding_rows[w.path] = [tables.finding_row(w.path, f) for f in w.findings]
         state.conn_rows[w.path] = [(w.path,) + tuple(c) for c in w.connections]
         state.streams += w.streams
         if w.error is not None:
@@ -582,12 +582,12 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
     def stage_a(piece):
         cpu = time.process_time()
         got = index_chunk(piece, options)
-        return core.dumps((got, time.process_time() - cpu))
+        return tables.dumps((got, time.process_time() - cpu))
 
     timings["frame index CPU"] = 0.0
     if pieces:
         for blob in sc.parallelize(pieces, len(pieces)).map(stage_a).collect():
-            (stats, flows), cpu = core.loads(blob)
+            (stats, flows), cpu = tables.loads(blob)
             timings["frame index CPU"] += cpu
             merges[stats.path].add_chunk(stats, flows)
             if stats.error is not None:
@@ -636,7 +636,7 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
         state.reruns[path] = m.reruns
         state.findings[path] = got.findings
         state.counts[path] = got.messages
-        state.finding_rows[path] = [core.finding_row(path, f) for f in got.findings]
+        state.finding_rows[path] = [tables.finding_row(path, f) for f in got.findings]
         state.conn_rows[path] = [(path,) + tuple(c) for c in got.connections]
         state.streams += got.streams
     timings["merge"] = time.monotonic() - t3
@@ -688,10 +688,10 @@ class _StageB:
             where, number = self.where, self.number
 
             def write_one(task):
-                return core.dumps(_drain(_PartWriter(
+                return tables.dumps(_drain(_PartWriter(
                     _group_part(where, number[task.path], task.group), schema), one(task)))
 
-            got = [core.loads(b) for b in
+            got = [tables.loads(b) for b in
                    sc.parallelize(tasks, len(tasks)).map(write_one).collect()]
         else:
             import pyarrow as pa
@@ -712,7 +712,7 @@ class _StageB:
                             try:
                                 b = next(gen)
                             except StopIteration as done:
-                                collected.add([core.dumps(done.value)])
+                                collected.add([tables.dumps(done.value)])
                                 break
                             yield pa.RecordBatch.from_arrays(
                                 b.columns + [pa.array([key] * b.num_rows, pa.string())],
@@ -721,7 +721,7 @@ class _StageB:
             (self.spark.range(len(tasks), numPartitions=len(tasks))
              .mapInArrow(per_task, spark_schema).write.mode("overwrite").parquet(staged))
             self.staged.append(staged)
-            got = [core.loads(b) for b in collected.value]
+            got = [tables.loads(b) for b in collected.value]
             b_tasks.unpersist()
         for result, cpu, wall in got:
             self.timings["task CPU"] += cpu
@@ -773,4 +773,4 @@ def _file_row(s: Summary, findings: int, messages: int) -> dict:
             "connections": s.connections, "messages": messages, "pdus": s.pdus, "gaps": s.gaps,
             "gap_bytes": s.gap_bytes, "resyncs": s.resyncs, "lost_pdus": s.lost_pdus,
             "tls_connections": s.tls_connections, "findings": findings, "error": s.error,
-            "tcp": core._json(s.tcp)}
+            "tcp": tables._json(s.tcp)}

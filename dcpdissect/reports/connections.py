@@ -6,8 +6,7 @@ DcpOpen carries the Producer flag, ``consumer`` without it, ``mcbp`` when the co
 start was captured and it never opened DCP, None when the capture does not show). A
 connection captured inside a tunnel (VXLAN, GRE, ERSPAN, ...) shows its inner endpoints and
 the tunnel its first segment came through; the ``tunnel`` key and column are there only
-when some connection has one. Fed with the capture's events; only the few requests that
-name a connection are decoded.
+when some connection has one. Fed with the capture's events and decoded messages.
 """
 
 from __future__ import annotations
@@ -15,9 +14,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ..analysis.negotiation import DCP_OPEN, DCP_CONTROL, HELLO, SELECT_BUCKET, Negotiation
-from ..codec import decode
 from ..reassembly.connections import ConnectionOpened
-from ..reassembly.framing import Pdu
 from .messages import iso_time
 
 _NAMING = frozenset({HELLO, DCP_OPEN, DCP_CONTROL, SELECT_BUCKET})
@@ -39,22 +36,21 @@ def role(neg: Negotiation | None) -> str | None:
 
 
 class ConnectionLegend:
-    """Collects the legend while the events go by (:meth:`feed`); :meth:`records` and
-    :meth:`label` read it at any time."""
+    """Collects the legend as an observer of a :class:`~dcpdissect.analysis.session.Pass`;
+    :meth:`records` and :meth:`label` read it at any time."""
 
     def __init__(self):
         self.opened: dict[int, ConnectionOpened] = {}
         self.negotiated: dict[int, Negotiation] = {}
 
-    def feed(self, ev) -> None:
-        kind = type(ev)
-        if kind is Pdu:
-            neg = self.negotiated.get(ev.conn)
-            if neg is None:
-                return
-            if ev.data[1] in _NAMING:          # the opcode byte
-                neg.on_message(decode(ev.data), ev.direction == 0)
-        elif kind is ConnectionOpened:
+    def on_message(self, pdu, msg) -> None:
+        if msg.opcode in _NAMING:
+            neg = self.negotiated.get(pdu.conn)
+            if neg is not None:
+                neg.on_message(msg, pdu.direction == 0)
+
+    def on_event(self, ev) -> None:
+        if type(ev) is ConnectionOpened:
             self.opened[ev.conn] = ev
             self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
 

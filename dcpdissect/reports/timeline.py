@@ -1,7 +1,7 @@
 """What the timeline plots show: per vbucket, its streams' requests, answers, snapshots,
 items and the capture's gaps, collected while the capture's events go by.
 
-Only the stream messages are decoded (their header tells); the seqno of an item is the
+Fed with the decoded messages of a pass; the seqno of an item is the
 field its opcode's table names (``seqno_field``), as the snapshot rules read it. Memory is
 bounded: a lane keeps at most :data:`MAX_POINTS` items and as many snapshots, every other
 one dropped (and the rate halved) when full; requests, answers and ends are all kept.
@@ -12,12 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..codec import decode
-from ..codec.header import peek
 from ..protocol import STATUS_ROLLBACK, STREAM_OPCODES, opcode_code
 from ..reassembly.connections import StreamGap
 from ..reassembly.tcp import LOST
-from ..reassembly.framing import Pdu, Resync
+from ..reassembly.framing import Resync
 
 STREAM_REQUEST = opcode_code("DcpStreamReq")
 MARKER = opcode_code("DcpSnapshotMarker")
@@ -62,7 +60,8 @@ class Lane:
 
 
 class TimelineCollector:
-    """Feed every event of the capture (:meth:`feed`); :meth:`vbuckets` groups the lanes."""
+    """An observer of a :class:`~dcpdissect.analysis.session.Pass` over the capture;
+    :meth:`vbuckets` groups the lanes."""
 
     def __init__(self):
         self.lanes: dict[tuple, Lane] = {}
@@ -77,16 +76,20 @@ class TimelineCollector:
             lane = self.lanes[key] = Lane(conn, vb, sid)
         return lane
 
-    def feed(self, ev) -> None:
-        ts = getattr(ev, "ts_ns", None)
+    def _time(self, ts: int | None) -> None:
         if ts is not None:
             self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
             self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+
+    def on_message(self, pdu, msg) -> None:
+        self._time(pdu.ts_ns)
+        if msg.opcode in _WATCHED:
+            self._message(pdu, msg)
+
+    def on_event(self, ev) -> None:
+        self._time(getattr(ev, "ts_ns", None))
         kind = type(ev)
-        if kind is Pdu:
-            if peek(ev.data).opcode in _WATCHED:
-                self._message(ev, decode(ev.data))
-        elif kind is StreamGap and ev.cause == LOST or kind is Resync and ev.reason == "garbage":
+        if kind is StreamGap and ev.cause == LOST or kind is Resync and ev.reason == "garbage":
             what = (f"{ev.length} bytes missing" if kind is StreamGap
                     else f"{ev.skipped} bytes skipped")
             self.gaps.setdefault(ev.conn, []).append((ev.ts_ns, ev.frame, what))
