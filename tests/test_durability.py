@@ -8,7 +8,8 @@ import pytest
 
 from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
-from dcpdissect.samples.builder import build, control, dcp_open, failover, mutation, ok, stream_req
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import control, dcp_open, failover, mutation, ok, stream_req
 from dcpdissect.samples.scenarios_durability import SPECS, abort, commit, disk, mem, prepare
 from feed import feed
 

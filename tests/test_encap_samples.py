@@ -38,7 +38,7 @@ INNER_FINDINGS = {
     "loopback-replication-ipv6.pcap": [],
     "loopback-resume-collapsed.pcap": [("resume-collapsed-snapshot", "error")],
 }
-# The messages tshark decodes (every scripted one: 66 in builder.replication(), 16 in
+# The messages tshark decodes (every scripted one: 66 in scenarios_basic.replication(), 16 in
 # scenarios_streams.resume_collapsed()).
 MESSAGES = {"loopback-replication.pcap": 66, "loopback-replication-ipv6.pcap": 66,
             "loopback-resume-collapsed.pcap": 16}

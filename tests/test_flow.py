@@ -15,7 +15,8 @@ from dcpdissect.analysis.streams.flow import MAX_POINTS, ConnFlow, Flow
 from dcpdissect.codec import decode, encode
 from dcpdissect.reassembly.pdus import iter_events
 from dcpdissect.reassembly.framing import Pdu
-from dcpdissect.samples.builder import build, control, dcp_open, failover, marker, ok, stream_req
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import control, dcp_open, failover, marker, ok, stream_req
 from dcpdissect.samples.scenarios_flow import SPECS, ack, mut, noop
 from feed import GAP, feed
 

@@ -14,7 +14,8 @@ from dcpdissect.codec import encode
 from dcpdissect.reassembly.pdus import ConnectionClosed, ConnectionOpened, iter_events
 from dcpdissect.samples import netsynth as ns
 from dcpdissect.samples import scenarios_replica as sr
-from dcpdissect.samples.builder import build, doc
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import doc
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SPECS = {s.name: s for s in sr.SPECS}

@@ -14,9 +14,8 @@ from dcpdissect.codec import encode
 from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
 from dcpdissect.reassembly.framing import Pdu
 from dcpdissect.samples import scenarios_identity
-from dcpdissect.samples.builder import (
-    build, dcp_open, failover, marker, mutation, ok, stream_req,
-)
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import dcp_open, failover, marker, mutation, ok, stream_req
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 STREAM = {r.id for r in RULES.values() if r.family == "stream"}
