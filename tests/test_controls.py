@@ -28,7 +28,8 @@ def stream_findings(name):
 
 def test_samples_are_built_from_their_specs():
     for spec in SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.filename
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_rules_are_registered():

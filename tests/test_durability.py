@@ -24,7 +24,8 @@ def durability_findings(name):
 
 def test_samples_are_built_from_their_specs():
     for spec in SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.filename
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_rules_are_registered_with_kv_engine_references():

@@ -37,7 +37,8 @@ def test_rules_and_severities():
 
 def test_samples_are_current():
     for spec in sl.SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_legal_is_clean():

@@ -233,7 +233,7 @@ def compare_findings(path: Path, lua: dict, partial: bool = False) -> list[str]:
 # --- tests ---------------------------------------------------------------------------------
 
 def test_lua_file_is_fresh_render():
-    assert LUA.read_text() == render(), "regenerate: python -m dcpdissect.luagen lua generate -o lua/dcpdissect.lua"
+    assert LUA.read_text() == render(), "lua/dcpdissect.lua is stale: python -m dcpdissect.regen"
 
 
 def test_every_single_pdu_rule_has_a_lua_implementation():

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_protocol_markdown_is_current():
     doc = (ROOT / "docs" / "protocol.md").read_text()
-    assert doc == render(), "regenerate: python -m dcpdissect.docgen protocol > docs/protocol.md"
+    assert doc == render(), "docs/protocol.md is stale: python -m dcpdissect.regen"
 
 
 def test_every_opcode_field_filter_and_class_is_listed():

@@ -53,7 +53,8 @@ def test_relay_rules_registered():
 
 def test_committed_samples_are_fresh():
     for spec in sr.SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_replica_node_is_legal_and_the_last_noop_is_only_in_flight():

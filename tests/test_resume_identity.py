@@ -47,7 +47,8 @@ def findings(name):
 def test_every_identity_spec_is_expected_and_committed_as_built():
     assert {s.filename for s in scenarios_identity.SPECS} == set(EXPECTED)
     for spec in scenarios_identity.SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.name
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
