@@ -16,7 +16,7 @@ from ..protocol.filters import field_filters
 from ..protocol.model import Check, Field, FlagSet, Layout, Opcode, Presence, Shape, ValueNames
 from ..scapy import layers
 
-GENERATED = "<!-- generated: python -m dcpdissect.protocol.catalogue > docs/protocol.md -->"
+GENERATED = "<!-- generated from dcpdissect/protocol/ by python -m dcpdissect.regen -->"
 
 
 def _tables():

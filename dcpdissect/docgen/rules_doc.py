@@ -30,7 +30,7 @@ def render() -> str:
     out = [
         "# dcpdissect rule catalogue",
         "",
-        "<!-- generated: python -m dcpdissect.analysis.catalogue > docs/rules.md -->",
+        "<!-- generated from dcpdissect/analysis/rules/ by python -m dcpdissect.regen -->",
         "",
         f"{len(RULES)} rules. Each names a sample under `samples/` that triggers it "
         "(`dcpdissect analyze samples/<sample>`, with the options shown beside it) and, in its "
