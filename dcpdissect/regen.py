@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .analysis.run import analyze_file
+from .capture.readers import CaptureError
 from .docgen import protocol_doc, rules_doc
 from .luagen.render import render as render_lua
 from .samples import encapsulate
@@ -145,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"regen: error: {args.root}: not a dcpdissect source tree (no samples/ and "
               "tests/; give --root)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    changes = regen(args.root, args.check)
+    try:
+        changes = regen(args.root, args.check)
+    except (OSError, CaptureError) as exc:
+        print(f"regen: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if not changes:
         print("regen: every generated file is current", file=sys.stderr)
     elif args.check:
