@@ -24,7 +24,7 @@ import sys
 from typing import NamedTuple
 
 from dcpdissect.codec import encode
-from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+from dcpdissect.samples.dsl import dcp_open, failover, ok, stream_req
 
 MSS = 1448
 ETH = bytes.fromhex("020000000001" "020000000002" "0800")

@@ -31,9 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from dcpdissect.codec import encode
 from dcpdissect.samples import netsynth as ns
-from dcpdissect.samples.builder import (
-    CONSUMER,
-    PRODUCER_11209,
+from dcpdissect.samples.dsl import (
     Script,
     control,
     dcp_open,
@@ -45,6 +43,7 @@ from dcpdissect.samples.builder import (
     ok,
     stream_req,
 )
+from dcpdissect.samples.scenarios_basic import CONSUMER, PRODUCER_11209
 
 TSHARK = shutil.which("tshark") or "tshark"
 LUA = ROOT / "lua" / "dcpdissect.lua"

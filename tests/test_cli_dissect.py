@@ -67,7 +67,7 @@ def test_stdin_and_gzip(samples_dir):
 
 def test_extra_port_and_tls_port(samples_dir, tmp_path):
     from dcpdissect.samples import netsynth as ns
-    from dcpdissect.samples.builder import Script, dcp_open
+    from dcpdissect.samples.dsl import Script, dcp_open
     moved = Script(ns.Endpoint("10.1.0.2", 40000), ns.Endpoint("10.1.0.1", 12000))
     moved.c2s(dcp_open("moved", 1, 9))
     tls = Script(ns.Endpoint("10.1.0.2", 40001), ns.Endpoint("10.1.0.1", 11207))

@@ -28,7 +28,8 @@ def stream_findings(name):
 
 def test_samples_are_built_from_their_specs():
     for spec in SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.filename
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_rules_are_registered():
@@ -52,7 +53,7 @@ def test_clean_replication_negotiates_what_it_sends():
     consumer negotiated them as kv_engine's does: fed again without its DcpControl exchange,
     each is flagged; with it, nothing is."""
     from dcpdissect.codec import decode
-    from dcpdissect.samples.builder import replication
+    from dcpdissect.samples.scenarios_basic import replication
 
     messages = [(0 if d == "c2s" else 1, m) for d, _, m in replication().messages]
     assert [r for r, _ in _run(*messages, rules=NEGOTIATION)] == []
@@ -129,7 +130,7 @@ def _run(*messages, mid=False, rules=STREAM):
 
 
 def _open(*controls, flags=1):
-    from dcpdissect.samples.builder import control, dcp_open, ok
+    from dcpdissect.samples.dsl import control, dcp_open, ok
     out = [(0, dcp_open("t", flags, 1)), (1, ok(0x50, 1))]
     for i, (k, v) in enumerate(controls):
         out += [(0, control(k, v, 2 + i)), (1, ok(0x5E, 2 + i))]
@@ -137,7 +138,7 @@ def _open(*controls, flags=1):
 
 
 def _stream(vb=0, opaque=0x10, **kw):
-    from dcpdissect.samples.builder import failover, stream_req
+    from dcpdissect.samples.dsl import failover, stream_req
     return [(0, stream_req(vb, opaque, **kw)), (1, failover(opaque, (7, 0)))]
 
 
@@ -149,7 +150,7 @@ def _stream(vb=0, opaque=0x10, **kw):
     (0x04, False, 0x57, ["consumer-error-response"]), (0x22, False, 0x60, ["consumer-error-response"]),
 ])
 def test_handle_response_statuses(status, v7, opcode, expected):
-    from dcpdissect.samples.builder import marker, mutation, ok
+    from dcpdissect.samples.dsl import marker, mutation, ok
     msgs = _open(*([("v7_dcp_status_codes", "true")] if v7 else [])) + _stream() + [
         (1, marker(0, 0x10, 0, 1, "memory+checkpoint")), (1, mutation(0, 0x10, 1, "a", b"1")),
         (0, ok(opcode, 0x10, status=status))]
@@ -158,7 +159,7 @@ def test_handle_response_statuses(status, v7, opcode, expected):
 
 def test_stream_end_and_noop_responses():
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import ok
+    from dcpdissect.samples.dsl import ok
     end = _open() + _stream() + [(1, encode(0x55, {"reason": 0}, opaque=0x10))]
     assert _run(*end, (0, ok(0x55, 0x10, status=0x01))) == []
     assert _run(*end, (0, ok(0x55, 0x10, status=0x07))) == []         # tolerated anyway
@@ -176,7 +177,7 @@ def test_stream_end_and_noop_responses():
 
 def test_first_marker_after_oso_may_overlap_and_is_not_first():
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import marker, mutation, ok
+    from dcpdissect.samples.dsl import marker, mutation, ok
     oso = lambda f: (1, encode(0x65, {"flags": f}, vbucket=0, opaque=0x10))
     hello = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=9)),
              (1, ok(0x1F, 9, value=b"\x00\x12"))]
@@ -198,7 +199,7 @@ def test_first_marker_after_oso_may_overlap_and_is_not_first():
 
 def test_filtered_means_a_collection_or_scope_filter():
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import marker, mutation, ok
+    from dcpdissect.samples.dsl import marker, mutation, ok
     hello = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=9)),
              (1, ok(0x1F, 9, value=b"\x00\x12"))]
 
@@ -215,7 +216,7 @@ def test_filtered_means_a_collection_or_scope_filter():
 
 
 def test_nothing_judged_without_the_negotiation():
-    from dcpdissect.samples.builder import marker, mutation
+    from dcpdissect.samples.dsl import marker, mutation
     msgs = _stream() + [(1, marker(0, 0x10, 0, 1, "disk+checkpoint", layout="V2.0",
                                    max_visible_seqno=1, high_completed_seqno=0)),
                         (1, mutation(0, 0x10, 1, "a", b""))]

@@ -21,7 +21,8 @@ from dcpdissect.reassembly.framing import Hidden, LostPdu, Pdu, PduFramer, Resyn
 from dcpdissect.reassembly.pdus import iter_events
 from dcpdissect.reassembly.tcp import LOST, UNCAPTURED
 from dcpdissect.samples import netsynth as ns
-from dcpdissect.samples.builder import all_specs, mutation
+from dcpdissect.samples.builder import all_specs
+from dcpdissect.samples.dsl import mutation
 from test_tshark_crosscheck import TSHARK
 from test_violations import CLEAN
 

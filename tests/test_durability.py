@@ -8,7 +8,8 @@ import pytest
 
 from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
-from dcpdissect.samples.builder import build, control, dcp_open, failover, mutation, ok, stream_req
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import control, dcp_open, failover, mutation, ok, stream_req
 from dcpdissect.samples.scenarios_durability import SPECS, abort, commit, disk, mem, prepare
 from feed import feed
 
@@ -23,7 +24,8 @@ def durability_findings(name):
 
 def test_samples_are_built_from_their_specs():
     for spec in SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.filename
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_rules_are_registered_with_kv_engine_references():

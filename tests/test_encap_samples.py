@@ -38,7 +38,7 @@ INNER_FINDINGS = {
     "loopback-replication-ipv6.pcap": [],
     "loopback-resume-collapsed.pcap": [("resume-collapsed-snapshot", "error")],
 }
-# The messages tshark decodes (every scripted one: 66 in builder.replication(), 16 in
+# The messages tshark decodes (every scripted one: 66 in scenarios_basic.replication(), 16 in
 # scenarios_streams.resume_collapsed()).
 MESSAGES = {"loopback-replication.pcap": 66, "loopback-replication-ipv6.pcap": 66,
             "loopback-resume-collapsed.pcap": 16}
@@ -132,11 +132,13 @@ def test_findings_equal_the_inner_capture(sample):
 def test_samples_rebuild_byte_for_byte(sample, tmp_path):
     out = tmp_path / "x.pcap"
     write_wrapped(out, wrap_file(str(ENCAP / sample.source), sample.layers, sample.fragmenting))
-    assert out.read_bytes() == Path(path_of(sample)).read_bytes()
+    assert out.read_bytes() == Path(path_of(sample)).read_bytes(), \
+        f"samples/encap/{sample.name}.pcap is stale: python -m dcpdissect.regen"
 
 
 def test_readme_is_the_table_of_samples():
-    assert (ENCAP / "README.md").read_text(encoding="utf-8") == readme()
+    assert (ENCAP / "README.md").read_text(encoding="utf-8") == readme(), \
+        "samples/encap/README.md is stale: python -m dcpdissect.regen"
     assert set(TUNNELS) == set(IDS)
 
 

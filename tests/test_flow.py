@@ -15,7 +15,8 @@ from dcpdissect.analysis.streams.flow import MAX_POINTS, ConnFlow, Flow
 from dcpdissect.codec import decode, encode
 from dcpdissect.reassembly.pdus import iter_events
 from dcpdissect.reassembly.framing import Pdu
-from dcpdissect.samples.builder import build, control, dcp_open, failover, marker, ok, stream_req
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import control, dcp_open, failover, marker, ok, stream_req
 from dcpdissect.samples.scenarios_flow import SPECS, ack, mut, noop
 from feed import GAP, feed
 
@@ -37,7 +38,8 @@ def pdu_at(name, frame):
 
 def test_samples_are_built_from_their_specs():
     for spec in SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.filename
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_rules_are_registered_with_kv_engine_references():

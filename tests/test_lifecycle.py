@@ -7,7 +7,8 @@ from pathlib import Path
 from dcpdissect.analysis.rules import ERROR, INFO, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.samples import scenarios_lifecycle as sl
-from dcpdissect.samples.builder import build, marker
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import marker
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SPECS = {s.name: s for s in sl.SPECS}
@@ -36,7 +37,8 @@ def test_rules_and_severities():
 
 def test_samples_are_current():
     for spec in sl.SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_legal_is_clean():
@@ -92,7 +94,7 @@ def test_dropped_collection_from_a_flatbuffers_event():
     library) drops the collection as a version-0 one does."""
     import flatbuffers
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+    from dcpdissect.samples.dsl import dcp_open, failover, ok, stream_req
     from feed import feed
 
     b = flatbuffers.Builder(32)

@@ -25,8 +25,8 @@ from dcpdissect.codec import decode
 from dcpdissect.codec.keys import leb128
 from dcpdissect.codec.problems import EXTRAS_SIZE, FRAME_INFO
 from dcpdissect.luagen import install, render
-from dcpdissect.luagen.render import field_abbrevs
 from dcpdissect.protocol import DATATYPE, DCP_OPCODES, SERVER_MAGICS, Opcode
+from dcpdissect.protocol.filters import field_filters
 from dcpdissect.reassembly.pdus import Pdu, iter_events
 from dcpdissect.samples import netsynth as ns
 from dcpdissect.samples.builder import all_specs
@@ -141,7 +141,7 @@ def expected_fields(m) -> dict[str, object]:
     for mask, name in DATATYPE.bits.items():
         exp[f"dcp.datatype.{name}"] = 1 if m.datatype & mask else None
     exp["dcp.value_len"] = m.value_len
-    names = field_abbrevs(m.opcode, m.is_request) if m.spec is not None else {}
+    names = field_filters(m.spec, m.is_request) if m.spec is not None else {}
     spec: Opcode | None = m.spec
     for name, value in m.fields.items():
         if name == "failover_log":
@@ -233,7 +233,7 @@ def compare_findings(path: Path, lua: dict, partial: bool = False) -> list[str]:
 # --- tests ---------------------------------------------------------------------------------
 
 def test_lua_file_is_fresh_render():
-    assert LUA.read_text() == render(), "regenerate: python -m dcpdissect.luagen lua generate -o lua/dcpdissect.lua"
+    assert LUA.read_text() == render(), "lua/dcpdissect.lua is stale: python -m dcpdissect.regen"
 
 
 def test_every_single_pdu_rule_has_a_lua_implementation():

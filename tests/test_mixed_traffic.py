@@ -23,7 +23,7 @@ from dcpdissect.analysis.rules import RULES
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.pipeline import core
 from dcpdissect.reassembly.pdus import Options, chain_search
-from dcpdissect.samples.builder import dcp_open, ok
+from dcpdissect.samples.dsl import dcp_open, ok
 
 ROOT = Path(__file__).resolve().parent.parent
 NDPI = ROOT / "tests" / "ndpi"

@@ -27,20 +27,18 @@ from dcpdissect.reassembly.pdus import Options, Pdu, iter_events
 from dcpdissect.reports.findings import finding_record
 from dcpdissect.reports.messages import message_record
 from dcpdissect.samples import netsynth as ns
-from dcpdissect.samples.builder import (
+from dcpdissect.samples.dsl import (
     T0,
     Script,
-    add_stream,
     dcp_open,
     doc,
     failover,
     marker,
     mutation,
     ok,
-    replication,
-    stream_id_connector,
     stream_req,
 )
+from dcpdissect.samples.scenarios_basic import add_stream, replication, stream_id_connector
 from dcpdissect.samples.scenarios_streams import resume_collapsed
 from dcpdissect.samples.netsynth import Endpoint, Link
 

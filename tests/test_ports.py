@@ -13,7 +13,7 @@ from dcpdissect.codec import encode
 from dcpdissect.reassembly.pdus import (ConnectionOpened, Options, Pdu, Summary, TlsConnection,
                                         direction_verdict, iter_events)
 from dcpdissect.samples import netsynth as ns
-from dcpdissect.samples.builder import T0, dcp_open, ok
+from dcpdissect.samples.dsl import T0, dcp_open, ok
 from dcpdissect.samples.scenarios_ports import CLIENT_HELLO, dcp_on, http, raw, tls
 
 

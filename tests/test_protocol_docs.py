@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from dcpdissect.luagen.render import field_abbrevs
+from dcpdissect.docgen.protocol_doc import render
 from dcpdissect.protocol import DCP_OPCODES, Shape
-from dcpdissect.protocol.catalogue import render
+from dcpdissect.protocol.filters import field_filters
 from dcpdissect.scapy.layers import BODY_DISPATCH
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_protocol_markdown_is_current():
     doc = (ROOT / "docs" / "protocol.md").read_text()
-    assert doc == render(), "regenerate: python -m dcpdissect.protocol.catalogue > docs/protocol.md"
+    assert doc == render(), "docs/protocol.md is stale: python -m dcpdissect.regen"
 
 
 def test_every_opcode_field_filter_and_class_is_listed():
@@ -22,7 +22,7 @@ def test_every_opcode_field_filter_and_class_is_listed():
         for request, shape in ((True, op.request), (False, op.response)):
             if not request and shape == Shape():
                 continue
-            abbrevs = field_abbrevs(op.code, request)
+            abbrevs = field_filters(op, request)
             for lay in shape.extras + shape.values:
                 for f in lay.fields:
                     assert f"| {f.offset} | {f.width} | `{f.name}` |" in text

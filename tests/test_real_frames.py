@@ -18,7 +18,7 @@ from dcpdissect.codec import decode, encode
 from dcpdissect.codec.problems import TRUNCATED, UNKNOWN_MAGIC
 from dcpdissect.reassembly.pdus import Pdu, iter_events
 from dcpdissect.samples import netsynth as ns
-from dcpdissect.samples.builder import control, dcp_open, failover, marker, ok, stream_req
+from dcpdissect.samples.dsl import control, dcp_open, failover, marker, ok, stream_req
 
 REAL = Path(__file__).resolve().parent / "real_frames"
 GO, JVM = REAL / "gomemcached", REAL / "couchbase-jvm-clients"

@@ -14,7 +14,8 @@ from dcpdissect.codec import encode
 from dcpdissect.reassembly.pdus import ConnectionClosed, ConnectionOpened, iter_events
 from dcpdissect.samples import netsynth as ns
 from dcpdissect.samples import scenarios_replica as sr
-from dcpdissect.samples.builder import build, doc
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import doc
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SPECS = {s.name: s for s in sr.SPECS}
@@ -52,7 +53,8 @@ def test_relay_rules_registered():
 
 def test_committed_samples_are_fresh():
     for spec in sr.SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 def test_replica_node_is_legal_and_the_last_noop_is_only_in_flight():

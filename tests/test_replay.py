@@ -2,7 +2,8 @@
 
 Oracles: the scripts themselves (the messages each side sends, in order) and tshark 4.0's
 own decoding (Couchbase dissector on 11209/11210, VXLAN on 4789). The committed files were
-made by ``python -m dcpdissect.samples.replay samples/real``; the live tests replay again.
+made by ``python -m dcpdissect.samples.real_samples samples/real``; the live tests replay
+again.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from dcpdissect.analysis.run import analyze_file
-from dcpdissect.samples import builder, realnet, scenarios_large, scenarios_moves, scenarios_streams
-from dcpdissect.samples.builder import Script, dcp_open, ok
+from dcpdissect.samples import (
+    realnet, scenarios_basic, scenarios_large, scenarios_moves, scenarios_streams,
+)
+from dcpdissect.samples.dsl import Script, dcp_open, ok
 from dcpdissect.samples.netsynth import Endpoint
 from dcpdissect.samples.real_samples import replication_scripts
 from dcpdissect.samples.realnet import on_loopback
@@ -249,8 +252,8 @@ def test_live_loopback_replay(tmp_path, nodelay):
         return 0.25 if ev.kind == "send" and ev.direction == "s2c" and ev.frames[0][1] == 0x51 \
             else 0.0
 
-    on_loopback(path, builder.add_stream(), {"nodelay": nodelay, "delay": hold_response})
-    check_live(path, builder.add_stream())
+    on_loopback(path, scenarios_basic.add_stream(), {"nodelay": nodelay, "delay": hold_response})
+    check_live(path, scenarios_basic.add_stream())
     times = {magic: float(t) for t, magic in tshark(
         path, "-Y", "couchbase.opcode == 0x51", "-T", "fields", "-e", "frame.time_relative",
         "-e", "couchbase.magic")}
@@ -262,7 +265,8 @@ def test_live_loopback_replay(tmp_path, nodelay):
 @pytest.mark.skipif(LIVE_SKIP is not None, reason=f"no live capture: {LIVE_SKIP}")
 def test_live_ipv6_on_loopback(tmp_path):
     path = tmp_path / "ipv6.pcapng"
-    v6 = [builder.replication(client=Endpoint("fd00::2", 50123), server=Endpoint("fd00::1", 11209))]
+    v6 = [scenarios_basic.replication(client=Endpoint("fd00::2", 50123),
+                                      server=Endpoint("fd00::1", 11209))]
     on_loopback(path, v6)
     check_live(path, v6)
     assert {r[0] for r in tshark(path, "-Y", "tcp", "-T", "fields", "-e", "ipv6.src")} == {"::1"}
@@ -302,7 +306,7 @@ def test_live_endings(tmp_path):
 @pytest.mark.skipif(NETNS_SKIP is not None, reason=f"no network namespaces: {NETNS_SKIP}")
 def test_live_vxlan_between_namespaces(tmp_path):
     path = tmp_path / "vxlan.pcapng"
-    scripts = [builder.seed_add_stream()]
+    scripts = [scenarios_basic.seed_add_stream()]
     sides = {"192.168.1.10": "client", "192.168.1.20": "server"}
     with realnet.Namespaces(vxlan=True) as spaces:
         for ip, side in sides.items():
@@ -317,7 +321,7 @@ def test_live_vxlan_between_namespaces(tmp_path):
             marker.close()
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert spaces.ns["client"] not in names and spaces.ns["server"] not in names
-    check_live(path, [builder.seed_add_stream()])
+    check_live(path, [scenarios_basic.seed_add_stream()])
     vnis = {row[0] for row in tshark(path, "-Y", "tcp", "-T", "fields", "-e", "vxlan.vni")}
     assert vnis == {"42"}
 
@@ -328,7 +332,7 @@ def test_live_replay_through_a_router_namespace(tmp_path):
     """Client and server in two namespaces routed by a third; one dumpcap per router veth
     keeps the packets coming in from its side ('inbound'): each file holds one side's
     packets only, and the two merged hold the whole conversation."""
-    scripts = [builder.seed_add_stream()]
+    scripts = [scenarios_basic.seed_add_stream()]
     client, server = scripts[0].conv.client.ip, scripts[0].conv.server.ip
     files = {"client": tmp_path / "client.pcapng", "server": tmp_path / "server.pcapng"}
     placement = {client: ("client", "link"), server: ("server", "link")}
@@ -343,13 +347,13 @@ def test_live_replay_through_a_router_namespace(tmp_path):
         assert {row[0] for row in tshark(files[side], "-T", "fields", "-e", "ip.src")} == {ip}
     merged = tmp_path / "merged.pcapng"
     subprocess.run(["mergecap", "-w", str(merged), *map(str, files.values())], check=True)
-    check_live(merged, [builder.seed_add_stream()])
+    check_live(merged, [scenarios_basic.seed_add_stream()])
 
 
 def test_timeline_keeps_global_order_and_groups():
     """The replay order: connections interleaved by their plan times, one event per group
     of coalesced frames, pauses as time gaps, the script's own close."""
-    scripts = builder.add_stream()
+    scripts = scenarios_basic.add_stream()
     events = timeline(scripts)
     assert [(e.script, e.kind, e.direction) for e in events[:4]] == [
         (0, "connect", "c2s"), (1, "connect", "c2s"), (0, "send", "c2s"), (1, "send", "c2s")]

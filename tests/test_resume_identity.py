@@ -14,9 +14,8 @@ from dcpdissect.codec import encode
 from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
 from dcpdissect.reassembly.framing import Pdu
 from dcpdissect.samples import scenarios_identity
-from dcpdissect.samples.builder import (
-    build, dcp_open, failover, marker, mutation, ok, stream_req,
-)
+from dcpdissect.samples.builder import build
+from dcpdissect.samples.dsl import dcp_open, failover, marker, mutation, ok, stream_req
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 STREAM = {r.id for r in RULES.values() if r.family == "stream"}
@@ -48,7 +47,8 @@ def findings(name):
 def test_every_identity_spec_is_expected_and_committed_as_built():
     assert {s.filename for s in scenarios_identity.SPECS} == set(EXPECTED)
     for spec in scenarios_identity.SPECS:
-        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, spec.name
+        assert (SAMPLES / spec.filename).read_bytes() == build(spec).data, \
+            f"samples/{spec.filename} is stale: python -m dcpdissect.regen"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -163,7 +163,7 @@ def test_stream_request_with_a_non_integer_sid(tmp_path):
     deeply nested value or purge_seqno 1e999 raised RecursionError / OverflowError."""
     from dcpdissect.analysis.run import analyze_file
     from dcpdissect.fuzz.gen import Flow, pcap_bytes
-    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+    from dcpdissect.samples.dsl import dcp_open, failover, ok, stream_req
     for value in (b'{"sid":[7]}', b'{"sid":{"a":1}}', b'{"sid":"7"}', b'{"sid":70000}', b'[1]',
                   b'{"purge_seqno":1e999}', b'{"purge_seqno":[1]}',
                   b'{"sid":' * 5000):
@@ -181,7 +181,7 @@ def test_streams_per_connection_are_bounded():
     from dcpdissect.analysis import streams
     from dcpdissect.reassembly.connections import ConnectionOpened
     from dcpdissect.reassembly.framing import Pdu
-    from dcpdissect.samples.builder import stream_req
+    from dcpdissect.samples.dsl import stream_req
     tracker = streams.StreamTracker()
     opened = ConnectionOpened(1, ("10.0.0.2", 50000), ("10.0.0.1", 11210), 1, 0, False)
     tracker.on_open(opened)

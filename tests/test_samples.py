@@ -12,9 +12,11 @@ from dcpdissect.samples.builder import all_specs
 
 def test_committed_samples_equal_a_fresh_build(built, samples_dir):
     committed = {p.name for p in samples_dir.iterdir() if p.is_file()}
-    assert committed == {b.filename for b in built.values()}
+    assert committed == {b.filename for b in built.values()}, \
+        "samples/ differs from the scenarios' samples: python -m dcpdissect.regen"
     for sample in built.values():
-        assert (samples_dir / sample.filename).read_bytes() == sample.data, sample.filename
+        assert (samples_dir / sample.filename).read_bytes() == sample.data, \
+            f"samples/{sample.filename} is stale: python -m dcpdissect.regen"
 
 
 @pytest.mark.parametrize("name", [s.name for s in all_specs()])

@@ -289,7 +289,7 @@ def _run(*messages, rules=MINE):
 
 def _setup(vb=0, opaque=0x10, value=b"", oso=False, **kw):
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import control, dcp_open, failover, ok, stream_req
+    from dcpdissect.samples.dsl import control, dcp_open, failover, ok, stream_req
     nego = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=8)),
             (1, ok(0x1F, 8, value=b"\x00\x12")),
             (0, control("enable_out_of_order_snapshots", "true", 9)), (1, ok(0x5E, 9))]
@@ -298,7 +298,7 @@ def _setup(vb=0, opaque=0x10, value=b"", oso=False, **kw):
 
 
 def test_error_response_to_a_marker_is_not_an_unexpected_ack():
-    from dcpdissect.samples.builder import marker, mutation, ok
+    from dcpdissect.samples.dsl import marker, mutation, ok
     base = _setup() + [(1, marker(0, 0x10, 0, 1, "memory+checkpoint")),
                        (1, mutation(0, 0x10, 1, "a", b"1"))]
     assert _run(*base, (0, ok(0x56, 0x10, status=0x22))) == []
@@ -307,7 +307,7 @@ def test_error_response_to_a_marker_is_not_an_unexpected_ack():
 
 def test_stream_request_value_needs_hello_collections():
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import ok
+    from dcpdissect.samples.dsl import ok
     hello = [(0, encode(0x1F, key=b"c", value=b"\x00\x12", opaque=9)),
              (1, ok(0x1F, 9, value=b"\x00\x12"))]
     every = set(RULES)
@@ -322,7 +322,7 @@ def test_stream_request_value_needs_hello_collections():
 
 def test_oso_snapshot_then_memory_marker():
     from dcpdissect.codec import encode
-    from dcpdissect.samples.builder import marker, mutation
+    from dcpdissect.samples.dsl import marker, mutation
     oso = lambda f: (1, encode(0x65, {"flags": f}, vbucket=0, opaque=0x10))
     # OSO negotiated (HELLO Collections, enable_out_of_order_snapshots): audit #11
     msgs = _setup(oso=True) + [oso(1), (1, mutation(0, 0x10, 4, "a", b"")),
@@ -341,7 +341,7 @@ def test_oso_snapshot_then_memory_marker():
 
 
 def test_findings_per_stream_and_rule_are_capped():
-    from dcpdissect.samples.builder import marker, mutation
+    from dcpdissect.samples.dsl import marker, mutation
     msgs = _setup() + [(1, marker(0, 0x10, 0, 2, "memory+checkpoint"))] + \
         [(1, mutation(0, 0x10, 100 + i, f"k{i}", b"")) for i in range(30)]
     got = _run(*msgs)
@@ -355,7 +355,7 @@ def _resume(request_kw, first_items=(2, 3)):
     from dcpdissect.analysis.engine import Analyzer
     from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
     from dcpdissect.reassembly.framing import Pdu
-    from dcpdissect.samples.builder import dcp_open, failover, marker, mutation, ok, stream_req
+    from dcpdissect.samples.dsl import dcp_open, failover, marker, mutation, ok, stream_req
     a = Analyzer()
     out, frame = [], [0]
 
@@ -387,7 +387,7 @@ def test_resume_after_an_unfinished_oso_snapshot():
     from dcpdissect.codec import encode
     from dcpdissect.reassembly.connections import ConnectionClosed, ConnectionOpened
     from dcpdissect.reassembly.framing import Pdu
-    from dcpdissect.samples.builder import dcp_open, failover, mutation, ok, stream_req
+    from dcpdissect.samples.dsl import dcp_open, failover, mutation, ok, stream_req
 
     def run(start):
         a, out, n = Analyzer(), [], 0
@@ -430,7 +430,7 @@ def test_resume_fidelity_variants():
 
 
 def test_consumer_statuses_meaning_the_stream_is_gone_are_not_rejections():
-    from dcpdissect.samples.builder import marker, mutation, ok
+    from dcpdissect.samples.dsl import marker, mutation, ok
     base = _setup() + [(1, marker(0, 0x10, 0, 1, "memory+checkpoint")),
                        (1, mutation(0, 0x10, 1, "a", b"1"))]
     for status in (0x01, 0x02, 0x07, 0x0A, 0x0B):
@@ -440,7 +440,16 @@ def test_consumer_statuses_meaning_the_stream_is_gone_are_not_rejections():
 
 def test_mutation_then_deletion_of_one_key_in_a_snapshot_is_a_duplicate(tmp_path):
     from dcpdissect.samples import netsynth as ns
-    from dcpdissect.samples.builder import Script, dcp_open, deletion, failover, marker, mutation, ok, stream_req
+    from dcpdissect.samples.dsl import (
+        Script,
+        dcp_open,
+        deletion,
+        failover,
+        marker,
+        mutation,
+        ok,
+        stream_req,
+    )
     s = Script(ns.Endpoint("10.9.0.2", 40000), ns.Endpoint("10.9.0.1", 11210))
     s.c2s(dcp_open("dup", 1, 1))
     s.s2c(ok(0x50, 1))

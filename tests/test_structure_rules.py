@@ -11,7 +11,7 @@ import pytest
 
 from dcpdissect.analysis.rules import RULES
 from dcpdissect.codec import encode
-from dcpdissect.samples.builder import dcp_open, ok
+from dcpdissect.samples.dsl import dcp_open, ok
 from feed import feed
 
 STRUCTURE = {r.id for r in RULES.values() if r.family == "structure"}

@@ -83,7 +83,7 @@ def _item() -> bytes:
 def _capture(path: Path) -> Path:
     """A producer connection: DcpOpen, a stream request and its failover log, then one
     DcpHypothetical item on the stream before any snapshot marker."""
-    from dcpdissect.samples.builder import dcp_open, failover, ok, stream_req
+    from dcpdissect.samples.dsl import dcp_open, failover, ok, stream_req
     conv = ns.TcpConversation(ns.Endpoint("10.9.0.2", 50400), ns.Endpoint("10.9.0.1", 11210))
     conv.send("c2s", dcp_open("hypothetical-consumer", 0x01, 1))
     conv.send("s2c", ok(protocol.opcode_code("DcpOpen"), 1))
@@ -127,9 +127,10 @@ def test_scapy_dissects_it_into_its_own_class(hypothetical_tables):
 # --- (c) Lua ------------------------------------------------------------------------------
 
 def test_lua_render_has_its_fields_and_shape(hypothetical_tables):
-    from dcpdissect.luagen.render import field_abbrevs, render
-    assert field_abbrevs(CODE, True) == {"by_seqno": "dcp.hypothetical.by_seqno",
-                                         "rev_seqno": "dcp.hypothetical.rev_seqno"}
+    from dcpdissect.luagen.render import render
+    from dcpdissect.protocol.filters import field_filters
+    assert field_filters(HYPOTHETICAL, True) == {"by_seqno": "dcp.hypothetical.by_seqno",
+                                           "rev_seqno": "dcp.hypothetical.rev_seqno"}
     lua = render()
     assert '"dcp.hypothetical.by_seqno"' in lua and '"dcp.hypothetical.layout"' in lua
     assert "SHAPES[0x68] = {name = \"DcpHypothetical\"" in lua
@@ -156,7 +157,7 @@ def test_tshark_shows_its_fields(hypothetical_tables, tmp_path):
 # --- (d) docs -----------------------------------------------------------------------------
 
 def test_protocol_reference_lists_it(hypothetical_tables):
-    from dcpdissect.protocol.catalogue import render
+    from dcpdissect.docgen.protocol_doc import render
     text = render()
     assert "### 0x68 DcpHypothetical" in text
     assert "| `0x68` | [DcpHypothetical](#0x68-dcphypothetical) | DCP Hypothetical | `hypothetical` " \
@@ -208,7 +209,7 @@ def test_without_the_table_entry_it_is_unknown(tmp_path):
     nothing (so the checks above are the table entry's doing)."""
     from dcpdissect.analysis.run import analyze_file
     from dcpdissect.codec import decode
-    from dcpdissect.protocol.catalogue import render
+    from dcpdissect.docgen.protocol_doc import render
     from dcpdissect.reports.evidence import document_ranges
     from dcpdissect.scapy import layers
     findings, _ = analyze_file(str(_capture(tmp_path / "hypothetical.pcap")))

@@ -23,7 +23,7 @@ import pytest
 
 from dcpdissect.codec import decode
 from dcpdissect.reassembly.pdus import Pdu, iter_events
-from dcpdissect.samples.builder import SPECS
+from dcpdissect.samples.scenarios_basic import SPECS
 
 pytestmark = [pytest.mark.tshark, pytest.mark.slow]
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -1,21 +1,21 @@
 """Rule catalogue, violation samples and golden findings.
 
-Rewrite the golden file after an intended change of findings with
-``DCPDISSECT_UPDATE_GOLDEN=1 python -m pytest tests/test_violations.py``.
+Rewrite the golden file (and docs/rules.md) after an intended change of findings with
+``python -m dcpdissect.regen``: it prints how many golden rows changed, and in which samples.
 """
 
 import argparse
 import json
-import os
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-from dcpdissect.analysis.catalogue import category, render_rules_markdown
 from dcpdissect.analysis.rules import ERROR, RULES, WARNING
 from dcpdissect.analysis.run import analyze_file
 from dcpdissect.cli.common import add_capture_options, capture_options
+from dcpdissect.docgen.rules_doc import render
+from dcpdissect.regen import golden_rows
 from dcpdissect.samples.builder import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,34 +99,20 @@ def test_findings_carry_the_pdu_and_frames():
 
 def test_rules_markdown_is_current():
     doc = (ROOT / "docs" / "rules.md").read_text()
-    assert doc == render_rules_markdown(), \
-        "regenerate: python -m dcpdissect.analysis.catalogue > docs/rules.md"
+    assert doc == render(), "docs/rules.md is stale: python -m dcpdissect.regen"
 
 
 def test_rules_markdown_lists_every_rule_by_category():
-    text = render_rules_markdown()
+    text = render()
     for rid, r in RULES.items():
         assert f"| `{rid}` | {r.severity} |" in text
-        assert f"## {category(rid)}" in text
-    assert category("extras-length") == "structure"
-    assert category("marker-start-after-end") == "structure"
-    assert category("resume-collapsed-snapshot") == "stream"
-
-
-def golden_rows() -> list[dict]:
-    rows = []
-    for spec in all_specs():
-        for f in findings_of(spec.filename):
-            rows.append({"sample": spec.filename, "rule": f.rule, "frame": f.frame,
-                         "connection": f.connection, "vbucket": f.vbucket})
-    return rows
+        assert f"## {r.family}" in text
+    assert RULES["extras-length"].family == "structure"
+    assert RULES["marker-start-after-end"].family == "structure"
+    assert RULES["resume-collapsed-snapshot"].family == "stream"
 
 
 def test_golden_findings():
-    rows = golden_rows()
-    if os.environ.get("DCPDISSECT_UPDATE_GOLDEN"):
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     want = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
-    assert rows == want, ("findings changed; if intended rewrite with "
-                          "DCPDISSECT_UPDATE_GOLDEN=1 python -m pytest tests/test_violations.py")
+    assert golden_rows(SAMPLES) == want, \
+        "findings changed; if intended, rewrite the golden file: python -m dcpdissect.regen"

@@ -372,7 +372,7 @@ def _seqno(rng: random.Random) -> int:
 def _dcp_message(rng: random.Random, vb: int, opaque: int) -> tuple[int, bytes]:
     """(direction, frame) of one random but well-framed DCP message."""
     from ..codec import encode
-    from ..samples.builder import failover, marker, mutation, stream_req
+    from ..samples.dsl import failover, marker, mutation, stream_req
     op = opcode_code
     r = rng.random()
     s = _seqno
@@ -427,7 +427,7 @@ def _dcp_message(rng: random.Random, vb: int, opaque: int) -> tuple[int, bytes]:
 def dcp_conversation(rng: random.Random) -> bytes:
     """One or two connections of well-framed DCP messages with random fields and order
     (stream state machines, resume and rollback checks)."""
-    from ..samples.builder import dcp_open, ok
+    from ..samples.dsl import dcp_open, ok
     frames: list[bytes] = []
     name = rng.choice(("replication:a->b:default", "eq_dcpq:x", "java-dcp-client"))
     for k in range(rng.randint(1, 2)):

@@ -18,13 +18,13 @@ from ..protocol import (
     FLEXIBLE_MAGICS, FRAME_INFO_STREAM_ID, FRAME_INFOS_NOT_FOR_DCP, HEADER_SIZE, MAGICS,
     MAX_COLLECTIONS_KEY_LENGTH, MAX_COLLECTIONS_LOGICAL_KEY_LENGTH, MAX_FRAME_SIZE, MAX_KEY_LENGTH,
     MAX_SYSTEM_XATTR_BYTES, MAX_XATTR_KEY_LENGTH, TLS_PORTS,
-    OPCODE_NAMES, OPCODES, REQUEST_FRAME_INFO_SIZES, REQUEST_FRAME_INFOS, REQUEST_MAGICS,
+    OPCODE_NAMES, REQUEST_FRAME_INFO_SIZES, REQUEST_FRAME_INFOS, REQUEST_MAGICS,
     RESPONSE_FRAME_INFOS, SERVER_MAGICS, SERVER_OPCODES, STATUS, Check, Field, FlagSet, Layout,
     Opcode, Shape, ValueNames,
 )
+from ..protocol.filters import PROTO, filter_name, filter_section
 from ..protocol.header import CLASSIC_HEADER, FLEXIBLE_HEADER
 
-PROTO = "dcp"
 PROTO_TITLE = "Couchbase DCP (dcpdissect)"
 SEVERITY = {ERROR: "expert.severity.ERROR", WARNING: "expert.severity.WARN",
             INFO: "expert.severity.NOTE"}
@@ -74,27 +74,6 @@ def ident(abbrev: str) -> str:
     return "F." + abbrev[len(PROTO) + 1:].replace(".", "_")
 
 
-def section_of(op: Opcode | None, lay: Layout) -> str:
-    """Filter section of a layout's fields (dcp.<section>.<field>; "" = top level)."""
-    if lay.section is not None:
-        return lay.section
-    return lay.repeated or (op.section if op else "")
-
-
-def field_abbrevs(opcode: int, request: bool) -> dict[str, str]:
-    """Field name -> display-filter name, for every layout field of one opcode direction."""
-    op = OPCODES.get(opcode)
-    if op is None:
-        return {}
-    shape = op.request if request else op.response
-    out = {}
-    for lay in shape.extras + shape.values:
-        sec = section_of(op, lay)
-        for fd in lay.fields:
-            out.setdefault(fd.name, f"{PROTO}.{sec}.{fd.name}" if sec else f"{PROTO}.{fd.name}")
-    return out
-
-
 # --- fields --------------------------------------------------------------------------------
 
 @dataclass
@@ -119,7 +98,7 @@ class FieldSet:
         return ident(abbrev)
 
     def table_field(self, section: str, fd: Field) -> str:
-        abbrev = f"{PROTO}.{section}.{fd.name}" if section else f"{PROTO}.{fd.name}"
+        abbrev = filter_name(section, fd.name)
         old = self.fields.get(abbrev)
         if old is not None:
             if (old.width, old.display, old.flags) != (fd.width, fd.display, fd.flags):
@@ -286,11 +265,11 @@ def _check_lua(c: Check) -> str:
 def _layout_lua(op: Opcode, lay: Layout, fs: FieldSet, keep: set[str] | None, what: str) -> str:
     """One layout as a Lua table; ``keep`` names the fields whose values the checks, the Info
     summary or a ``when`` condition read (None: all)."""
-    sec = section_of(op, lay)
+    sec = filter_section(op, lay)
     parts = []
     for fd in sorted(lay.fields, key=lambda f: f.offset):
         var = fs.table_field(sec, fd)
-        abbrev = f"{PROTO}.{sec}.{fd.name}" if sec else f"{PROTO}.{fd.name}"
+        abbrev = filter_name(sec, fd.name)
         bits = fs.bits.get(abbrev)
         bits_lua = "{" + ", ".join(bits) + "}" if bits else "nil"
         kept = keep is None or fd.name in keep
@@ -338,7 +317,7 @@ def shapes(fs: FieldSet) -> list[str]:
     for op in DCP_OPCODES:
         layout_var = "nil"
         if op.section:
-            abbrev = f"{PROTO}.{op.section}.layout"
+            abbrev = filter_name(op.section, "layout")
             layout_var = fs.add(abbrev, f"ProtoField.string({lua_str(abbrev)}, \"Layout\")")
         req, rsp = _shape_lua(op, True, fs), _shape_lua(op, False, fs)
         seq = lua_str(op.seqno_field) if op.seqno_field else "nil"

@@ -33,9 +33,10 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 from ..capture.pcapwrite import LINKTYPE_ETHERNET, PcapWriter
 from ..capture.readers import Frame, open_capture
-from .builder import Script, replication
+from .dsl import Script
 from .netsynth import Endpoint
 from .realnet import in_namespaces, missing
+from .scenarios_basic import replication
 from .scenarios_streams import resume_collapsed
 
 __all__ = ["Layer", "Fragmenting", "Wrapped", "encapsulate", "write_wrapped", "ipv4_fragments",

@@ -46,7 +46,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from .builder import Script
+from .dsl import Script
 from .netsynth import Endpoint
 from .realnet import NamespaceReplay, capinfos, missing
 

@@ -1,6 +1,6 @@
 """The real samples: scripted conversations replayed over kernel TCP and captured.
 
-``python -m dcpdissect.samples.replay samples/real`` (or this module) rebuilds every file
+``python -m dcpdissect.samples.real_samples samples/real`` rebuilds every file
 and its README.md table. Real captures differ byte for byte from run to run (timestamps,
 sequence numbers, MAC addresses, segmenting); the repository keeps one run's files and
 this command makes equivalent ones. It needs root, dumpcap, tcpdump, tshark, editcap,
@@ -20,8 +20,10 @@ from pathlib import Path
 
 from ..codec.header import peek
 from ..protocol.constants import HEADER_SIZE
-from . import builder, scenarios_large, scenarios_moves, scenarios_streams
+from . import scenarios_large, scenarios_moves, scenarios_streams
+from .dsl import T0, Script
 from .realnet import delete_frames, in_namespaces, missing, on_loopback
+from .scenarios_basic import replication, stream_id_connector
 
 PORTS = (11209, 11210)
 TSHARK_DECODE = [arg for p in PORTS for arg in ("-d", f"tcp.port=={p},couchbase")] + [
@@ -37,10 +39,10 @@ class Made:
     shows: str
 
 
-def replication_scripts() -> list[builder.Script]:
+def replication_scripts() -> list[Script]:
     """The clean replication sample's scripts: replication on 11209 and the stream-id
     connector on 11210, half a microsecond apart as in ``clean-replication.pcap``."""
-    return [builder.replication(), builder.stream_id_connector(start_ns=builder.T0 + 500)]
+    return [replication(), stream_id_connector(start_ns=T0 + 500)]
 
 
 def gzip_to(src: Path, dst: Path) -> None:
@@ -229,7 +231,7 @@ def readme(out: Path, made: list[Made]) -> str:
         "VXLAN tunnel. Loopback replays use 127.42.c.d for the scripted a.b.c.d;",
         "namespace replays keep the scripted addresses. Rebuild (as root) with",
         "",
-        "    python -m dcpdissect.samples.replay samples/real",
+        "    python -m dcpdissect.samples.real_samples samples/real",
         "",
         "Each rebuild differs byte for byte (times, sequence numbers, MAC addresses); the",
         "messages are the same. The last column is what tshark 4.0 decodes",
@@ -243,7 +245,7 @@ def readme(out: Path, made: list[Made]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dcpdissect.samples.replay",
+    p = argparse.ArgumentParser(prog="python -m dcpdissect.samples.real_samples",
                                 description="rebuild the real samples (needs root)")
     p.add_argument("dir", help="output folder, e.g. samples/real")
     p.add_argument("--only", nargs="+", choices=sorted(GROUPS), help="rebuild these groups")

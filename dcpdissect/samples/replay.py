@@ -1,6 +1,6 @@
 """Play scripted DCP conversations over real kernel TCP sockets.
 
-A :class:`~dcpdissect.samples.builder.Script` records what each side sends; its
+A :class:`~dcpdissect.samples.dsl.Script` records what each side sends; its
 synthesised plan (``netsynth``) gives every send, pause and close a time. The
 :class:`Player` turns the scripts of one sample into a single global timeline (all
 connections, both directions, in the plan's time order, as ``netsynth.write_pcap`` merges
@@ -10,7 +10,7 @@ one ``sendall`` (so the kernel segments them as a producer's buffer), and every 
 in full by the peer before the next event. The kernel chooses segment sizes, ACKs and
 window updates; the capture around it (``realnet.Capture``) records them.
 
-``python -m dcpdissect.samples.replay DIR`` rebuilds the real samples (``real_samples``).
+``python -m dcpdissect.samples.real_samples DIR`` rebuilds the real samples with it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from ..codec.header import frame_size
 from ..protocol.constants import HEADER_SIZE
-from .builder import Script
+from .dsl import Script
 from .netsynth import FIN, RST
 
 ENDINGS = ("fin", "rst", "half", "open")
@@ -276,9 +276,3 @@ class Player:
                 socks[side].close()
                 socks[side] = None
 
-
-if __name__ == "__main__":
-    import sys
-
-    from .real_samples import main
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """Collection-aware DCP: keys with leb128 collection ids, and the system events that name the
-collections (appended to builder.all_specs()).
+collections (listed in builder.SCENARIOS).
 
 ``collections``: two producer connections whose HELLO enables Collections. The first streams
 vb 0 unfiltered: a scope created (version 0), collections created in it as version 0, 1
@@ -16,7 +16,7 @@ import struct
 
 from ..codec import encode
 from ..codec.keys import leb128
-from .builder import T0, Script, Spec, control, dcp_open, failover, hello_exchange, marker, ok, stream_req
+from .dsl import T0, Script, Spec, control, dcp_open, failover, hello_exchange, marker, ok, stream_req
 from .netsynth import Endpoint
 
 PRODUCER = Endpoint("10.0.9.1", 11210)

@@ -13,12 +13,12 @@ the negotiation, where the tolerance of KEY_EEXISTS cannot be decided.
 from __future__ import annotations
 
 from ..codec import encode
-from .builder import (
+from .dsl import (
     T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req,
 )
-from .builder import controls_exchange as _controls
-from .builder import from_first_marker as _after_negotiation
-from .builder import hello_exchange as _hello
+from .dsl import controls_exchange as _controls
+from .dsl import from_first_marker as _after_negotiation
+from .dsl import hello_exchange as _hello
 from .netsynth import Endpoint
 
 UUID = 0xC0DE000000000000

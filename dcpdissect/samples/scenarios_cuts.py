@@ -17,8 +17,8 @@
 from __future__ import annotations
 
 from . import netsynth as ns
-from .builder import (CONSUMER, PRODUCER_11209, Script, Spec, dcp_open, doc, failover, marker,
-                      mutation, ok, replication, stream_req)
+from .dsl import Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .scenarios_basic import CONSUMER, PRODUCER_11209, replication
 from .scenarios_streams import resume_collapsed
 
 

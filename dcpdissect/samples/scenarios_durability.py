@@ -15,8 +15,8 @@ each), and a connection without enable_sync_writes.
 from __future__ import annotations
 
 from ..codec import encode
-from .builder import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
-from .builder import controls_exchange as _controls
+from .dsl import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .dsl import controls_exchange as _controls
 from .netsynth import Endpoint
 
 UUID = 0xD0A0000000000000

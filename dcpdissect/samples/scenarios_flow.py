@@ -30,10 +30,10 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from .builder import T0, Script, Spec, dcp_open, failover, marker, ok, stream_req
-from .builder import controls_exchange as _controls
-from .builder import from_first_marker as _after_negotiation
-from .builder import hello_exchange as _hello
+from .dsl import T0, Script, Spec, dcp_open, failover, marker, ok, stream_req
+from .dsl import controls_exchange as _controls
+from .dsl import from_first_marker as _after_negotiation
+from .dsl import hello_exchange as _hello
 from .netsynth import Endpoint
 
 UUID = 0xF10E000000000000

@@ -22,7 +22,7 @@ import random
 from ..codec import encode
 from ..codec.header import pack as pack_header
 from . import netsynth as ns
-from .builder import (
+from .dsl import (
     T0,
     Script,
     Spec,

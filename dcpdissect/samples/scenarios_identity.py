@@ -1,5 +1,5 @@
 """Consumer identity across connections, and captures that start inside a connection
-(appended to builder.SPECS).
+(listed in builder.SCENARIOS).
 
 A consumer is its DcpOpen name on a server and bucket, not its TCP connection. The resume
 pair of the DCP design discussion ("Why does a client need to provide snapshot start & end
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..codec import encode
 from . import netsynth as ns
-from .builder import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .dsl import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
 from .netsynth import Endpoint
 
 PRODUCER = Endpoint("10.0.3.1", 11210)

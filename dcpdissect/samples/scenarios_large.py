@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 
 from ..codec import encode
-from .builder import (
-    CONSUMER, PRODUCER_11209, Script, control, dcp_open, doc, failover, marker, mutation, ok,
-    stream_req,
-)
+from .dsl import Script, control, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .scenarios_basic import CONSUMER, PRODUCER_11209
 
 DOCUMENT_KEY = "catalogue::2026"
 DOCUMENT_SEQNO = 3

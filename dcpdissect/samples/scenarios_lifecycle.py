@@ -1,5 +1,5 @@
 """Stream-lifecycle samples: after the end, the close, a takeover or a dropped collection;
-change-stream (history) snapshots (appended to builder.all_specs()).
+change-stream (history) snapshots (listed in builder.SCENARIOS).
 
 ``lifecycle-legal``: a Slow end and a correct re-request, a takeover that ends cleanly, a
 close answered then silence (one message in flight before the response), a StreamEnd before
@@ -20,8 +20,8 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from .builder import T0, Script, Spec, controls_exchange, dcp_open, failover, marker, ok, stream_req
-from .builder import from_first_marker as _after_negotiation
+from .dsl import T0, Script, Spec, controls_exchange, dcp_open, failover, marker, ok, stream_req
+from .dsl import from_first_marker as _after_negotiation
 from .netsynth import Endpoint
 from .scenarios_validator import ckey
 

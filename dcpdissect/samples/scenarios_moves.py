@@ -23,7 +23,7 @@ the second connection reads no failover log first):
 from __future__ import annotations
 
 from ..codec import encode
-from .builder import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
+from .dsl import T0, Script, Spec, dcp_open, doc, failover, marker, mutation, ok, stream_req
 from .netsynth import Endpoint
 
 NAME = "connector-moves"

@@ -10,8 +10,9 @@ and one on 8443 (``tls-connection`` info each, not decoded).
 
 from __future__ import annotations
 
-from .builder import T0, CONNECTOR, Script, Spec, stream_id_connector
+from .dsl import T0, Script, Spec
 from .netsynth import Endpoint
+from .scenarios_basic import CONNECTOR, stream_id_connector
 
 DCP_12000 = Endpoint("10.0.0.1", 12000)
 HTTP_REQUEST = (b"GET /pools/default HTTP/1.1\r\nHost: 10.0.0.1:8080\r\n"

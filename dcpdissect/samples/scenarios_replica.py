@@ -1,4 +1,4 @@
-"""A replica node's capture: both legs of ns_server's DCP proxy (appended to builder.SPECS).
+"""A replica node's capture: both legs of ns_server's DCP proxy (listed in builder.SCENARIOS).
 
 ns_server on the replica node B (10.0.5.2) opens a producer connection to the active node's
 memcached (10.0.5.1:11209) and a consumer connection to its own memcached (127.0.0.1:11209),
@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from .builder import T0, MAX_SEQNO, Script, Spec, dcp_open, deletion, doc, failover, marker, ok
+from .dsl import T0, MAX_SEQNO, Script, Spec, dcp_open, deletion, doc, failover, marker, ok
 from .netsynth import Endpoint
 
 NAME = "replication:ns_1@10.0.5.1->ns_1@10.0.5.2:default"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..codec import encode
-from .builder import T0, Script, Spec, control, dcp_open, failover, marker, mutation, ok, stream_req
+from .dsl import T0, Script, Spec, control, dcp_open, failover, marker, mutation, ok, stream_req
 from .netsynth import Endpoint
 
 SERVER = Endpoint("10.0.0.1", 11210)

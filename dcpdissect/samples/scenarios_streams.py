@@ -1,5 +1,5 @@
 """Stream-semantics samples: markers versus data, OSO, consumer responses, Add Stream
-correlation and resume fidelity across connections (appended to builder.SPECS).
+correlation and resume fidelity across connections (listed in builder.SCENARIOS).
 
 Each violation travels on its own vbucket of an otherwise ordinary conversation, so a
 finding points at one message.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from ..codec import encode
-from .builder import (
+from .dsl import (
     T0, Script, Spec, dcp_open, doc, failover, marker, mutation, deletion, ok, stream_req,
 )
 from .netsynth import Endpoint

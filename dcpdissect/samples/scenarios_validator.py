@@ -16,7 +16,7 @@ import struct
 
 from ..codec import encode
 from ..codec.header import peek
-from .builder import MAX_SEQNO, T0, Script, Spec, control, doc, failover, marker, ok, stream_req
+from .dsl import MAX_SEQNO, T0, Script, Spec, control, doc, failover, marker, ok, stream_req
 from .netsynth import Endpoint
 
 PRODUCER = Endpoint("10.0.4.1", 11210)

@@ -10,7 +10,7 @@ from ..codec import encode, peek
 from ..codec.header import pack as pack_header
 from ..protocol import HEADER_SIZE
 from . import netsynth as ns
-from .builder import (
+from .dsl import (
     T0,
     Script,
     Spec,

@@ -1,13 +1,9 @@
-"""The rule catalogue as Markdown (docs/rules.md).
-
-Regenerate with ``python -m dcpdissect.analysis.catalogue > docs/rules.md``.
-"""
+"""The rule catalogue as Markdown (docs/rules.md), from the registry of
+:mod:`dcpdissect.analysis.rules`."""
 
 from __future__ import annotations
 
-import sys
-
-from .rules import FAMILIES, RULES, Rule
+from ..analysis.rules import FAMILIES, RULES, Rule
 
 _FAMILY_TITLES = {
     "framing": "TCP reassembly and MCBP framing",
@@ -21,28 +17,22 @@ _FAMILY_TITLES = {
 }
 
 
-def category(rule_id: str) -> str:
-    """The rule's family (the module of analysis/rules/ that declares it)."""
-    return RULES[rule_id].family
-
-
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_rules_markdown(rules: dict[str, Rule] | None = None) -> str:
+def render() -> str:
     """The catalogue: one table per family, in the registry's order."""
-    rules = RULES if rules is None else rules
     groups: dict[str, list[Rule]] = {family: [] for family in FAMILIES}
-    for r in rules.values():
+    for r in RULES.values():
         groups[r.family].append(r)
     groups = {cat: members for cat, members in groups.items() if members}
     out = [
         "# dcpdissect rule catalogue",
         "",
-        "<!-- generated: python -m dcpdissect.analysis.catalogue > docs/rules.md -->",
+        "<!-- generated from dcpdissect/analysis/rules/ by python -m dcpdissect.regen -->",
         "",
-        f"{len(rules)} rules. Each names a sample under `samples/` that triggers it "
+        f"{len(RULES)} rules. Each names a sample under `samples/` that triggers it "
         "(`dcpdissect analyze samples/<sample>`, with the options shown beside it) and, in its "
         "rationale, the kv_engine code it "
         "rests on. Rules marked *single message* are judged from one message and its "
@@ -62,6 +52,3 @@ def render_rules_markdown(rules: dict[str, Rule] | None = None) -> str:
         out.append("")
     return "\n".join(out)
 
-
-if __name__ == "__main__":
-    sys.stdout.write(render_rules_markdown())

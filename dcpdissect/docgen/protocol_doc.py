@@ -1,31 +1,26 @@
 """The protocol tables as a Markdown field reference (docs/protocol.md).
 
-Regenerate with ``python -m dcpdissect.protocol.catalogue > docs/protocol.md`` (a test
-fails when the committed file differs from a fresh render).
-
-Everything comes from the tables of this package, read when :func:`render` runs: opcodes
-with their roles, layouts, fields, validator constraints and checks; the header; frame
-infos; HELLO features; datatypes; status codes; flag sets and value names. Two columns
-come from the renderers themselves, imported only while rendering (``protocol`` stays the
-bottom layer): the display-filter names of the Lua plugin
-(:func:`dcpdissect.luagen.render.field_abbrevs`) and the Scapy body classes
-(:data:`dcpdissect.scapy.layers.BODY_DISPATCH`).
+Everything comes from the tables of :mod:`dcpdissect.protocol`, read when :func:`render`
+runs: opcodes with their roles, layouts, fields, validator constraints and checks; the
+header; frame infos; HELLO features; datatypes; status codes; flag sets and value names;
+the display-filter names of the fields (:mod:`dcpdissect.protocol.filters`). The Scapy
+body classes come from :data:`dcpdissect.scapy.layers.BODY_DISPATCH`.
 """
 
 from __future__ import annotations
 
-import sys
+from .. import protocol
+from ..protocol import constants as C
+from ..protocol import header as H
+from ..protocol.filters import field_filters
+from ..protocol.model import Check, Field, FlagSet, Layout, Opcode, Presence, Shape, ValueNames
+from ..scapy import layers
 
-from . import constants as C
-from . import header as H
-from .model import Check, Field, FlagSet, Layout, Opcode, Presence, Shape, ValueNames
-
-GENERATED = "<!-- generated: python -m dcpdissect.protocol.catalogue > docs/protocol.md -->"
+GENERATED = "<!-- generated from dcpdissect/protocol/ by python -m dcpdissect.regen -->"
 
 
 def _tables():
     """The opcode tables as they are now (a test may have patched them)."""
-    from .. import protocol
     return protocol.DCP_OPCODES, protocol.shape_fields
 
 
@@ -160,7 +155,6 @@ def _opcode_index(opcodes) -> list[str]:
 
 def _scapy_classes(op: Opcode, request: bool) -> list[str]:
     """The Scapy body classes of one direction, in dispatch order, with their layouts."""
-    from ..scapy import layers
     out = []
     aliases = {v: k for k, v in layers.ALIASES.items()}
     for cls in layers.BODY_DISPATCH.get((op.code, request), ()):
@@ -258,7 +252,6 @@ def _checks(shape: Shape, fields: dict[str, Field]) -> list[str]:
 
 
 def _direction(op: Opcode, request: bool, shape_fields) -> list[str]:
-    from ..luagen.render import field_abbrevs
     shape = op.request if request else op.response
     if not request and shape == Shape():
         return []
@@ -268,7 +261,7 @@ def _direction(op: Opcode, request: bool, shape_fields) -> list[str]:
     classes = _scapy_classes(op, request)
     if classes:
         out += ["Scapy: " + ", ".join(classes) + ".", ""]
-    abbrevs = field_abbrevs(op.code, request)
+    abbrevs = field_filters(op, request)
     for lay in shape.extras:
         out += _layout_lines(op, lay, "Extras", abbrevs)
     for lay in shape.values:
@@ -446,6 +439,3 @@ def render() -> str:
         out.pop()
     return "\n".join(out) + "\n"
 
-
-if __name__ == "__main__":
-    sys.stdout.write(render())
