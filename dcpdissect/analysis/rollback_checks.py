@@ -220,12 +220,12 @@ class RollbackTracker:
         shown["model"] = model
         if success and d.rollback:
             if sure:
-                out.append(finding_for(ROLLBACK_MISSED.id, f"success for uuid {uuid:#x} start {start} "
-                                       f"snapshot [{snap[0]}, {snap[1]}]; {model}", pdu, msg, shown,
-                                       context))
+                out.append(finding_for(ROLLBACK_MISSED.id, f"success for uuid {uuid:#x} start "
+                                       f"{start} snapshot [{snap[0]}, {snap[1]}]; {model}", pdu,
+                                       msg, shown, context))
             else:
-                out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model} if the server's high "
-                                       f"and purge seqnos were the ones seen ({high_lb}, "
+                out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model} if the server's "
+                                       f"high and purge seqnos were the ones seen ({high_lb}, "
                                        f"{self.purge.get(key, 0)}); it answered success, which is "
                                        "right if they were larger or the collection purge exemption "
                                        "applied", pdu, msg, shown, context))
@@ -236,9 +236,9 @@ class RollbackTracker:
                                        f"for uuid {uuid:#x} start {start}; {model}", pdu, msg, shown,
                                        context))
             else:
-                out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model}, but the purge seqno "
-                                       "is only known as a lower bound: a purge rollback to 0 "
-                                       "cannot be excluded", pdu, msg, shown, context))
+                out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model}, but the purge "
+                                       "seqno is only known as a lower bound: a purge rollback "
+                                       "to 0 cannot be excluded", pdu, msg, shown, context))
         for finding in out:
             finding.vbucket = req.vbucket
         return out

@@ -1,9 +1,9 @@
-"""The client opcodes of kv_engine's include/mcbp/protocol/opcode.h (commit eba4298981505cdc3371abbfb8be213236f7875a) other than DCP's.
+"""The client opcodes of kv_engine's include/mcbp/protocol/opcode.h other than DCP's.
 
-Names only (display and resynchronisation). The DCP opcodes (0x50-0x67, 0x96) are
-:data:`.opcodes.DCP_OPCODES`, with their layouts: :func:`dcpdissect.protocol.opcode_tables`
-joins both lists into ``OPCODE_NAMES`` and checks that they do not overlap.
-``*_Unsupported`` codes are ones the server no longer executes.
+Commit eba4298981505cdc3371abbfb8be213236f7875a; names only (display and resynchronisation).
+The DCP opcodes (0x50-0x67, 0x96) are :data:`.opcodes.DCP_OPCODES`, with their layouts:
+:func:`dcpdissect.protocol.opcode_tables` joins both lists into ``OPCODE_NAMES`` and checks
+that they do not overlap. ``*_Unsupported`` codes are ones the server no longer executes.
 """
 
 CLIENT_OPCODE_NAMES: dict[int, str] = {

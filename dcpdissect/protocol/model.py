@@ -266,12 +266,13 @@ class Opcode:
       the committed one, a prepare's in the prepared one.
     * ``reply``: how the producer takes the consumer's response to it (:class:`Reply`);
       None for a message the producer's streams do not send.
-    * ``negotiates``: the request sets what the connection may carry (DcpOpen flags,
-      DcpControl keys: analysis/negotiation.py follows them); evidence keeps it for every
-      finding of its connection.
-    * ``opens_stream``: the request asks for a vbucket's stream (a stream request, or an
-      add stream that makes a consumer send one); evidence keeps it for a finding about its
-      vbucket.
+    * ``negotiates``: the request sets what the connection may carry (the DcpOpen flags:
+      daemon/protocol/mcbp/dcp_open_executor.cc; the DcpControl keys: engines/ep/src/dcp/
+      producer.cc DcpProducer::control); analysis/negotiation.py follows them, and evidence
+      keeps them for every finding of their connection.
+    * ``opens_stream``: the request asks for a vbucket's stream (a stream request:
+      DcpProducer::streamRequest; an add stream, which makes a consumer send one:
+      DcpConsumer::addStream); evidence keeps it for a finding about its vbucket.
     """
 
     code: int

@@ -3,7 +3,9 @@
 The constraints are kv_engine's (commit eba4298981505cdc3371abbfb8be213236f7875a):
 ``daemon/mcbp_validators.cc`` (``verify_header`` and each ``dcp_*_validator``) for what
 memcached accepts, ``engines/ep/src/dcp/consumer.cc`` / ``passive_stream.cc`` for what a
-consumer accepts, ``producer.cc`` for what a producer accepts in a stream request.
+consumer accepts, ``producer.cc`` for what a producer accepts in a stream request. The
+roles an opcode plays for the analysis (stream, item, sync write, reply, ...) are described,
+with the kv_engine code they rest on, on :class:`.model.Opcode`.
 """
 
 from __future__ import annotations

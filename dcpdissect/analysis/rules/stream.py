@@ -15,7 +15,8 @@ DATA_BEFORE_MARKER = rule(
     "R18; the kv_engine consumer's snapshot range starts at [0,0]: ERANGE, then the producer "
     "disconnects", ST)
 SNAPSHOT_END_NOT_INCREASING = rule(
-    "snapshot-end-not-increasing", ERROR, "snapshot marker end is not above the previous marker's end",
+    "snapshot-end-not-increasing", ERROR,
+    "snapshot marker end is not above the previous marker's end",
     "R17; PassiveStream cur_snapshot_end is strictly monotonic (exception: Disk|History marker "
     "with an equal end, MB-58548)", ST)
 SNAPSHOT_START_OVERLAP = rule(

@@ -373,7 +373,8 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     elif value is Presence.FORBIDDEN and m.value_len:
         why = " (HELLO did not enable Collections)" if shape.value is not Presence.FORBIDDEN \
             and value is Presence.FORBIDDEN and shape.value_context else ""
-        add((VALUE_PRESENCE.id, f"{name}: a {m.value_len}-byte value is not allowed{why}", _sizes(m)))
+        add((VALUE_PRESENCE.id, f"{name}: a {m.value_len}-byte value is not allowed{why}",
+             _sizes(m)))
     elif shape.value_min and m.value_len < shape.value_min:
         add((VALUE_LENGTH.id, f"{name}: value of {m.value_len} bytes, at least {shape.value_min} "
              "required", _sizes(m)))
@@ -465,7 +466,8 @@ def _frame_infos(m: Message, add) -> None:
         if sizes is None:
             add((FRAME_INFO_UNKNOWN.id, f"{what} is not one the server knows", {"id": info.id}))
         elif info.id in FRAME_INFOS_NOT_FOR_DCP:
-            add((FRAME_INFO_NOT_SUPPORTED.id, f"{what} is not supported by this opcode", {"id": info.id}))
+            add((FRAME_INFO_NOT_SUPPORTED.id, f"{what} is not supported by this opcode",
+                 {"id": info.id}))
         elif (not info.data) if sizes == "+" else len(info.data) not in sizes:
             add((FRAME_INFO_INVALID.id, f"{what} with {len(info.data)} bytes of data",
                  {"id": info.id, "size": len(info.data)}))
@@ -511,4 +513,5 @@ def _connection(m: Message, spec, ctx, add) -> None:
         if ctx.dcp:
             add((DCP_OPEN_TWICE.id, "DcpOpen on a connection already opened for DCP", {}))
     elif m.opcode != GET_FAILOVER_LOG and ctx.dcp is False:
-        add((DCP_NOT_OPEN.id, f"{spec.name} on a connection that sent no DcpOpen since its start", {}))
+        add((DCP_NOT_OPEN.id, f"{spec.name} on a connection that sent no DcpOpen since its start",
+             {}))

@@ -7,11 +7,12 @@ server→client):
 * **Flow control** as engines/ep/src/dcp/producer.cc DcpProducer::BufferLog counts it: the
   window is the accepted ``connection_buffer_size`` (control(); 0, the default, disables
   flow control), every message the producer's streams send (``Opcode.stream`` in the
-  protocol tables) passes ``bufferLogInsert(getMessageSize())`` (active_stream.cc ActiveStream::nextQueuedItem: its
-  header, extras, key, value and stream-id frame info, i.e. the bytes on the wire;
-  SetVBucketState counts 25), noops bypass it (maybeSendNoop runs before the isFull check in
-  DcpProducer::step); ``insert`` succeeds while ``bytesOutstanding < maxBytes``, so the message
-  that crosses the window is legal and the next one is not; a buffer ack releases its bytes
+  protocol tables) passes ``bufferLogInsert(getMessageSize())`` (active_stream.cc
+  ActiveStream::nextQueuedItem: its header, extras, key, value and stream-id frame info,
+  i.e. the bytes on the wire; SetVBucketState counts 25), noops bypass it (maybeSendNoop
+  runs before the isFull check in DcpProducer::step); ``insert`` succeeds while
+  ``bytesOutstanding < maxBytes``, so the message that crosses the window is legal and the
+  next one is not; a buffer ack releases its bytes
   (BufferLog::acknowledge → release: more than outstanding is logged and the counter wraps).
   The consumer acks what it received (consumer.cc UpdateFlowControl per message, FlowControl::
   handleFlowCtl), in capture order: an ack captured before a producer message may have
