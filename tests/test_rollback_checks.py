@@ -4,11 +4,10 @@ import json
 import subprocess
 import sys
 
+from dcpdissect.analysis.rules import RULES
 from dcpdissect.analysis.run import analyze_file
 
-ROLLBACK_RULES = {"rollback-missed", "rollback-unexpected", "rollback-seqno-above-start",
-                  "rollback-loop", "rollback-not-applied", "rollback-prediction-unsure",
-                  "rollback-purge-seqno-not-sent"}
+ROLLBACK_RULES = {r.id for r in RULES.values() if r.family == "rollback"}
 
 
 def rollback_findings(samples_dir, name):

@@ -1,18 +1,19 @@
 """A made-up opcode added to the protocol tables reaches every renderer and every role.
 
-``hypothetical_tables`` adds ``DcpHypothetical`` (0x68: a producer-sent stream item that
-carries a document) to a copy of the tables and patches every module that imported a table
-(``protocol.opcode_tables`` derives them all), plus the two per-opcode caches built from
-them: the codec's decode plans and the Scapy body classes. pytest's monkeypatch restores
-everything after each test. The checks use real behaviour: codec round trip, Scapy
-dissection, the rendered Lua plugin run by tshark, docs/protocol.md, evidence redaction and
-the analyzer's stream rules.
+``synthetic_opcode.py`` defines DcpHypothetical (0x68) and, in a fresh interpreter, adds it to
+``DCP_OPCODES`` before ``dcpdissect.protocol`` is imported: the tables derived from them,
+every set a consumer module builds at import and every hand list are then what a real table
+entry gives. That interpreter observes the package (codec, Scapy, the rendered Lua plugin,
+docs/protocol.md, evidence redaction, and the analyzer on captures built here byte by byte:
+the stream rules, flow control, the duplicate-key check, durability) and the tests below
+judge what it saw against values written here. The last test is the control: in this
+interpreter, without the table entry, the same bytes mean nothing.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,130 +22,75 @@ from pathlib import Path
 import pytest
 
 import dcpdissect
-from dcpdissect import protocol
-from dcpdissect.protocol import (
-    DATATYPE_ALL, Field, Layout, Opcode, Presence, Sender, Shape,
-)
-from dcpdissect.samples import netsynth as ns
+import synthetic_opcode as syn
+from synthetic_opcode import CODE, NAME, REV, SECRET_KEY, SECRET_VALUE, SEQNO, VB, WINDOW
 
 TSHARK = shutil.which("tshark")
-CODE = 0x68
-HYPOTHETICAL = Opcode(
-    CODE, "DcpHypothetical", "DCP Hypothetical", section="hypothetical", stream=True, item=True,
-    document=True, sender=Sender.PRODUCER, seqno_field="by_seqno",
-    request=Shape((Layout("V1", (Field("by_seqno", 0, 8, "By seqno", short="seqno"),
-                                 Field("rev_seqno", 8, 8, "Rev seqno", short="rev")), 16),),
-                  key=Presence.REQUIRED, value=Presence.OPTIONAL, datatypes=DATATYPE_ALL,
-                  validated=True))
-SECRET_KEY, SECRET_VALUE = b"secret-key", b"secret-value"
-VB, OPAQUE, SEQNO, REV = 3, 0x300, 5, 7
+PROBE = Path(syn.__file__)
 
 
-def _import_everything() -> None:
-    """Import every module of the package first: a module imported for the first time
-    while the tables are patched would keep the patched tables after the test."""
-    for info in pkgutil.walk_packages(dcpdissect.__path__, "dcpdissect."):
-        if not info.name.endswith("__main__"):
-            importlib.import_module(info.name)
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory) -> dict:
+    """What the package does with DcpHypothetical in its tables (``out``: the files)."""
+    out = tmp_path_factory.mktemp("synthetic")
+    syn.write_captures(out)
+    root = str(Path(dcpdissect.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    proc = subprocess.run([sys.executable, str(PROBE), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return {**json.loads((out / syn.OBSERVED).read_text()), "out": out}
 
 
-def _patch_tables(monkeypatch, op: Opcode) -> None:
-    _import_everything()
-    new = protocol.opcode_tables(protocol.DCP_OPCODES + (op,))
-    old = {name: getattr(protocol, name) for name in new}
-    for module in [m for name, m in sys.modules.items()
-                   if m is not None and (name == "dcpdissect" or name.startswith("dcpdissect."))]:
-        for name, value in old.items():
-            if getattr(module, name, None) is value:
-                monkeypatch.setattr(module, name, new[name])
-    # per-opcode state built from the tables
-    monkeypatch.setattr(importlib.import_module("dcpdissect.codec.decode"), "_PLANS", {})
-    layers = importlib.import_module("dcpdissect.scapy.layers")
-    classes = dict(layers.BODY_CLASSES)
-    dispatch = {k: list(v) for k, v in layers.BODY_DISPATCH.items()}
-    layers.generate((op,), classes, dispatch)
-    monkeypatch.setattr(layers, "BODY_CLASSES", classes)
-    monkeypatch.setattr(layers, "BODY_DISPATCH", dispatch)
+def _rules(findings: list[dict]) -> list[str]:
+    return [f["rule"] for f in findings]
 
 
-@pytest.fixture
-def hypothetical_tables(monkeypatch):
-    _patch_tables(monkeypatch, HYPOTHETICAL)
-    assert protocol.OPCODES[CODE] is HYPOTHETICAL
-    return HYPOTHETICAL
-
-
-def _item() -> bytes:
-    from dcpdissect.codec import encode
-    return encode(CODE, {"by_seqno": SEQNO, "rev_seqno": REV}, key=SECRET_KEY, value=SECRET_VALUE,
-                  vbucket=VB, opaque=OPAQUE, cas=0x17A0000000000005)
-
-
-def _capture(path: Path) -> Path:
-    """A producer connection: DcpOpen, a stream request and its failover log, then one
-    DcpHypothetical item on the stream before any snapshot marker."""
-    from dcpdissect.samples.dsl import dcp_open, failover, ok, stream_req
-    conv = ns.TcpConversation(ns.Endpoint("10.9.0.2", 50400), ns.Endpoint("10.9.0.1", 11210))
-    conv.send("c2s", dcp_open("hypothetical-consumer", 0x01, 1))
-    conv.send("s2c", ok(protocol.opcode_code("DcpOpen"), 1))
-    conv.send("c2s", stream_req(VB, OPAQUE))
-    conv.send("s2c", failover(OPAQUE, (0xAB00000000000000, 0)))
-    conv.send("s2c", _item())
-    conv.close()
-    ns.write_pcap(str(path), [conv.packets()])
-    return path
+def test_the_tables_hold_it(observed):
+    assert observed["tables"] == {
+        "name": NAME, "sync_write": "mutation", "key_namespace": "committed",
+        "roles": ["DOCUMENT_ITEM_OPCODES", "DOCUMENT_OPCODES", "ITEM_OPCODES", "STREAM_OPCODES"]}
 
 
 # --- (a) codec ----------------------------------------------------------------------------
 
-def test_codec_round_trip(hypothetical_tables):
-    from dcpdissect.codec import decode
-    m = decode(_item())
-    assert m.spec is HYPOTHETICAL and m.name == "DcpHypothetical"
-    assert m.layout == "V1" and m.problems == []
-    assert m.fields == {"by_seqno": SEQNO, "rev_seqno": REV}
-    assert (m.key, bytes(m.value), m.vbucket, m.opaque) == (SECRET_KEY, SECRET_VALUE, VB, OPAQUE)
+def test_codec_decodes_it(observed):
+    m = observed["codec"]
+    assert m["is_spec"] and m["name"] == NAME and m["layout"] == "V1" and m["problems"] == []
+    assert m["fields"] == {"by_seqno": SEQNO, "rev_seqno": REV}
+    assert (m["key"], m["value"]) == (SECRET_KEY.hex(), SECRET_VALUE.hex())
+    assert (m["vbucket"], m["opaque"]) == (VB, syn.OPAQUE)
 
 
 # --- (b) Scapy ----------------------------------------------------------------------------
 
-def test_scapy_dissects_it_into_its_own_class(hypothetical_tables):
-    from dcpdissect.scapy import layers
-    pkt = layers.MCBP(_item())
-    body = pkt.payload
-    assert type(body).__name__ == "DcpHypothetical"
-    assert body.table_fields() == {"by_seqno": SEQNO, "rev_seqno": REV}
-    assert body.key_bytes == SECRET_KEY and body.value_bytes == SECRET_VALUE
-    assert pkt.summary() == ("DcpHypothetical request vb:3 seqno=5 rev=7 key='secret-key' "
-                             "value_len=12")
-    # and crafting: the body class sets the opcode
-    cls = layers.BODY_CLASSES["DcpHypothetical"]
-    built = bytes(layers.MCBP(vbucket=VB, opaque=OPAQUE, cas=0x17A0000000000005)
-                  / cls(by_seqno=SEQNO, rev_seqno=REV, key=SECRET_KEY, value=SECRET_VALUE))
-    assert built == _item()
+def test_scapy_dissects_it_into_its_own_class(observed):
+    s = observed["scapy"]
+    assert s["class"] == NAME and s["fields"] == {"by_seqno": SEQNO, "rev_seqno": REV}
+    assert (s["key"], s["value"]) == (SECRET_KEY.hex(), SECRET_VALUE.hex())
+    assert s["summary"] == ("DcpHypothetical request vb:3 seqno=5 rev=7 key='secret-key' "
+                            "value_len=12")
+    assert bytes.fromhex(s["built"]) == syn.item()       # crafting: the class sets the opcode
 
 
 # --- (c) Lua ------------------------------------------------------------------------------
 
-def test_lua_render_has_its_fields_and_shape(hypothetical_tables):
-    from dcpdissect.luagen.render import render
-    from dcpdissect.protocol.filters import field_filters
-    assert field_filters(HYPOTHETICAL, True) == {"by_seqno": "dcp.hypothetical.by_seqno",
-                                           "rev_seqno": "dcp.hypothetical.rev_seqno"}
-    lua = render()
+def test_lua_render_has_its_fields_and_shape(observed):
+    assert observed["lua"]["abbrevs"] == {"by_seqno": "dcp.hypothetical.by_seqno",
+                                          "rev_seqno": "dcp.hypothetical.rev_seqno"}
+    lua = (observed["out"] / observed["lua"]["plugin"]).read_text()
     assert '"dcp.hypothetical.by_seqno"' in lua and '"dcp.hypothetical.layout"' in lua
-    assert "SHAPES[0x68] = {name = \"DcpHypothetical\"" in lua
+    assert 'SHAPES[0x68] = {name = "DcpHypothetical"' in lua
 
 
 @pytest.mark.tshark
 @pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
-def test_tshark_shows_its_fields(hypothetical_tables, tmp_path):
-    from dcpdissect.luagen.render import render
-    plugin = tmp_path / "dcpdissect.lua"
-    plugin.write_text(render())
-    pcap = _capture(tmp_path / "hypothetical.pcap")
+def test_tshark_shows_its_fields(observed):
+    out = observed["out"]
     proc = subprocess.run(
-        [TSHARK, "-r", str(pcap), "-X", f"lua_script:{plugin}", "-o",
+        [TSHARK, "-r", str(out / "stream.pcap"), "-X",
+         f"lua_script:{out / observed['lua']['plugin']}", "-o",
          "tcp.reassemble_out_of_order:TRUE", "-Y", f"dcp.opcode == 0x{CODE:02x}", "-T", "fields",
          "-e", "dcp.hypothetical.by_seqno", "-e", "dcp.hypothetical.rev_seqno",
          "-e", "dcp.hypothetical.layout", "-e", "dcp.key", "-e", "_ws.lua.error"],
@@ -156,9 +102,8 @@ def test_tshark_shows_its_fields(hypothetical_tables, tmp_path):
 
 # --- (d) docs -----------------------------------------------------------------------------
 
-def test_protocol_reference_lists_it(hypothetical_tables):
-    from dcpdissect.docgen.protocol_doc import render
-    text = render()
+def test_protocol_reference_lists_it(observed):
+    text = (observed["out"] / observed["docs"]["reference"]).read_text()
     assert "### 0x68 DcpHypothetical" in text
     assert "| `0x68` | [DcpHypothetical](#0x68-dcphypothetical) | DCP Hypothetical | `hypothetical` " \
            "| producer | document, stream, item |" in text
@@ -173,21 +118,15 @@ def _bundle_bytes(out: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(out.iterdir()))
 
 
-def test_evidence_redaction_removes_its_key_and_value(hypothetical_tables, tmp_path):
-    from dcpdissect.analysis.run import analyze_file
-    from dcpdissect.codec import decode
-    from dcpdissect.reports.evidence import document_ranges, write_evidence
-    data = _item()
-    m = decode(data)
-    assert document_ranges(data) == [m.key_range, m.value_range]    # the decoder's offsets
-    assert data[slice(*m.key_range)] == SECRET_KEY and data[slice(*m.value_range)] == SECRET_VALUE
-    pcap = _capture(tmp_path / "hypothetical.pcap")
-    findings, summary = analyze_file(str(pcap))
-    assert any(f.pdu == data for f in findings)
-    plain = write_evidence(str(pcap), findings, summary, tmp_path / "plain")
+def test_evidence_redaction_removes_its_key_and_value(observed):
+    r = observed["redaction"]
+    data = syn.item()
+    start = 24 + 16                                     # after the header and the extras
+    key_range, value_range = [start, start + len(SECRET_KEY)], [start + len(SECRET_KEY), len(data)]
+    assert r["document_ranges"] == r["decoded_ranges"] == [key_range, value_range]
+    plain, redacted = (observed["out"] / name for name in r["bundles"])
     assert SECRET_KEY in _bundle_bytes(plain) and SECRET_VALUE in _bundle_bytes(plain)
-    out = write_evidence(str(pcap), findings, summary, tmp_path / "redacted", redact=True)
-    blob = _bundle_bytes(out)
+    blob = _bundle_bytes(redacted)
     for secret in (SECRET_KEY, SECRET_VALUE):
         assert secret not in blob
         assert secret.hex(" ")[:20] not in blob.decode("utf-8", "replace")    # hexdumps
@@ -195,32 +134,74 @@ def test_evidence_redaction_removes_its_key_and_value(hypothetical_tables, tmp_p
 
 # --- (f) the stream role ------------------------------------------------------------------
 
-def test_analyzer_treats_it_as_a_stream_item(hypothetical_tables, tmp_path):
-    from dcpdissect.analysis.run import analyze_file
-    findings, _ = analyze_file(str(_capture(tmp_path / "hypothetical.pcap")))
-    rules = {f.rule for f in findings}
-    assert "data-before-marker" in rules and "unknown-opcode" not in rules
-    f = next(f for f in findings if f.rule == "data-before-marker")
-    assert f.vbucket == VB and f.pdu == _item() and "DcpHypothetical seqno 5" in f.message
+def test_analyzer_treats_it_as_a_stream_item(observed):
+    findings = observed["stream_rules"]["findings"]
+    assert _rules(findings) == ["data-before-marker"]
+    f = next(f for f in findings if f["rule"] == "data-before-marker")
+    assert f["vbucket"] == VB and bytes.fromhex(f["pdu"]) == syn.item()
+    assert "DcpHypothetical seqno 5" in f["message"]
 
+
+# --- (g) flow control: BufferLog counts its bytes -----------------------------------------
+
+def test_flow_control_counts_its_bytes(observed):
+    findings = observed["flow_control"]["findings"]
+    window = [f for f in findings if f["rule"] == "flow-control-window-exceeded"]
+    # the marker (44 bytes) and the first two items (52 each) are unacked at the third
+    assert [(f["fields"], bytes.fromhex(f["pdu"])) for f in window] == [
+        ({"unacked": 44 + 2 * 52, "window": WINDOW}, syn.FLOW_ITEMS[2])]
+    assert window[0]["message"].startswith("DcpHypothetical sent with 148 bytes unacknowledged")
+    # the ack of all 200 bytes sent is legal: no more than the producer counted
+    assert _rules(findings) == ["flow-control-window-exceeded"]
+
+
+# --- (h) the duplicate-key check, durability ----------------------------------------------
+
+def test_a_duplicate_key_in_one_snapshot_is_found(observed):
+    dup = observed["duplicate_key"]["findings"]
+    assert [(f["rule"], f["fields"], bytes.fromhex(f["pdu"])) for f in dup] == [
+        ("data-duplicate-key", {"key": "'dup'"}, syn.item(2, b"dup"))]   # not "solo"
+    assert "second change of key 'dup' in the snapshot [0,10]" in dup[0]["message"]
+
+
+def test_durability_treats_it_as_a_committed_write(observed):
+    judged = observed["durability"]["findings"]
+    assert [(f["rule"], bytes.fromhex(f["pdu"])) for f in judged] == [
+        ("sync-mutation-while-pending", syn.item(2, b"doc"))]    # not the "other" key
+    assert judged[0]["message"].startswith("DcpHypothetical of 'doc' (seqno 2)")
+    assert judged[0]["fields"] == {"prepared_seqno": 1}
+
+
+# --- (i) the fuzzer: an observer of synthetic_opcode.OBSERVERS, when fuzz/gen.py reads the tables
+
+
+# --- the control ----------------------------------------------------------------------------
 
 def test_without_the_table_entry_it_is_unknown(tmp_path):
-    """The control, after the tests above restored the tables: the same capture means
-    nothing (so the checks above are the table entry's doing)."""
+    """In this interpreter (no table entry) the same captures mean nothing, so the checks
+    above are the table entry's doing."""
+    from dcpdissect import protocol
     from dcpdissect.analysis.run import analyze_file
     from dcpdissect.codec import decode
     from dcpdissect.docgen.protocol_doc import render
     from dcpdissect.reports.evidence import document_ranges
     from dcpdissect.scapy import layers
-    findings, _ = analyze_file(str(_capture(tmp_path / "hypothetical.pcap")))
-    assert "data-before-marker" not in {f.rule for f in findings}
+    assert CODE not in protocol.OPCODES and NAME not in protocol.OPCODE_CODES
+    syn.write_captures(tmp_path)
+    rules = {name: {f.rule for f in analyze_file(str(tmp_path / name))[0]}
+             for name in syn.CAPTURES}
+    assert "data-before-marker" not in rules["stream.pcap"]
+    # not counted: no window exceeded, and the ack of 200 bytes is more than was counted
+    assert "flow-control-window-exceeded" not in rules["flow.pcap"]
+    assert "buffer-ack-exceeds-sent" in rules["flow.pcap"]
+    assert "data-duplicate-key" not in rules["duplicate.pcap"]
+    assert "sync-mutation-while-pending" not in rules["durability.pcap"]
     # an opcode without a layout is redacted whole by default (key and value)
-    item = _item()
-    start = 24 + item[4]                    # after the header and the 16-byte extras
-    keylen = int.from_bytes(item[2:4], "big")
-    assert document_ranges(item) == [(start, start + keylen), (start + keylen, len(item))]
-    assert decode(_item()).spec is None
-    assert CODE not in protocol.OPCODES and "DcpHypothetical" not in protocol.OPCODE_CODES
-    assert (CODE, True) not in layers.BODY_DISPATCH and "DcpHypothetical" not in layers.BODY_CLASSES
-    assert type(layers.MCBP(_item()).payload).__name__ == "MCBPGeneric"
+    data = syn.item()
+    start = 24 + data[4]                    # after the header and the 16-byte extras
+    keylen = int.from_bytes(data[2:4], "big")
+    assert document_ranges(data) == [(start, start + keylen), (start + keylen, len(data))]
+    assert decode(data).spec is None
+    assert (CODE, True) not in layers.BODY_DISPATCH and NAME not in layers.BODY_CLASSES
+    assert type(layers.MCBP(data).payload).__name__ == "MCBPGeneric"
     assert "Hypothetical" not in render()

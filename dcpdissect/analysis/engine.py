@@ -17,9 +17,15 @@ from ..reassembly.pdus import NotMcbp, TlsConnection, TlsProblem
 from ..reassembly.framing import (ILLEGAL_MAGIC, MAX_PDU_SEGMENTS, TOO_LARGE, Hidden, LostPdu,
                                   Pdu, Resync)
 from ..reassembly.tcp import LOST
+from ..reassembly import tls as tls_problems
 from .findings import Finding, finding_for
 from .negotiation import NEGOTIATING, Negotiation
 from .rollback_checks import RollbackTracker
+from .rules.framing import (CAPTURE_GAP, CONNECTIONS_NOT_MCBP, FRAME_TOO_LARGE,
+                            LOST_PDU, MID_STREAM_START, RESYNC_AFTER_GARBAGE, TCP_CAP,
+                            TCP_OVERLAP_MISMATCH, TCP_SEQ_JUMP, TLS_CONNECTION,
+                            UNCAPTURED_NOT_JUDGED, UNKNOWN_MAGIC)
+from .rules.tls import TLS_AUTH_FAILED, TLS_GAP, TLS_NO_KEY, TLS_UNSUPPORTED
 from .streams import StreamTracker
 from .rules.structure import check_message, unjudged
 
@@ -57,13 +63,13 @@ class Analyzer:
             neg = self.negotiated[ev.conn] = Negotiation(start_seen=not ev.mid_stream)
             out = self.streams.on_open(ev, neg)
             if ev.mid_stream:
-                out.append(Finding("mid-stream-start", f"no TCP handshake for {_ends(ev)}: the "
+                out.append(Finding(MID_STREAM_START.id, f"no TCP handshake for {_ends(ev)}: the "
                                    "capture started inside the connection", ev.frame, (ev.frame,),
                                    ev.ts_ns, ev.conn))
             return out
         if kind is StreamGap:
             if ev.length and ev.cause == LOST:      # 0: a sequence jump (tcp-seq-jump)
-                return [Finding("capture-gap", f"{ev.length} bytes missing in "
+                return [Finding(CAPTURE_GAP.id, f"{ev.length} bytes missing in "
                                 f"{'client→server' if ev.direction == 0 else 'server→client'} "
                                 f"before stream offset {ev.offset}", ev.frame, (ev.frame,),
                                 ev.ts_ns, ev.conn)]
@@ -77,12 +83,12 @@ class Analyzer:
         if kind is LostPdu:
             if ev.direction == 0:
                 self._lost_bytes(ev.conn)
-            return [Finding("lost-pdu", f"message at stream offset {ev.offset} cut by "
+            return [Finding(LOST_PDU.id, f"message at stream offset {ev.offset} cut by "
                             f"{_LOST_BY.get(ev.reason, ev.reason)}: "
                             f"{ev.have} of {ev.need or '?'} bytes", ev.frame, (ev.frame,),
                             ev.ts_ns, ev.conn)] + self.streams.on_lost(ev)
         if kind is TcpAnomaly:
-            rid = _ANOMALY_RULES.get(ev.kind, "tcp-cap")
+            rid = _ANOMALY_RULES.get(ev.kind, TCP_CAP.id)
             return [Finding(rid, ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
         if kind is ConnectionClosed:
             out = self.streams.on_close(ev)
@@ -93,15 +99,15 @@ class Analyzer:
         if kind is TlsConnection:
             how = ("on a TLS port" if ev.by_port
                    else "it starts with a TLS record header")
-            return [Finding("tls-connection", f"{_ends(ev)}: TLS ({how}): encrypted, "
+            return [Finding(TLS_CONNECTION.id, f"{_ends(ev)}: TLS ({how}): encrypted, "
                             "not decoded", ev.frame, (ev.frame,), ev.ts_ns, None,
                             fields={"client": f"{ev.client[0]}:{ev.client[1]}",
                                     "server": f"{ev.server[0]}:{ev.server[1]}"})]
         if kind is NotMcbp:
             return [not_mcbp_finding(ev.ports, ev.frame, ev.ts_ns)]
         if kind is TlsProblem:
-            return [Finding(ev.rule, f"{_ends(ev)}: {ev.detail}", ev.frame, (ev.frame,),
-                            ev.ts_ns, ev.conn,
+            return [Finding(_TLS_RULES[ev.rule], f"{_ends(ev)}: {ev.detail}", ev.frame,
+                            (ev.frame,), ev.ts_ns, ev.conn,
                             fields={"client": f"{ev.client[0]}:{ev.client[1]}",
                                     "server": f"{ev.server[0]}:{ev.server[1]}",
                                     "client_random": ev.client_random})]
@@ -139,7 +145,7 @@ class Analyzer:
                 continue
             what = ("its extras" if part == "extras" else f"its {part}")
             self._not_judged[rid] = note = Finding(
-                "uncaptured-not-judged", f"{msg.name}: {what} not captured ({pdu.missing} bytes "
+                UNCAPTURED_NOT_JUDGED.id, f"{msg.name}: {what} not captured ({pdu.missing} bytes "
                 f"of the message missing): " + ("no single-message rule" if rid == "extras"
                                                 else f"{rid}") + " could judge it, nor the "
                 "messages cut alike after it", pdu.frame, pdu.frames, pdu.ts_ns, pdu.conn,
@@ -160,14 +166,16 @@ class Analyzer:
             rid = _RESYNC_RULES.get(ev.cause)
             if rid is not None:
                 out.append(Finding(rid, ev.detail, ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
-            out.append(Finding("resync-after-garbage", f"skipped {ev.skipped} bytes to resume at "
+            out.append(Finding(RESYNC_AFTER_GARBAGE.id, f"skipped {ev.skipped} bytes to resume at "
                                f"stream offset {ev.offset}", ev.frame, (ev.frame,), ev.ts_ns, ev.conn))
         out += self.streams.on_resync(ev)
         return out
 
 
-_ANOMALY_RULES = {"overlap_mismatch": "tcp-overlap-mismatch", "seq_jump": "tcp-seq-jump"}
-_RESYNC_RULES = {ILLEGAL_MAGIC: "unknown-magic", TOO_LARGE: "frame-too-large"}
+_ANOMALY_RULES = {"overlap_mismatch": TCP_OVERLAP_MISMATCH.id, "seq_jump": TCP_SEQ_JUMP.id}
+_RESYNC_RULES = {ILLEGAL_MAGIC: UNKNOWN_MAGIC.id, TOO_LARGE: FRAME_TOO_LARGE.id}
+_TLS_RULES = {tls_problems.NO_KEY: TLS_NO_KEY.id, tls_problems.UNSUPPORTED: TLS_UNSUPPORTED.id,
+              tls_problems.AUTH_FAILED: TLS_AUTH_FAILED.id, tls_problems.TLS_GAP: TLS_GAP.id}
 _LOST_BY = {"gap": "a gap", "uncaptured": "the snapshot length", "end": "the end of the capture",
             "cap": f"the framing bound (carried by more than {MAX_PDU_SEGMENTS} segments)"}
 
@@ -183,7 +191,7 @@ def not_mcbp_finding(ports: dict, frame: int, ts_ns: int) -> Finding:
     listed = ", ".join(f"{p} ({n})" for p, n in by_count[:_PORTS_LISTED])
     if len(by_count) > _PORTS_LISTED:
         listed += f" and {len(by_count) - _PORTS_LISTED} more ports"
-    return Finding("connections-not-mcbp", f"{total} TCP connection{'s' * (total != 1)} not "
+    return Finding(CONNECTIONS_NOT_MCBP.id, f"{total} TCP connection{'s' * (total != 1)} not "
                    f"MCBP, not decoded; by server port: {listed}", frame, (frame,), ts_ns,
                    fields={"connections": total, "ports": {str(p): n for p, n in by_count}})
 

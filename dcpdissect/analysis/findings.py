@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .rules import RULES
+from .rules.framing import FINDINGS_CAPPED
 
 
 @dataclass
@@ -63,7 +64,7 @@ class FindingCap:
         return keep
 
     def dropped(self) -> list[Finding]:
-        return [Finding("findings-capped", f"{n} more {rid} findings (frames {first.frame}"
+        return [Finding(FINDINGS_CAPPED.id, f"{n} more {rid} findings (frames {first.frame}"
                         f"–{last}) not kept: at most {self.max_per_rule} per rule",
                         first.frame, (first.frame,) if first.frame else (), first.ts_ns,
                         first.connection, fields={"rule": rid, "dropped": n})

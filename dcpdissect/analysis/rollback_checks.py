@@ -21,6 +21,9 @@ from ..protocol import (
 )
 from .findings import Finding, finding_for
 from .rollback import REASON_AHEAD, REASON_NO_UUID, Decision, FailoverEntry, needs_rollback, sanitize
+from .rules.rollback import (ROLLBACK_LOOP, ROLLBACK_MISSED, ROLLBACK_NOT_APPLIED,
+                             ROLLBACK_PREDICTION_UNSURE, ROLLBACK_PURGE_SEQNO_NOT_SENT,
+                             ROLLBACK_SEQNO_ABOVE_START, ROLLBACK_UNEXPECTED)
 
 IGNORE_PURGED_TOMBSTONES = STREAM_FLAGS.bit("ignore_purged_tombstones")
 STRICT_VBUUID = STREAM_FLAGS.bit("strict_vbuuid")
@@ -141,7 +144,7 @@ class RollbackTracker:
         if (purge and f["start_seqno"] and sent != purge and not msg.value_cut
                 and not name.startswith(KV_REPLICATION)
                 and getattr(negotiated, "collections", None)):
-            out.append(finding_for("rollback-purge-seqno-not-sent",
+            out.append(finding_for(ROLLBACK_PURGE_SEQNO_NOT_SENT.id,
                                    f"request purge_seqno {sent if sent is not None else 'absent'}; "
                                    f"this consumer's last disk marker for the vbucket carried "
                                    f"purge seqno {purge}", pdu, msg,
@@ -159,7 +162,7 @@ class RollbackTracker:
             problems.append(f"uuid {f['vbucket_uuid']:#x} belongs to history above {last.seqno}")
         if not problems:
             return out
-        return out + [finding_for("rollback-not-applied", "; ".join(problems), pdu, msg,
+        return out + [finding_for(ROLLBACK_NOT_APPLIED.id, "; ".join(problems), pdu, msg,
                             {"start_seqno": f["start_seqno"], "vbucket_uuid": f"{f['vbucket_uuid']:#x}",
                              "previous_rollback_seqno": last.seqno})]
 
@@ -175,11 +178,11 @@ class RollbackTracker:
             rb_key = _consumer(opened, negotiated) + key[1:]
             last = self.rollbacks.get(rb_key)
             if r > start and not from_latest:        # FromLatest replaced start by the high seqno
-                out.append(finding_for("rollback-seqno-above-start",
+                out.append(finding_for(ROLLBACK_SEQNO_ABOVE_START.id,
                                        f"ROLLBACK({r}) for a request starting at {start}",
                                        pdu, msg, shown, context))
             if r == start and last and (last.uuid, last.start, last.snap, last.seqno) == (uuid, start, snap, r):
-                out.append(finding_for("rollback-loop", f"ROLLBACK({r}) answered again to the same "
+                out.append(finding_for(ROLLBACK_LOOP.id, f"ROLLBACK({r}) answered again to the same "
                                        f"request (uuid {uuid:#x}, start {start}, snapshot "
                                        f"[{snap[0]}, {snap[1]}])", pdu, msg, shown, context))
             table, conn = self.tables.get(key, ([], None))
@@ -217,25 +220,25 @@ class RollbackTracker:
         shown["model"] = model
         if success and d.rollback:
             if sure:
-                out.append(finding_for("rollback-missed", f"success for uuid {uuid:#x} start {start} "
-                                       f"snapshot [{snap[0]}, {snap[1]}]; {model}", pdu, msg, shown,
-                                       context))
+                out.append(finding_for(ROLLBACK_MISSED.id, f"success for uuid {uuid:#x} start "
+                                       f"{start} snapshot [{snap[0]}, {snap[1]}]; {model}", pdu,
+                                       msg, shown, context))
             else:
-                out.append(finding_for("rollback-prediction-unsure", f"{model} if the server's high "
-                                       f"and purge seqnos were the ones seen ({high_lb}, "
+                out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model} if the server's "
+                                       f"high and purge seqnos were the ones seen ({high_lb}, "
                                        f"{self.purge.get(key, 0)}); it answered success, which is "
                                        "right if they were larger or the collection purge exemption "
                                        "applied", pdu, msg, shown, context))
         elif not success and not d.rollback:
             rolled_to = msg.fields["rollback_seqno"]
             if sure and (rolled_to or flags & IGNORE_PURGED_TOMBSTONES):
-                out.append(finding_for("rollback-unexpected", f"ROLLBACK({rolled_to}) "
+                out.append(finding_for(ROLLBACK_UNEXPECTED.id, f"ROLLBACK({rolled_to}) "
                                        f"for uuid {uuid:#x} start {start}; {model}", pdu, msg, shown,
                                        context))
             else:
-                out.append(finding_for("rollback-prediction-unsure", f"{model}, but the purge seqno "
-                                       "is only known as a lower bound: a purge rollback to 0 "
-                                       "cannot be excluded", pdu, msg, shown, context))
+                out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model}, but the purge "
+                                       "seqno is only known as a lower bound: a purge rollback "
+                                       "to 0 cannot be excluded", pdu, msg, shown, context))
         for finding in out:
             finding.vbucket = req.vbucket
         return out

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..analysis.rules import ERROR, INFO, RULES, WARNING
+from ..analysis.rules.framing import FRAME_TOO_LARGE, UNKNOWN_MAGIC
+from ..analysis.rules.structure import FRAMING_EXTRAS_ENCODING, HEADER_INVARIANT
 from ..protocol import (
     DATATYPE, DATATYPE_FEATURES, DCP_OPCODES, DCP_OPEN_FLAGS, DCP_PORTS, FEATURE_COLLECTIONS,
     FLEXIBLE_MAGICS, FRAME_INFO_STREAM_ID, FRAME_INFOS_NOT_FOR_DCP, HEADER_SIZE, MAGICS,
@@ -28,9 +30,10 @@ from ..protocol.header import CLASSIC_HEADER, FLEXIBLE_HEADER
 PROTO_TITLE = "Couchbase DCP (dcpdissect)"
 SEVERITY = {ERROR: "expert.severity.ERROR", WARNING: "expert.severity.WARN",
             INFO: "expert.severity.NOTE"}
-MALFORMED_RULES = {"header-invariant", "framing-extras-encoding", "unknown-magic", "frame-too-large"}
+MALFORMED_RULES = {r.id for r in (HEADER_INVARIANT, FRAMING_EXTRAS_ENCODING, UNKNOWN_MAGIC,
+                                  FRAME_TOO_LARGE)}
 # Framing rules of the analyzer that the segment splitter raises by itself.
-FRAMING_RULES = ("unknown-magic", "frame-too-large")
+FRAMING_RULES = (UNKNOWN_MAGIC.id, FRAME_TOO_LARGE.id)
 
 
 def lua_str(text: str) -> str:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from ..analysis.engine import not_mcbp_finding
 from ..analysis.findings import MAX_FINDINGS_PER_RULE, Finding, FindingCap
+from ..analysis.rules.framing import CONNECTIONS_NOT_MCBP, UNCAPTURED_NOT_JUDGED
 from ..analysis.stream_summary import findings_by_stream
 from ..capture.order import position
 from ..capture.readers import TLS_KEY_LOG
@@ -256,7 +257,7 @@ def _first_notes(found: list) -> list:
     seen: set = set()
     out = []
     for m, f in found:
-        if f.rule == "uncaptured-not-judged":
+        if f.rule == UNCAPTURED_NOT_JUDGED.id:
             if f.fields["rule"] in seen:
                 continue
             seen.add(f.fields["rule"])
@@ -267,7 +268,7 @@ def _first_notes(found: list) -> list:
 def _one_not_mcbp(found: list) -> list:
     """(moment, finding) pairs with the groups' ``connections-not-mcbp`` findings (each
     counts its own flows) made one, as ``analyze`` reports it at the end of the capture."""
-    parts = [(m, f) for m, f in found if f.rule == "connections-not-mcbp"]
+    parts = [(m, f) for m, f in found if f.rule == CONNECTIONS_NOT_MCBP.id]
     if len(parts) < 2:
         return found
     ports: dict = {}
@@ -276,5 +277,5 @@ def _one_not_mcbp(found: list) -> list:
             ports[int(port)] = ports.get(int(port), 0) + n
     first = min((f for _m, f in parts), key=lambda f: f.frame)
     one = (max(m for m, _f in parts), not_mcbp_finding(ports, first.frame, first.ts_ns))
-    return sorted([mf for mf in found if mf[1].rule != "connections-not-mcbp"] + [one],
+    return sorted([mf for mf in found if mf[1].rule != CONNECTIONS_NOT_MCBP.id] + [one],
                   key=lambda mf: mf[0])

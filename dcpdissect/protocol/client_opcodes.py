@@ -1,7 +1,9 @@
-"""Every opcode of kv_engine's include/mcbp/protocol/opcode.h (commit eba4298981505cdc3371abbfb8be213236f7875a).
+"""The client opcodes of kv_engine's include/mcbp/protocol/opcode.h other than DCP's.
 
-Names only (display and resynchronisation); the DCP opcodes have their layouts in
-:mod:`.opcodes`. ``*_Unsupported`` codes are ones the server no longer executes.
+Commit eba4298981505cdc3371abbfb8be213236f7875a; names only (display and resynchronisation).
+The DCP opcodes (0x50-0x67, 0x96) are :data:`.opcodes.DCP_OPCODES`, with their layouts:
+:func:`dcpdissect.protocol.opcode_tables` joins both lists into ``OPCODE_NAMES`` and checks
+that they do not overlap. ``*_Unsupported`` codes are ones the server no longer executes.
 """
 
 CLIENT_OPCODE_NAMES: dict[int, str] = {
@@ -81,30 +83,6 @@ CLIENT_OPCODE_NAMES: dict[int, str] = {
     0x49: 'GetEx',
     0x4A: 'GetExReplica',
     0x4B: 'MutateWithMeta',
-    0x50: 'DcpOpen',
-    0x51: 'DcpAddStream',
-    0x52: 'DcpCloseStream',
-    0x53: 'DcpStreamReq',
-    0x54: 'DcpGetFailoverLog',
-    0x55: 'DcpStreamEnd',
-    0x56: 'DcpSnapshotMarker',
-    0x57: 'DcpMutation',
-    0x58: 'DcpDeletion',
-    0x59: 'DcpExpiration',
-    0x5A: 'DcpFlush_Unsupported',
-    0x5B: 'DcpSetVbucketState',
-    0x5C: 'DcpNoop',
-    0x5D: 'DcpBufferAcknowledgement',
-    0x5E: 'DcpControl',
-    0x5F: 'DcpSystemEvent',
-    0x60: 'DcpPrepare',
-    0x61: 'DcpSeqnoAcknowledged',
-    0x62: 'DcpCommit',
-    0x63: 'DcpAbort',
-    0x64: 'DcpSeqnoAdvanced',
-    0x65: 'DcpOsoSnapshot',
-    0x66: 'DcpCacheTransfer',
-    0x67: 'DcpCacheTransferEnd',
     0x70: 'GetFusionStorageSnapshot',
     0x71: 'ReleaseFusionStorageSnapshot',
     0x72: 'MountFusionVbucket',
@@ -132,7 +110,6 @@ CLIENT_OPCODE_NAMES: dict[int, str] = {
     0x93: 'EvictKey',
     0x94: 'GetLocked',
     0x95: 'UnlockKey',
-    0x96: 'GetFailoverLog',
     0x97: 'LastClosedCheckpoint_Unsupported',
     0x9E: 'DeregisterTapClient_Unsupported',
     0x9F: 'ResetReplicationChain_Unsupported',
@@ -203,13 +180,6 @@ CLIENT_OPCODE_NAMES: dict[int, str] = {
     0xFE: 'GetErrorMap',
 }
 
-SERVER_OPCODE_NAMES: dict[int, str] = {
-    0x01: 'ClustermapChangeNotification',
-    0x02: 'Authenticate',
-    0x03: 'ActiveExternalUsers',
-    0x04: 'GetAuthorization',
-}
-
 # Opcodes without a layout in :mod:`.opcodes` whose key and value name the connection,
 # never a document (HELLO's agent name and features, the bucket SelectBucket chooses, the
 # SASL mechanism list, cluster maps and error maps). Every other opcode without a layout
@@ -225,4 +195,11 @@ CLEAR_CLIENT_OPCODES = frozenset({
     0xB5,   # GetClusterConfig
     0xFE,   # GetErrorMap
 })
-assert all(code in CLIENT_OPCODE_NAMES for code in CLEAR_CLIENT_OPCODES)
+# Client opcodes that set what the connection may carry (HELLO's features, the bucket);
+# analysis/negotiation.py follows them with the DCP opcodes whose ``negotiates`` is set.
+NEGOTIATION_CLIENT_OPCODES = frozenset({
+    0x1F,   # Hello
+    0x89,   # SelectBucket
+})
+assert all(code in CLIENT_OPCODE_NAMES
+           for code in CLEAR_CLIENT_OPCODES | NEGOTIATION_CLIENT_OPCODES)

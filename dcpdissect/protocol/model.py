@@ -76,6 +76,10 @@ class ValueNames:
         got = self.values.get(value)
         return f"unknown:{value:#x}" if got is None else got
 
+    def code(self, name: str) -> int:
+        """The value called ``name``."""
+        return next(value for value, n in self.values.items() if n == name)
+
 
 @dataclass(frozen=True)
 class Field:
@@ -212,16 +216,63 @@ class Sender(str, Enum):
     EITHER = "either"
 
 
+class SyncWrite(str, Enum):
+    """An item's part in sync replication, as the replica's passive durability monitor
+    sees it (engines/ep/src/dcp/passive_stream.cc PassiveStream::processMessage)."""
+
+    PREPARE = "prepare"        # a pending sync write (item.h queue_op::pending_sync_write)
+    COMMIT = "commit"          # completes the key's prepare (VBucket::commit)
+    ABORT = "abort"            # aborts the key's prepare (VBucket::abort)
+    MUTATION = "mutation"      # a write committed by itself (queue_op::mutation: mutations,
+    #                            deletions, expirations); VBucket::processSet lets it replace
+    #                            the key's prepare in a Disk snapshot only
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How the producer takes the consumer's response to a message it sent
+    (engines/ep/src/dcp/producer.cc DcpProducer::handleResponse).
+
+    ``expected`` False: no response is expected (the switch's default branch throws
+    logic_error, "received an unknown client opcode"). ``taken``: the statuses taken as
+    they are; any other goes to errorMessageHandler, which keeps the connection for the
+    statuses that affect one stream and disconnects for the others. None: every status is
+    taken (the stream notes the acknowledgement)."""
+
+    expected: bool = True
+    taken: frozenset[str] | None = frozenset({"Success"})
+
+
 @dataclass(frozen=True)
 class Opcode:
     """One MCBP opcode with its request and response shapes and its role in DCP.
 
     ``section`` names its fields for filters (``dcp.<section>.<field>``) and JSON.
     ``document`` marks opcodes whose key and value carry customer data (redacted),
-    ``stream`` those that belong to a vbucket stream (the stream rules follow them),
-    ``item`` the stream's items (a seqno inside the current snapshot), ``sender`` who
-    sends the request. ``server_rejects`` is the status memcached
-    answers when it receives the request (an opcode it has no validator or executor for).
+    ``stream`` those that belong to a vbucket stream: the producer's ActiveStream queues
+    them in its readyQ, so each passes the connection's BufferLog (active_stream.cc
+    ActiveStream::nextQueuedItem: bufferLogInsert(getMessageSize())) and flow control counts
+    its bytes; the stream rules follow them. ``item`` marks the stream's items (a seqno
+    inside the current snapshot), ``sender`` who sends the request. ``server_rejects`` is
+    the status memcached answers when it receives the request (an opcode it has no
+    validator or executor for).
+
+    Roles the analysis reads:
+
+    * ``sync_write``: the item's part in sync replication (:class:`SyncWrite`), read by the
+      durability rules; it also puts the item's key in a namespace of the duplicate-key
+      check, as a checkpoint keeps one key index for committed items and one for prepares
+      (checkpoint.h Checkpoint::committedKeyIndex / preparedKeyIndex): a mutation's key in
+      the committed one, a prepare's in the prepared one.
+    * ``reply``: how the producer takes the consumer's response to it (:class:`Reply`);
+      None for a message the producer's streams do not send.
+    * ``negotiates``: the request sets what the connection may carry (the DcpOpen flags:
+      daemon/protocol/mcbp/dcp_open_executor.cc; the DcpControl keys: engines/ep/src/dcp/
+      producer.cc DcpProducer::control); analysis/negotiation.py follows them, and evidence
+      keeps them for every finding of their connection.
+    * ``opens_stream``: the request asks for a vbucket's stream (a stream request:
+      DcpProducer::streamRequest; an add stream, which makes a consumer send one:
+      DcpConsumer::addStream); evidence keeps it for a finding about its vbucket.
     """
 
     code: int
@@ -236,3 +287,7 @@ class Opcode:
     item: bool = False
     sender: Sender = Sender.EITHER
     server_rejects: str | None = None
+    sync_write: SyncWrite | None = None
+    reply: Reply | None = None
+    negotiates: bool = False
+    opens_stream: bool = False

@@ -3,7 +3,9 @@
 The constraints are kv_engine's (commit eba4298981505cdc3371abbfb8be213236f7875a):
 ``daemon/mcbp_validators.cc`` (``verify_header`` and each ``dcp_*_validator``) for what
 memcached accepts, ``engines/ep/src/dcp/consumer.cc`` / ``passive_stream.cc`` for what a
-consumer accepts, ``producer.cc`` for what a producer accepts in a stream request.
+consumer accepts, ``producer.cc`` for what a producer accepts in a stream request. The
+roles an opcode plays for the analysis (stream, item, sync write, reply, ...) are described,
+with the kv_engine code they rest on, on :class:`.model.Opcode`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from .constants import (
     OSO_FLAGS, SNAPSHOT_FLAGS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_END_REASONS,
     STREAM_FLAGS, SYSTEM_EVENT_VERSIONS, SYSTEM_EVENTS, VBUCKET_STATES,
 )
-from .model import ERROR, INFO, Check, Field, Layout, Opcode, Presence, Sender, Shape
+from .model import (ERROR, INFO, Check, Field, Layout, Opcode, Presence, Reply, Sender, Shape,
+                    SyncWrite)
 
 R, O, F = Presence.REQUIRED, Presence.OPTIONAL, Presence.FORBIDDEN
+PREPARE, COMMIT, ABORT, MUTATION = (SyncWrite.PREPARE, SyncWrite.COMMIT, SyncWrite.ABORT,
+                                    SyncWrite.MUTATION)
 S, SNAP, OPEN = STREAM_FLAGS.bit, SNAPSHOT_FLAGS.bit, DCP_OPEN_FLAGS.bit
 RAW = frozenset({0})
 VALIDATORS = "daemon/mcbp_validators.cc"
@@ -202,8 +207,16 @@ def no_nmeta(what: str) -> Check:
                  f"{what} with nmeta {{nmeta}}")
 
 
+# How engines/ep/src/dcp/producer.cc DcpProducer::handleResponse takes the consumer's
+# response to each message the producer's streams send.
+SUCCESS_REPLY = Reply()
+ACK_REPLY = Reply(taken=None)   # marker and set vbucket state: the ActiveStream notes the ack
+NO_REPLY = Reply(expected=False)    # not in handleResponse's switch: logic_error
+
+
 DCP_OPCODES: tuple[Opcode, ...] = (
     Opcode(0x50, "DcpOpen", "DCP Open Connection", section="open", sender=Sender.CONSUMER,
+           negotiates=True,
            request=request(extras("V1", 8, u32("seqno", 0, "Seqno (reserved)", shown="if_set"),
                                   u32("flags", 4, "Flags", display="hex", flags=DCP_OPEN_FLAGS)),
                            key=R, value=O, datatypes=frozenset({0, 1}), value_kind="json",
@@ -229,6 +242,7 @@ DCP_OPCODES: tuple[Opcode, ...] = (
                   "datatype {datatype} with a value (JSON required)", when=(("ne", "value_len", 0),)),
         ))),
     Opcode(0x51, "DcpAddStream", "DCP Add Stream", section="add_stream", sender=Sender.CONSUMER,
+           opens_stream=True,
            request=request(extras("V1", 4, u32("flags", 0, "Flags", display="hex", flags=STREAM_FLAGS)),
                            checks=STREAM_FLAG_CHECKS),
            response=Shape((extras("V1", 4, u32("new_opaque", 0, "New stream opaque", display="hex")),),
@@ -242,6 +256,7 @@ DCP_OPCODES: tuple[Opcode, ...] = (
     Opcode(0x52, "DcpCloseStream", "DCP Close Stream", section="close_stream", sender=Sender.CONSUMER,
            request=request()),
     Opcode(0x53, "DcpStreamReq", "DCP Stream Request", section="stream_req", sender=Sender.CONSUMER,
+           opens_stream=True,
            request=request(STREAM_REQ_EXTRAS, value=O, value_context="collections", value_kind="json",
                            checks=STREAM_REQ_CHECKS),
            response=Shape(value=O, values=(FAILOVER_ENTRY, ROLLBACK), datatypes=None,
@@ -250,13 +265,15 @@ DCP_OPCODES: tuple[Opcode, ...] = (
            sender=Sender.CONSUMER, request=request(), response=FAILOVER_RESPONSE),
     Opcode(0x55, "DcpStreamEnd", "DCP Stream End", section="stream_end", stream=True,
            sender=Sender.PRODUCER,
+           # KeyEnoent too: the consumer may have closed the stream already
+           reply=Reply(taken=frozenset({"Success", "KeyEnoent"})),
            request=request(extras("V1", 4, u32("reason", 0, "Reason", names=STREAM_END_REASONS)))),
     Opcode(0x56, "DcpSnapshotMarker", "DCP Snapshot Marker", section="snapshot", stream=True,
-           sender=Sender.PRODUCER,
+           sender=Sender.PRODUCER, reply=ACK_REPLY,
            request=request(MARKER_V1, MARKER_V2_EXTRAS, value=O,
                            values=(MARKER_V2_0, MARKER_V2_2, MARKER_V2_2_DOC), checks=MARKER_CHECKS)),
     Opcode(0x57, "DcpMutation", "DCP Mutation", section="mutation", stream=True, item=True, document=True,
-           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           sender=Sender.PRODUCER, seqno_field="by_seqno", sync_write=MUTATION, reply=SUCCESS_REPLY,
            request=request(extras("V1", 31, *_ITEM,
                                   u32("flags", 16, "Document flags", display="hex"),
                                   u32("expiration", 20, "Expiration", shown="if_set"),
@@ -265,20 +282,20 @@ DCP_OPCODES: tuple[Opcode, ...] = (
                                   u8("nru", 30, "NRU", shown="never")),
                            **_DOC, checks=(seqno_not_zero("mutation"), no_nmeta("mutation")))),
     Opcode(0x58, "DcpDeletion", "DCP Deletion", section="deletion", stream=True, item=True, document=True,
-           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           sender=Sender.PRODUCER, seqno_field="by_seqno", sync_write=MUTATION, reply=SUCCESS_REPLY,
            request=request(extras("V1", 18, *_ITEM, u16("nmeta", 16, "Extended metadata length",
                                                         shown="never"), context="!delete_v2"),
                            extras("V2", 21, *_ITEM, u32("delete_time", 16, "Delete time", shown="if_set"),
                                   u8("unused", 20, "Unused", shown="never"), context="delete_v2"),
                            **{**_DOC, "datatypes": DELETION_DATATYPES}, checks=(no_nmeta("deletion"),))),
     Opcode(0x59, "DcpExpiration", "DCP Expiration", section="expiration", stream=True, item=True, document=True,
-           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           sender=Sender.PRODUCER, seqno_field="by_seqno", sync_write=MUTATION, reply=SUCCESS_REPLY,
            request=request(extras("V1", 20, *_ITEM, u32("delete_time", 16, "Delete time",
                                                         shown="if_set")), **_DOC)),
     Opcode(0x5A, "DcpFlush_Unsupported", "DCP Flush (removed)", section="flush",
            server_rejects="NotSupported"),
     Opcode(0x5B, "DcpSetVbucketState", "DCP Set vBucket State", section="set_vbucket_state",
-           stream=True, sender=Sender.PRODUCER,
+           stream=True, sender=Sender.PRODUCER, reply=ACK_REPLY,
            request=request(extras("V1", 1, u8("state", 0, "State", names=VBUCKET_STATES)), checks=(
                Check("vbucket-state-invalid", ERROR, "set vbucket state to a state that does not exist",
                      f"{VALIDATORS} dcp_set_vbucket_state_validator: 'Request body state invalid' "
@@ -288,10 +305,10 @@ DCP_OPCODES: tuple[Opcode, ...] = (
     Opcode(0x5D, "DcpBufferAcknowledgement", "DCP Buffer Acknowledgement", section="buffer_ack",
            sender=Sender.CONSUMER,
            request=request(extras("V1", 4, u32("bytes_to_ack", 0, "Bytes to ack")))),
-    Opcode(0x5E, "DcpControl", "DCP Control", section="control",
+    Opcode(0x5E, "DcpControl", "DCP Control", section="control", negotiates=True,
            request=request(key=R, value=R, value_kind="text")),
     Opcode(0x5F, "DcpSystemEvent", "DCP System Event", section="system_event", stream=True, item=True,
-           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           sender=Sender.PRODUCER, seqno_field="by_seqno", reply=SUCCESS_REPLY,
            request=request(extras("V1", 13, u64("by_seqno", 0, "By seqno", short="seqno"),
                                   u32("event", 8, "Event", names=SYSTEM_EVENTS),
                                   u8("version", 12, "Version", names=SYSTEM_EVENT_VERSIONS, shown="never")),
@@ -303,7 +320,7 @@ DCP_OPCODES: tuple[Opcode, ...] = (
                Check("system-event-invalid", ERROR, "", "", ("in", "version", (0, 1, 2)),
                      "event version {version}"),))),
     Opcode(0x60, "DcpPrepare", "DCP Prepare", section="prepare", stream=True, item=True, document=True,
-           sender=Sender.PRODUCER, seqno_field="by_seqno",
+           sender=Sender.PRODUCER, seqno_field="by_seqno", sync_write=PREPARE, reply=SUCCESS_REPLY,
            request=request(extras("V1", 31, *_ITEM,
                                   u32("flags", 16, "Document flags", display="hex"),
                                   u32("expiration", 20, "Expiration", shown="if_set"),
@@ -322,25 +339,31 @@ DCP_OPCODES: tuple[Opcode, ...] = (
            sender=Sender.CONSUMER,
            request=request(extras("V1", 8, u64("prepared_seqno", 0, "Prepared seqno")), cas=F)),
     Opcode(0x62, "DcpCommit", "DCP Commit", section="commit", stream=True, item=True, document=True,
-           sender=Sender.PRODUCER, seqno_field="commit_seqno",
+           sender=Sender.PRODUCER, seqno_field="commit_seqno", sync_write=COMMIT,
+           reply=SUCCESS_REPLY,
            request=request(extras("V1", 16, u64("prepared_seqno", 0, "Prepared seqno"),
                                   u64("commit_seqno", 8, "Commit seqno")), key=R, cas=F)),
     Opcode(0x63, "DcpAbort", "DCP Abort", section="abort", stream=True, item=True, document=True,
-           sender=Sender.PRODUCER, seqno_field="abort_seqno",
+           sender=Sender.PRODUCER, seqno_field="abort_seqno", sync_write=ABORT,
+           reply=SUCCESS_REPLY,
            request=request(extras("V1", 16, u64("prepared_seqno", 0, "Prepared seqno"),
                                   u64("abort_seqno", 8, "Abort seqno")), key=R, cas=F)),
     Opcode(0x64, "DcpSeqnoAdvanced", "DCP Seqno Advanced", section="seqno_advanced", stream=True,
            sender=Sender.PRODUCER, seqno_field="by_seqno", server_rejects="UnknownCommand",
+           reply=NO_REPLY,
            request=Shape((extras("V1", 8, u64("by_seqno", 0, "Seqno", short="seqno")),))),
     Opcode(0x65, "DcpOsoSnapshot", "DCP OSO Snapshot", section="oso_snapshot", stream=True,
-           sender=Sender.PRODUCER, server_rejects="UnknownCommand",
+           sender=Sender.PRODUCER, server_rejects="UnknownCommand", reply=NO_REPLY,
            request=Shape((extras("V1", 4, u32("flags", 0, "Flags", display="hex", flags=OSO_FLAGS)),))),
     Opcode(0x66, "DcpCacheTransfer", "DCP Cache Transfer", section="cache_transfer", stream=True,
            document=True, sender=Sender.PRODUCER,
+           # Enomem too: a consumer without memory for the transfer (the stream cancels it)
+           reply=Reply(taken=frozenset({"Success", "Enomem"})),
            request=request(value=R, value_kind="records", cas=F,
                            value_min=42)),   # DcpCacheTransferBuffer::minSize(): 40-byte payload + 2
     Opcode(0x67, "DcpCacheTransferEnd", "DCP Cache Transfer End", section="cache_transfer_end",
-           stream=True, sender=Sender.PRODUCER, request=request(cas=F, datatypes=RAW)),
+           stream=True, sender=Sender.PRODUCER, reply=SUCCESS_REPLY,
+           request=request(cas=F, datatypes=RAW)),
     Opcode(0x96, "GetFailoverLog", "Get Failover Log", section="get_failover_log",
            sender=Sender.CONSUMER, request=request(), response=FAILOVER_RESPONSE),
 )

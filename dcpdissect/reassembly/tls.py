@@ -61,7 +61,7 @@ SUITES = {s_code: Suite(*s) for s_code, s in {
     0x009F: ("TLS_DHE_RSA_WITH_AES_256_GCM_SHA384", TLS12, AESGCM, 32, "sha384"),
 }.items()}
 
-# Rule ids of the problems (declared in analysis/rules/framing.py).
+# The problems (the analyzer reports each as the rule of analysis/rules/tls.py of that id).
 NO_KEY, UNSUPPORTED, AUTH_FAILED, TLS_GAP = ("tls-no-key", "tls-unsupported",
                                              "tls-auth-failed", "tls-gap")
 

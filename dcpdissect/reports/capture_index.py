@@ -27,7 +27,8 @@ from ..capture.order import TimeOrder
 from ..capture.packets import Decoder, decode_packet
 from ..capture.readers import CaptureError, open_capture
 from ..codec.header import peek
-from ..protocol import HEADER_SIZE, REQUEST_MAGICS, opcode_code
+from ..protocol import (HEADER_SIZE, NEGOTIATION_OPCODES, REQUEST_MAGICS, STREAM_OPENING_OPCODES,
+                        opcode_code)
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, Summary, iter_events
@@ -52,13 +53,7 @@ class _Msg:
     opaque: int
 
 
-_OPEN = opcode_code("DcpOpen")
 _MARKER = opcode_code("DcpSnapshotMarker")
-# Requests that set up a stream (kept, with their replies, as context of a vbucket's finding).
-_STREAM_CONTEXT = frozenset({opcode_code("DcpAddStream"), opcode_code("DcpStreamReq"), _MARKER})
-# Requests that negotiate what the connection may carry (kept, with their replies, always).
-_NEGOTIATION = frozenset({opcode_code("Hello"), opcode_code("SelectBucket"), _OPEN,
-                          opcode_code("DcpControl")})
 
 
 class CaptureIndex:
@@ -281,10 +276,10 @@ class CaptureIndex:
         msgs, frames = self._conn_msgs(conn)
         first_after = bisect.bisect_right(frames, at)
         for m in msgs[:first_after]:
-            if m.opcode in _NEGOTIATION and m.magic in REQUEST_MAGICS:
+            if m.opcode in NEGOTIATION_OPCODES and m.magic in REQUEST_MAGICS:
                 keep |= set(m.frames) | self._reply_frames(msgs, frames, m)
         if vbucket is not None:
-            wanted = set(_STREAM_CONTEXT)
+            wanted = {*STREAM_OPENING_OPCODES, _MARKER}    # requests that set up the stream
             for m in reversed(msgs[:first_after]):
                 if not wanted:
                     break

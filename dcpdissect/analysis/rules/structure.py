@@ -23,7 +23,9 @@ from ...protocol import (
     REQUEST_FRAME_INFOS, RESERVED_COLLECTION_IDS, SERVER_MAGICS, Check, Presence, Shape,
     opcode_code,
 )
-from .model import ERROR, WARNING, Rule, rule
+from .model import ERROR, WARNING, Rule, family
+
+rule = family("structure")
 
 V = "daemon/mcbp_validators.cc"
 SNAPPY, XATTR = DATATYPE.bit("snappy"), DATATYPE.bit("xattr")
@@ -36,70 +38,97 @@ def _generic(id, severity, title, rationale, sample=SAMPLE) -> Rule:
     return rule(id, severity, title, rationale, sample, single_pdu=True)
 
 
+HEADER_INVARIANT = _generic(
+    "header-invariant", ERROR, "framing extras + extras + key exceed the body length",
+    "include/mcbp/protocol/request.h Request::isValid: the server disconnects",
+    "violations-structure.pcap")
+FRAMING_EXTRAS_ENCODING = _generic(
+    "framing-extras-encoding", ERROR, "framing extras run past their end",
+    f"{V} parseFrameExtras: 'Invalid encoding in FrameExtras', Einval",
+    "violations-structure.pcap")
+UNKNOWN_OPCODE = _generic(
+    "unknown-opcode", WARNING, "opcode not in kv_engine's opcode table",
+    "include/mcbp/protocol/opcode.h: the server answers UnknownCommand",
+    "violations-structure.pcap")
+EXTRAS_LENGTH = _generic(
+    "extras-length", ERROR, "extras length the opcode does not allow",
+    f"{VH}: 'Request must include extras of length N' (DcpDeletion: 21 with Collections or "
+    "IncludeDeleteTimes, else 18); responses: the layout the receiver reads")
+VALUE_LENGTH = _generic(
+    "value-length", ERROR, "value length that matches no layout of the opcode",
+    f"{V} dcp_snapshot_marker_validator 'valuelen not expected', dcp_cache_transfer_validator; "
+    "engines/ep/src/dcp/consumer.cc handleResponse (failover log of 16-byte entries, 8-byte "
+    "rollback seqno)")
+KEY_PRESENCE = _generic(
+    "key-presence", ERROR, "key missing where required, or present where forbidden",
+    f"{VH}: 'Request must include key' / 'Request must not include key', Einval")
+KEY_TOO_LONG = _generic(
+    "key-too-long", ERROR, "key longer than the server accepts",
+    f"{VH}: 'Key length exceeds' 250, 251 on collection-aware connections (dockey_view.h "
+    "MaxCollectionsKeyLen), Einval")
+VALUE_PRESENCE = _generic(
+    "value-presence", ERROR, "value missing where required, or present where forbidden",
+    f"{VH}: 'Request must include value' / 'Request must not include value'; a stream "
+    "request value needs HELLO Collections (dcp_stream_req_validator), Einval")
+CAS_INVALID = _generic(
+    "cas-invalid", ERROR, "CAS set where it must be 0, or 0 where it must be set",
+    f"{VH}: 'Request CAS must be set' (DcpPrepare) / 'must not be set' (Commit, Abort, "
+    "SeqnoAcknowledged, CacheTransfer), Einval")
+DATATYPE_INVALID = _generic(
+    "datatype-invalid", ERROR, "datatype the opcode does not allow",
+    f"{VH}: 'Request datatype invalid' (most DCP requests are RAW; DcpOpen RAW or JSON; "
+    "deletions: valid_dcp_delete_datatype), Einval")
+DATATYPE_NOT_NEGOTIATED = _generic(
+    "datatype-not-negotiated", ERROR, "datatype bit the connection did not enable with HELLO",
+    f"{VH}: 'Datatype (...) not enabled for the connection' (HELLO JSON, Snappy, XATTR), Einval")
+DOCUMENT_KEY_INVALID = _generic(
+    "document-key-invalid", ERROR, "document key without a valid collection prefix",
+    f"{V} McbpValidator::is_document_key_valid (collection-aware connections): key >= 2 bytes, "
+    "canonical leb128 with a stop byte, a logical key, no reserved collection id 1-7, "
+    "logical key <= 246 bytes outside the default collection, Einval")
+XATTR_INVALID = _generic(
+    "xattr-invalid", ERROR, "a value with the xattr datatype whose xattr blob is invalid",
+    f"{VH} is_valid_xattr_blob -> xattr/utils.cc validate (structure, keys, JSON values, "
+    "system xattrs <= 1 MiB): XattrEinval; a snappy value is judged by its uncompressed "
+    "length only")
+FRAME_INFO_UNKNOWN = _generic(
+    "frame-info-unknown", ERROR, "a request frame info id the server does not know",
+    f"{V} parseFrameExtras: UnknownFrameInfo (3, the former OpenTracingContext, included)")
+FRAME_INFO_INVALID = _generic(
+    "frame-info-invalid", ERROR, "a request frame info with a size the server refuses",
+    f"{V} parseFrameExtras: Barrier and PreserveTtl carry no data, DcpStreamId and "
+    "ImpersonateWithTokenAuthDataId 2 bytes, Impersonate* some, Durability 1 or 3: Einval")
+FRAME_INFO_NOT_SUPPORTED = _generic(
+    "frame-info-not-supported", ERROR, "a frame info the DCP opcode does not support",
+    f"{V} parseFrameExtras: Durability (Einval) and PreserveTtl (NotSupported) only on "
+    "opcodes that support them (opcode.cc is_durability_supported), none of DCP's")
+OPEN_VALUE_INVALID = _generic(
+    "open-value-invalid", ERROR, "DcpOpen value is not a JSON object of known keys",
+    f"{V} dcp_open_validator: value must be a JSON object whose only key is consumer_name "
+    "(a string, consumer connections only), Einval")
+DCP_NOT_OPEN = _generic(
+    "dcp-not-open", ERROR, "a DCP command on a connection that was never opened with DcpOpen",
+    f"{V} verify_common_dcp_restrictions: 'The command can only be sent on a DCP "
+    "connection', Einval (judged only when the capture holds the connection's start)")
+DCP_OPEN_TWICE = _generic(
+    "dcp-open-twice", ERROR, "DcpOpen on a connection already opened for DCP",
+    f"{V} verify_common_dcp_restrictions: 'The connection is already opened as a DCP "
+    "connection', Einval")
+STREAM_ID_ON_CONSUMER = _generic(
+    "stream-id-on-consumer", ERROR, "a stream id frame info sent to a consumer connection",
+    f"{V} verify_common_dcp_restrictions: 'Internal consumer does not support stream-id', Einval")
+UNSUPPORTED_ON_SERVER = _generic(
+    "unsupported-on-server", ERROR, "an opcode memcached does not accept from a client",
+    f"{V} McbpValidator: DcpFlush_Unsupported has not_supported_validator (NotSupported); "
+    "DcpSeqnoAdvanced and DcpOsoSnapshot have no validator or executor (UnknownCommand): "
+    "only producers send them")
+
 GENERIC = (
-    _generic("header-invariant", ERROR, "framing extras + extras + key exceed the body length",
-             "include/mcbp/protocol/request.h Request::isValid: the server disconnects",
-             "violations-structure.pcap"),
-    _generic("framing-extras-encoding", ERROR, "framing extras run past their end",
-             f"{V} parseFrameExtras: 'Invalid encoding in FrameExtras', Einval",
-             "violations-structure.pcap"),
-    _generic("unknown-opcode", WARNING, "opcode not in kv_engine's opcode table",
-             "include/mcbp/protocol/opcode.h: the server answers UnknownCommand",
-             "violations-structure.pcap"),
-    _generic("extras-length", ERROR, "extras length the opcode does not allow",
-             f"{VH}: 'Request must include extras of length N' (DcpDeletion: 21 with Collections or "
-             "IncludeDeleteTimes, else 18); responses: the layout the receiver reads"),
-    _generic("value-length", ERROR, "value length that matches no layout of the opcode",
-             f"{V} dcp_snapshot_marker_validator 'valuelen not expected', dcp_cache_transfer_validator; "
-             "engines/ep/src/dcp/consumer.cc handleResponse (failover log of 16-byte entries, 8-byte "
-             "rollback seqno)"),
-    _generic("key-presence", ERROR, "key missing where required, or present where forbidden",
-             f"{VH}: 'Request must include key' / 'Request must not include key', Einval"),
-    _generic("key-too-long", ERROR, "key longer than the server accepts",
-             f"{VH}: 'Key length exceeds' 250, 251 on collection-aware connections (dockey_view.h "
-             "MaxCollectionsKeyLen), Einval"),
-    _generic("value-presence", ERROR, "value missing where required, or present where forbidden",
-             f"{VH}: 'Request must include value' / 'Request must not include value'; a stream "
-             "request value needs HELLO Collections (dcp_stream_req_validator), Einval"),
-    _generic("cas-invalid", ERROR, "CAS set where it must be 0, or 0 where it must be set",
-             f"{VH}: 'Request CAS must be set' (DcpPrepare) / 'must not be set' (Commit, Abort, "
-             "SeqnoAcknowledged, CacheTransfer), Einval"),
-    _generic("datatype-invalid", ERROR, "datatype the opcode does not allow",
-             f"{VH}: 'Request datatype invalid' (most DCP requests are RAW; DcpOpen RAW or JSON; "
-             "deletions: valid_dcp_delete_datatype), Einval"),
-    _generic("datatype-not-negotiated", ERROR, "datatype bit the connection did not enable with HELLO",
-             f"{VH}: 'Datatype (...) not enabled for the connection' (HELLO JSON, Snappy, XATTR), Einval"),
-    _generic("document-key-invalid", ERROR, "document key without a valid collection prefix",
-             f"{V} McbpValidator::is_document_key_valid (collection-aware connections): key >= 2 bytes, "
-             "canonical leb128 with a stop byte, a logical key, no reserved collection id 1-7, "
-             "logical key <= 246 bytes outside the default collection, Einval"),
-    _generic("xattr-invalid", ERROR, "a value with the xattr datatype whose xattr blob is invalid",
-             f"{VH} is_valid_xattr_blob -> xattr/utils.cc validate (structure, keys, JSON values, "
-             "system xattrs <= 1 MiB): XattrEinval; a snappy value is judged by its uncompressed "
-             "length only"),
-    _generic("frame-info-unknown", ERROR, "a request frame info id the server does not know",
-             f"{V} parseFrameExtras: UnknownFrameInfo (3, the former OpenTracingContext, included)"),
-    _generic("frame-info-invalid", ERROR, "a request frame info with a size the server refuses",
-             f"{V} parseFrameExtras: Barrier and PreserveTtl carry no data, DcpStreamId and "
-             "ImpersonateWithTokenAuthDataId 2 bytes, Impersonate* some, Durability 1 or 3: Einval"),
-    _generic("frame-info-not-supported", ERROR, "a frame info the DCP opcode does not support",
-             f"{V} parseFrameExtras: Durability (Einval) and PreserveTtl (NotSupported) only on "
-             "opcodes that support them (opcode.cc is_durability_supported), none of DCP's"),
-    _generic("open-value-invalid", ERROR, "DcpOpen value is not a JSON object of known keys",
-             f"{V} dcp_open_validator: value must be a JSON object whose only key is consumer_name "
-             "(a string, consumer connections only), Einval"),
-    _generic("dcp-not-open", ERROR, "a DCP command on a connection that was never opened with DcpOpen",
-             f"{V} verify_common_dcp_restrictions: 'The command can only be sent on a DCP "
-             "connection', Einval (judged only when the capture holds the connection's start)"),
-    _generic("dcp-open-twice", ERROR, "DcpOpen on a connection already opened for DCP",
-             f"{V} verify_common_dcp_restrictions: 'The connection is already opened as a DCP "
-             "connection', Einval"),
-    _generic("stream-id-on-consumer", ERROR, "a stream id frame info sent to a consumer connection",
-             f"{V} verify_common_dcp_restrictions: 'Internal consumer does not support stream-id', Einval"),
-    _generic("unsupported-on-server", ERROR, "an opcode memcached does not accept from a client",
-             f"{V} McbpValidator: DcpFlush_Unsupported has not_supported_validator (NotSupported); "
-             "DcpSeqnoAdvanced and DcpOsoSnapshot have no validator or executor (UnknownCommand): "
-             "only producers send them"),
+    HEADER_INVARIANT, FRAMING_EXTRAS_ENCODING, UNKNOWN_OPCODE, EXTRAS_LENGTH, VALUE_LENGTH,
+    KEY_PRESENCE, KEY_TOO_LONG, VALUE_PRESENCE, CAS_INVALID, DATATYPE_INVALID,
+    DATATYPE_NOT_NEGOTIATED, DOCUMENT_KEY_INVALID, XATTR_INVALID, FRAME_INFO_UNKNOWN,
+    FRAME_INFO_INVALID, FRAME_INFO_NOT_SUPPORTED, OPEN_VALUE_INVALID, DCP_NOT_OPEN, DCP_OPEN_TWICE,
+    STREAM_ID_ON_CONSUMER, UNSUPPORTED_ON_SERVER,
 )
 
 
@@ -212,15 +241,15 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
     add = out.append
     codes = {p.code for p in m.problems} if m.problems else ()
     if HEADER_OVERRUN in codes:
-        add(("header-invariant", f"framing extras {m.framing_len} + extras {m.extlen} + key "
+        add((HEADER_INVARIANT.id, f"framing extras {m.framing_len} + extras {m.extlen} + key "
              f"{m.keylen} exceed body length {m.bodylen}", _sizes(m)))
     if FRAME_INFO in codes:
         text = next(p.text for p in m.problems if p.code == FRAME_INFO)
-        add(("framing-extras-encoding", text, {"framing_len": m.framing_len}))
+        add((FRAMING_EXTRAS_ENCODING.id, text, {"framing_len": m.framing_len}))
     spec = m.spec
     if spec is None:
         if m.magic not in SERVER_MAGICS and m.opcode not in OPCODE_NAMES:
-            add(("unknown-opcode", f"opcode {m.opcode:#04x} is not a known opcode", {}))
+            add((UNKNOWN_OPCODE.id, f"opcode {m.opcode:#04x} is not a known opcode", {}))
         return out
     if HEADER_OVERRUN in codes or len(m.extras) < m.extlen:
         return out              # (extras the capture cut: nothing decoded to judge)
@@ -238,9 +267,9 @@ def check_message(m: Message, negotiated=None, from_client: bool = False) -> lis
     else:
         for p in m.problems:
             if p.code == EXTRAS_SIZE:
-                add(("extras-length", f"{spec.name}: {p.text}", _sizes(m)))
+                add((EXTRAS_LENGTH.id, f"{spec.name}: {p.text}", _sizes(m)))
             elif p.code == VALUE_SIZE:
-                add(("value-length", f"{spec.name}: {p.text}", _sizes(m)))
+                add((VALUE_LENGTH.id, f"{spec.name}: {p.text}", _sizes(m)))
         if m.is_request and from_client and spec.server_rejects:
             _connection(m, spec, negotiated, add)
     for check, when, kind, name, args in _split_checks(shape):
@@ -261,13 +290,13 @@ def unjudged(m: Message, negotiated=None, from_client: bool = False) -> list[tup
     shape = spec.request if m.is_request else spec.response
     value_cut = len(m.value) < m.value_len
     if value_cut and m.datatype & XATTR and shape.validated:
-        out.append(("xattr-invalid", "value"))
+        out.append((XATTR_INVALID.id, "value"))
     if value_cut and m.opcode == DCP_OPEN:
-        out.append(("open-value-invalid", "value"))
+        out.append((OPEN_VALUE_INVALID.id, "value"))
     ctx = negotiated if from_client else None
     if (len(m.key) < m.keylen and shape.document_key and shape.validated
             and (ctx is None or ctx.collections is not False)):
-        out.append(("document-key-invalid", "key"))
+        out.append((DOCUMENT_KEY_INVALID.id, "key"))
     if value_cut and shape.values:      # value layouts whose fields were not captured
         names = {f.name for lay in shape.values if not lay.repeated for f in lay.fields}
         out.extend((check.rule, "value") for check in shape.checks if check.fields & names)
@@ -332,7 +361,7 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     name = m.spec.name
     by_size, sizes_text = _allowed_extras(shape, ctx)
     if m.extlen not in by_size:
-        add(("extras-length", f"{name}: extras length {m.extlen}, must be {sizes_text}", _sizes(m)))
+        add((EXTRAS_LENGTH.id, f"{name}: extras length {m.extlen}, must be {sizes_text}", _sizes(m)))
         return
     extras = by_size[m.extlen]
     _key(m, shape, ctx, add)
@@ -340,33 +369,34 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     if shape.value_context == "collections" and ctx is not None and ctx.collections is False:
         value = Presence.FORBIDDEN
     if value is Presence.REQUIRED and not m.value_len:
-        add(("value-presence", f"{name}: no value, one is required", _sizes(m)))
+        add((VALUE_PRESENCE.id, f"{name}: no value, one is required", _sizes(m)))
     elif value is Presence.FORBIDDEN and m.value_len:
         why = " (HELLO did not enable Collections)" if shape.value is not Presence.FORBIDDEN \
             and value is Presence.FORBIDDEN and shape.value_context else ""
-        add(("value-presence", f"{name}: a {m.value_len}-byte value is not allowed{why}", _sizes(m)))
+        add((VALUE_PRESENCE.id, f"{name}: a {m.value_len}-byte value is not allowed{why}",
+             _sizes(m)))
     elif shape.value_min and m.value_len < shape.value_min:
-        add(("value-length", f"{name}: value of {m.value_len} bytes, at least {shape.value_min} "
+        add((VALUE_LENGTH.id, f"{name}: value of {m.value_len} bytes, at least {shape.value_min} "
              "required", _sizes(m)))
     for p in m.problems:
         if p.code == VALUE_SIZE:
-            add(("value-length", f"{name}: {p.text}", _sizes(m)))
+            add((VALUE_LENGTH.id, f"{name}: {p.text}", _sizes(m)))
     if shape.cas is Presence.REQUIRED and not m.cas:
-        add(("cas-invalid", f"{name}: CAS 0, the request must carry one", {"cas": m.cas}))
+        add((CAS_INVALID.id, f"{name}: CAS 0, the request must carry one", {"cas": m.cas}))
     elif shape.cas is Presence.FORBIDDEN and m.cas:
-        add(("cas-invalid", f"{name}: CAS {m.cas:#x}, must be 0", {"cas": m.cas}))
+        add((CAS_INVALID.id, f"{name}: CAS {m.cas:#x}, must be 0", {"cas": m.cas}))
     allowed = shape.datatypes
     if m.datatype > 7 or (allowed is not None and m.datatype not in allowed):
-        add(("datatype-invalid", f"{name}: datatype {m.datatype:#04x} not allowed",
+        add((DATATYPE_INVALID.id, f"{name}: datatype {m.datatype:#04x} not allowed",
              {"datatype": m.datatype}))
     elif ctx is not None and ctx.datatypes is not None and m.datatype & ~ctx.datatypes:
-        add(("datatype-not-negotiated", f"{name}: datatype bits {m.datatype & ~ctx.datatypes:#04x} "
+        add((DATATYPE_NOT_NEGOTIATED.id, f"{name}: datatype bits {m.datatype & ~ctx.datatypes:#04x} "
              "not enabled by HELLO", {"datatype": m.datatype, "enabled": ctx.datatypes}))
     if m.datatype & XATTR and m.datatype <= 7 and len(m.value) == m.value_len:
         problem = _xattr(m)
         if problem:
-            add(("xattr-invalid", f"{name}: {problem}", {"datatype": m.datatype,
-                                                         "value_len": m.value_len}))
+            add((XATTR_INVALID.id, f"{name}: {problem}", {"datatype": m.datatype,
+                                                          "value_len": m.value_len}))
     _frame_infos(m, add)
     if m.layout is not None:
         lay = next((lay for lay in shape.extras + shape.values if lay.label == m.layout), None)
@@ -395,20 +425,20 @@ def _layout_allowed(lay, delete_v2: bool | None) -> bool:
 def _key(m: Message, shape: Shape, ctx, add) -> None:
     name = m.spec.name
     if shape.key is Presence.REQUIRED and not m.keylen:
-        add(("key-presence", f"{name}: no key, one is required", _sizes(m)))
+        add((KEY_PRESENCE.id, f"{name}: no key, one is required", _sizes(m)))
         return
     if shape.key is Presence.FORBIDDEN and m.keylen:
-        add(("key-presence", f"{name}: a {m.keylen}-byte key is not allowed", _sizes(m)))
+        add((KEY_PRESENCE.id, f"{name}: a {m.keylen}-byte key is not allowed", _sizes(m)))
         return
     collections = None if ctx is None else ctx.collections
     limit = MAX_COLLECTIONS_KEY_LENGTH if collections in (True, None) else MAX_KEY_LENGTH
     if m.keylen > limit:
-        add(("key-too-long", f"{name}: key of {m.keylen} bytes, at most {limit}", _sizes(m)))
+        add((KEY_TOO_LONG.id, f"{name}: key of {m.keylen} bytes, at most {limit}", _sizes(m)))
         return
     if shape.document_key and collections and len(m.key) == m.keylen:
         problem = _document_key_problem(bytes(m.key))
         if problem:
-            add(("document-key-invalid", f"{name}: {problem}", {"key": bytes(m.key)[:16].hex()}))
+            add((DOCUMENT_KEY_INVALID.id, f"{name}: {problem}", {"key": bytes(m.key)[:16].hex()}))
 
 
 def _document_key_problem(key: bytes) -> str | None:
@@ -434,11 +464,12 @@ def _frame_infos(m: Message, add) -> None:
         what = f"{m.spec.name}: frame info {info.id} ({names.get(info.id, 'unknown')})"
         sizes = REQUEST_FRAME_INFO_SIZES.get(info.id)
         if sizes is None:
-            add(("frame-info-unknown", f"{what} is not one the server knows", {"id": info.id}))
+            add((FRAME_INFO_UNKNOWN.id, f"{what} is not one the server knows", {"id": info.id}))
         elif info.id in FRAME_INFOS_NOT_FOR_DCP:
-            add(("frame-info-not-supported", f"{what} is not supported by this opcode", {"id": info.id}))
+            add((FRAME_INFO_NOT_SUPPORTED.id, f"{what} is not supported by this opcode",
+                 {"id": info.id}))
         elif (not info.data) if sizes == "+" else len(info.data) not in sizes:
-            add(("frame-info-invalid", f"{what} with {len(info.data)} bytes of data",
+            add((FRAME_INFO_INVALID.id, f"{what} with {len(info.data)} bytes of data",
                  {"id": info.id, "size": len(info.data)}))
         else:
             continue
@@ -464,22 +495,23 @@ def _open_value(m: Message, add) -> None:
             if problem:
                 break
     if problem:
-        add(("open-value-invalid", f"DcpOpen: {problem}", {"value_len": m.value_len}))
+        add((OPEN_VALUE_INVALID.id, f"DcpOpen: {problem}", {"value_len": m.value_len}))
 
 
 def _connection(m: Message, spec, ctx, add) -> None:
     """verify_common_dcp_restrictions and the opcodes memcached refuses from clients."""
     if spec.server_rejects:
-        add(("unsupported-on-server", f"{spec.name} sent to the server (answered "
+        add((UNSUPPORTED_ON_SERVER.id, f"{spec.name} sent to the server (answered "
              f"{spec.server_rejects})", {}))
         return
     if ctx is None:
         return
     if m.stream_id is not None and ctx.consumer:
-        add(("stream-id-on-consumer", f"{spec.name} with stream id {m.stream_id} on a consumer "
+        add((STREAM_ID_ON_CONSUMER.id, f"{spec.name} with stream id {m.stream_id} on a consumer "
              "connection", {"stream_id": m.stream_id}))
     if m.opcode == DCP_OPEN:
         if ctx.dcp:
-            add(("dcp-open-twice", "DcpOpen on a connection already opened for DCP", {}))
+            add((DCP_OPEN_TWICE.id, "DcpOpen on a connection already opened for DCP", {}))
     elif m.opcode != GET_FAILOVER_LOG and ctx.dcp is False:
-        add(("dcp-not-open", f"{spec.name} on a connection that sent no DcpOpen since its start", {}))
+        add((DCP_NOT_OPEN.id, f"{spec.name} on a connection that sent no DcpOpen since its start",
+             {}))

@@ -10,8 +10,9 @@ producer accepted, and judges:
   stream, History/MayContainDuplicates, OSO, SeqnoAdvanced, DcpExpiration, stream ids;
 * the consumer's stream request against ``enable_stream_id``;
 * the consumer's responses as engines/ep/src/dcp/producer.cc DcpProducer::handleResponse
-  does: which statuses it tolerates for which opcode (``v7_dcp_status_codes``), the
-  StreamEnd and Noop responses, responses to opcodes it never expects an answer to.
+  does: which statuses it takes for which opcode (``Opcode.reply`` in the protocol tables)
+  and which errors it tolerates (``v7_dcp_status_codes``), the Noop responses, responses to
+  opcodes it never expects an answer to.
 
 A connection is judged only when the capture showed its whole negotiation: its start, its
 accepted DcpOpen, and no cut of the consumer's requests so far. Otherwise a control may have
@@ -25,30 +26,34 @@ from __future__ import annotations
 
 import json
 
-from ...protocol import (DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, ITEM_OPCODES, SNAPSHOT_DISK,
-                         SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE, STATUS, STATUS_SUCCESS,
-                         STREAM_OPCODES, opcode_code, status_code)
+from ...protocol import (DCP_OPEN_FLAGS, FEATURE_COLLECTIONS, NO_REPLY_OPCODES, OPCODES,
+                         OSO_FLAGS, SNAPSHOT_DISK, SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE,
+                         STATUS, STATUS_SUCCESS, STREAM_OPCODES, SYNC_WRITES, SyncWrite,
+                         opcode_code, status_code)
 from ..findings import finding_for
 from ..rules.structure import check_message
+from ..rules.stream import (CONSUMER_ERROR_RESPONSE, CONSUMER_ERROR_RESPONSE_UNDECIDED,
+                            CONSUMER_NOOP_OPAQUE_MISMATCH, CONSUMER_RESPONSE_UNEXPECTED,
+                            EXPIRATION_NOT_NEGOTIATED, OSO_NOT_NEGOTIATED,
+                            SEQNO_ADVANCED_NOT_ENABLED, SNAPSHOT_HISTORY_NOT_NEGOTIATED,
+                            SNAPSHOT_V1_DISK_SYNC_REPLICATION, SNAPSHOT_VERSION_NOT_NEGOTIATED,
+                            STREAM_ID_MESSAGE_MISMATCH, STREAM_ID_REQUEST_MISMATCH)
 from .. import streams as limits
 from .state import Conn, HeldError, Stream, report_on_stream
 
 OP = {n: opcode_code(n) for n in (
-    "DcpStreamReq", "DcpAddStream", "DcpControl", "DcpNoop", "DcpStreamEnd",
-    "DcpSnapshotMarker", "DcpExpiration", "DcpCommit", "DcpAbort", "DcpSeqnoAdvanced",
-    "DcpOsoSnapshot", "DcpCacheTransfer", "DcpCacheTransferEnd")}
+    "DcpStreamReq", "DcpAddStream", "DcpControl", "DcpNoop", "DcpSnapshotMarker",
+    "DcpExpiration", "DcpSeqnoAdvanced", "DcpOsoSnapshot")}
 ADD_STREAM, CONTROL, NOOP = OP["DcpAddStream"], OP["DcpControl"], OP["DcpNoop"]
 KEY_ENOENT, KEY_EEXISTS, NOT_MY_VBUCKET = (status_code(n) for n in ("KeyEnoent", "KeyEexists",
                                                                    "NotMyVbucket"))
-STREAM_NOT_FOUND, OPAQUE_NO_MATCH, ENOMEM = (status_code(n) for n in ("DcpStreamNotFound",
-                                                                      "OpaqueNoMatch", "Enomem"))
+STREAM_NOT_FOUND, OPAQUE_NO_MATCH = (status_code(n) for n in ("DcpStreamNotFound",
+                                                               "OpaqueNoMatch"))
 # errorMessageHandler: statuses that mean "affects only one stream" whatever was negotiated
 ALWAYS_TOLERATED = frozenset({NOT_MY_VBUCKET, STREAM_NOT_FOUND, OPAQUE_NO_MATCH})
-# handleResponse: opcodes whose response must be Success, else errorMessageHandler (only the
-# ones a producer sends: the others in its list are answers to the consumer's own requests)
-SUCCESS_ONLY = ITEM_OPCODES | {OP["DcpCacheTransfer"], OP["DcpCacheTransferEnd"]}
-# handleResponse's default branch: throws logic_error ("received an unknown client opcode")
-NO_RESPONSE_EXPECTED = frozenset({OP["DcpSeqnoAdvanced"], OP["DcpOsoSnapshot"]})
+# errorMessageHandler: KeyEnoent to these means the consumer never saw the prepare
+COMPLETIONS = (SyncWrite.COMMIT, SyncWrite.ABORT)
+OSO_START = OSO_FLAGS.bit("start")
 NOOP_INITIAL_OPAQUE = 10000000     # producer.cc: noopCtx.opaque, pre-incremented per noop
 _PRODUCER_FLAG, _DELETE_TIMES, _SKIP_DELETES = (DCP_OPEN_FLAGS.bit(n) for n in (
     "producer", "include_delete_times", "skip_deletes_in_initial_backfill"))
@@ -62,7 +67,7 @@ def tolerated(opcode: int, status: int, v7: bool | None) -> bool | None:
     if status in ALWAYS_TOLERATED:
         return True
     if status == KEY_EEXISTS or (status == KEY_ENOENT
-                                 and opcode not in (OP["DcpCommit"], OP["DcpAbort"])):
+                                 and SYNC_WRITES.get(opcode) not in COMPLETIONS):
         return None if v7 is None else not v7
     return False
 
@@ -259,7 +264,7 @@ class Controls:
             why = ("carries a stream id (sid) but enable_stream_id was not accepted"
                    if has_sid else "has no stream id (sid) although enable_stream_id was "
                    "accepted")
-            out.append(finding_for("stream-id-request-mismatch", f"stream request for vb "
+            out.append(finding_for(STREAM_ID_REQUEST_MISMATCH.id, f"stream request for vb "
                                    f"{msg.vbucket} {why}: the producer answers "
                                    "DcpStreamIdInvalid", pdu, msg,
                                    {"sid": value.get("sid") if has_sid else None,
@@ -304,7 +309,7 @@ class Controls:
             why = (f"carries stream id {msg.stream_id} but enable_stream_id was not accepted"
                    if msg.stream_id is not None else
                    "has no stream id although enable_stream_id was accepted")
-            report_on_stream(st, out, "stream-id-message-mismatch", f"{msg.name} on "
+            report_on_stream(st, out, STREAM_ID_MESSAGE_MISMATCH.id, f"{msg.name} on "
                              f"{st.describe()} {why}", pdu, msg, {"sid": msg.stream_id})
         if op == OP["DcpSnapshotMarker"]:
             self._marker(c, st, neg, pdu, msg, out)
@@ -312,16 +317,16 @@ class Controls:
             # a connection setting, read when the message is sent (DcpProducer::step)
             now = self._negotiated(c, rec, False)
             if now is not None and now.expiry_opcode is False:
-                report_on_stream(st, out, "expiration-not-negotiated", f"DcpExpiration on "
+                report_on_stream(st, out, EXPIRATION_NOT_NEGOTIATED.id, f"DcpExpiration on "
                                  f"{st.describe()} without enable_expiry_opcode (and the "
                                  "DcpOpen flag include_delete_times): the producer sends a "
                                  "deletion instead", pdu, msg,
                                  {"enable_expiry_opcode": now.controls.get(
                                      "enable_expiry_opcode")})
         elif op == OP["DcpOsoSnapshot"]:
-            if (msg.fields.get("flags", 0) & 0x01 and not neg.oso
+            if (msg.fields.get("flags", 0) & OSO_START and not neg.oso
                     and not ((now := self._negotiated(c, rec, False)) and now.oso)):
-                report_on_stream(st, out, "oso-not-negotiated", f"OSO snapshot on "
+                report_on_stream(st, out, OSO_NOT_NEGOTIATED.id, f"OSO snapshot on "
                                  f"{st.describe()} without enable_out_of_order_snapshots",
                                  pdu, msg, {})
         elif op == OP["DcpSeqnoAdvanced"]:
@@ -340,20 +345,20 @@ class Controls:
                  "consumer_name": neg.controls.get("consumer_name"),
                  "max_marker_version": neg.controls.get("max_marker_version")}
         if version == "V2.0" and not neg.sync_replication:
-            report_on_stream(st, out, "snapshot-version-not-negotiated", f"V2.0 marker on "
+            report_on_stream(st, out, SNAPSHOT_VERSION_NOT_NEGOTIATED.id, f"V2.0 marker on "
                              f"{st.describe()}, but the stream was requested without sync "
                              "replication (enable_sync_writes and consumer_name accepted)",
                              pdu, msg, shown)
         elif version == "V2.2" and not neg.marker_v22:
-            report_on_stream(st, out, "snapshot-version-not-negotiated", f"V2.2 marker on "
+            report_on_stream(st, out, SNAPSHOT_VERSION_NOT_NEGOTIATED.id, f"V2.2 marker on "
                              f"{st.describe()}, but the stream was requested without "
                              "max_marker_version=2.2 accepted", pdu, msg, shown)
         elif version == "V1" and flags & SNAPSHOT_DISK and neg.sync_replication:
-            report_on_stream(st, out, "snapshot-v1-disk-sync-replication", f"V1 Disk marker "
+            report_on_stream(st, out, SNAPSHOT_V1_DISK_SYNC_REPLICATION.id, f"V1 Disk marker "
                              f"on the sync-replication stream {st.describe()}: no HCS, the "
                              "consumer throws 'missing HCS'", pdu, msg, shown)
         if flags & (SNAPSHOT_HISTORY | SNAPSHOT_MAY_DUPLICATE) and not neg.on("change_streams"):
-            report_on_stream(st, out, "snapshot-history-not-negotiated", f"marker on "
+            report_on_stream(st, out, SNAPSHOT_HISTORY_NOT_NEGOTIATED.id, f"marker on "
                              f"{st.describe()} with History/MayContainDuplicates, but the "
                              "stream was requested without change_streams accepted", pdu,
                              msg, {"flags": flags})
@@ -371,7 +376,7 @@ class Controls:
         why = ("not a collections stream (no HELLO Collections, no stream-request value)"
                if not neg.collections else
                "a sync-writes stream with flatbuffers_system_events")
-        report_on_stream(st, out, "seqno-advanced-not-enabled", f"SeqnoAdvanced on "
+        report_on_stream(st, out, SEQNO_ADVANCED_NOT_ENABLED.id, f"SeqnoAdvanced on "
                          f"{st.describe()}, {why}: the producer never sends it there", pdu,
                          msg, {"collections": neg.collections})
 
@@ -382,8 +387,8 @@ class Controls:
         v7 = (rec.controls.get("v7_dcp_status_codes") == "true") if _known(c, rec) else None
         shown = {"status": STATUS.text(status), "opcode": f"{op:#04x}"}
         vb = _vb_of(c, msg.opaque)
-        if op in NO_RESPONSE_EXPECTED:
-            out.append(_about(finding_for("consumer-response-unexpected", f"consumer answered "
+        if op in NO_REPLY_OPCODES:
+            out.append(_about(finding_for(CONSUMER_RESPONSE_UNEXPECTED.id, f"consumer answered "
                                           f"{msg.name} (opaque {msg.opaque:#x}, "
                                           f"{STATUS.text(status)}): the producer expects no "
                                           "response to it and disconnects", pdu, msg, shown),
@@ -397,7 +402,7 @@ class Controls:
             shown["noop_opaque"] = f"{expected:#x}"
             if verdict is False:      # unless a cut hid a later noop
                 f = _about(finding_for(
-                    "consumer-noop-opaque-mismatch", f"noop response with opaque "
+                    CONSUMER_NOOP_OPAQUE_MISMATCH.id, f"noop response with opaque "
                     f"{msg.opaque:#x} ({STATUS.text(status)}), but the producer's last noop "
                     f"had opaque {expected:#x}: the producer disconnects", pdu, msg, shown), vb)
                 held: list = []
@@ -407,18 +412,15 @@ class Controls:
             elif verdict is None:
                 self._undecided(pdu, msg, shown, out, vb)
             return
-        if op == OP["DcpStreamEnd"]:
-            if status in (STATUS_SUCCESS, KEY_ENOENT):
-                return
-        elif op not in SUCCESS_ONLY or status == STATUS_SUCCESS:
-            return
-        elif op == OP["DcpCacheTransfer"] and status == ENOMEM:
-            return
+        spec = OPCODES.get(op)
+        reply = spec.reply if spec is not None else None
+        if reply is None or reply.taken is None or STATUS.text(status) in reply.taken:
+            return          # taken as it is, or not an answer to the producer's streams
         verdict = tolerated(op, status, v7)
         if verdict is None:
             self._undecided(pdu, msg, shown, out, vb)
         elif verdict is False:
-            f = _about(finding_for("consumer-error-response", f"consumer answered {msg.name} "
+            f = _about(finding_for(CONSUMER_ERROR_RESPONSE.id, f"consumer answered {msg.name} "
                                    f"(opaque {msg.opaque:#x}) with {STATUS.text(status)}"
                                    + (" with v7_dcp_status_codes accepted" if v7 and status
                                       in (KEY_ENOENT, KEY_EEXISTS) else ""),
@@ -432,7 +434,7 @@ class Controls:
 
     def _undecided(self, pdu, msg, shown, out, vb) -> None:
         out.append(_about(finding_for(
-            "consumer-error-response-undecided", f"consumer answered {msg.name} (opaque "
+            CONSUMER_ERROR_RESPONSE_UNDECIDED.id, f"consumer answered {msg.name} (opaque "
             f"{msg.opaque:#x}) with {STATUS.text(msg.status)}: the producer tolerates it "
             "unless v7_dcp_status_codes was accepted, which the capture does not show", pdu,
             msg, shown), vb))

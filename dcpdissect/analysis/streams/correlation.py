@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from ...protocol import SNAPSHOT_ACK, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS
 from ..findings import Finding, finding_for
+from ..rules.stream import (ADD_STREAM_NEW_OPAQUE_MISMATCH, ADD_STREAM_ROLLBACK,
+                            ADD_STREAM_STATUS_MISMATCH, SNAPSHOT_ACK_UNEXPECTED,
+                            STREAM_OPAQUE_MISMATCH)
 from .. import streams as limits
 from .snapshots import MARKER
 from .state import AddStream, Conn, Stream, frames_of, report_on_stream
@@ -51,7 +54,7 @@ class Correlation:
         shown = {"status": STATUS.text(msg.status),
                  "new_opaque": None if new is None else f"{new:#x}"}
         if msg.status == STATUS_ROLLBACK:
-            out.append(_about_response("add-stream-rollback", "add stream response carries "
+            out.append(_about_response(ADD_STREAM_ROLLBACK.id, "add stream response carries "
                                        "ROLLBACK: the consumer must handle the rollback itself",
                                        pdu, msg, shown, frames_of(add and add.pdu), vb))
         if add is None or add.stream is None:
@@ -60,14 +63,14 @@ class Correlation:
         ctx = frames_of(add.pdu, st.request_pdu)
         shown["stream_request_opaque"] = f"{st.opaque:#x}"
         if new is not None and new != st.opaque:
-            out.append(_about_response("add-stream-new-opaque-mismatch",
+            out.append(_about_response(ADD_STREAM_NEW_OPAQUE_MISMATCH.id,
                                        f"new opaque {new:#x}, but the consumer's stream request "
                                        f"for vb {st.vb} (frame {st.request_pdu.frame}) used "
                                        f"{st.opaque:#x}", pdu, msg, shown, ctx, vb))
         elif (st.response_status is not None and msg.status != st.response_status
               and msg.status != STATUS_ROLLBACK):
             shown["stream_request_status"] = STATUS.text(st.response_status)
-            out.append(_about_response("add-stream-status-mismatch",
+            out.append(_about_response(ADD_STREAM_STATUS_MISMATCH.id,
                                        f"status {STATUS.text(msg.status)}, but the stream "
                                        f"request for vb {st.vb} got "
                                        f"{STATUS.text(st.response_status)}", pdu, msg, shown,
@@ -81,7 +84,7 @@ class Correlation:
         """The server sent a message on ``st`` with another opaque than the stream's."""
         via = (f" (the add-stream response at frame {st.add_stream_frame} announced it)"
                if st.add_stream_frame is not None else "")
-        report_on_stream(st, out, "stream-opaque-mismatch",
+        report_on_stream(st, out, STREAM_OPAQUE_MISMATCH.id,
                          f"{msg.name} for {st.describe()} with opaque {msg.opaque:#x}; the "
                          f"stream's opaque is {st.opaque:#x}{via}", pdu, msg,
                          {"opaque": f"{msg.opaque:#x}", "stream_opaque": f"{st.opaque:#x}"},
@@ -103,7 +106,7 @@ class Correlation:
             if n:
                 c.awaiting_ack[msg.opaque] = n - 1
             elif msg.status == STATUS_SUCCESS and not c.acks_unknown:   # errors are no acks
-                c.defer(out, _about_response("snapshot-ack-unexpected",
+                c.defer(out, _about_response(SNAPSHOT_ACK_UNEXPECTED.id,
                                              f"response to a snapshot marker (opaque "
                                              f"{msg.opaque:#x}) although no marker awaiting an "
                                              "ack had the Ack flag", pdu, msg,

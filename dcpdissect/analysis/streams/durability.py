@@ -5,7 +5,8 @@ durability-prepare namespace: a prepare and the commit, abort or mutation that r
 name the same document key), the snapshot each message arrives in (Disk or Memory: kv_engine
 relaxes its checks while the open checkpoint is a Disk one), the duplicate-prepare window a
 Disk marker opens (VBucket::setDuplicatePrepareWindow) and the HCS the passive durability
-monitor holds. It judges:
+monitor holds. Which messages are prepares, commits, aborts or writes committed by themselves
+is the protocol tables' (``Opcode.sync_write``). It judges:
 
 * commits and aborts of a key with no outstanding prepare, aborts after a commit of the same
   prepare, completions whose prepare seqno is not the outstanding one, completions out of
@@ -23,19 +24,20 @@ completion of it is reported as ``sync-prepare-unseen`` (info) and never as an e
 
 from __future__ import annotations
 
-from ...protocol import SNAPSHOT_DISK, STATUS, STATUS_SUCCESS, opcode_code
+from ...protocol import SNAPSHOT_DISK, STATUS, STATUS_SUCCESS, SYNC_WRITES, SyncWrite, opcode_code
 from .. import streams as limits
 from ..findings import finding_for
+from ..rules.durability import (SYNC_ABORT_AFTER_COMMIT, SYNC_ABORT_AFTER_COMMIT_DISK,
+                                SYNC_ABORT_WITHOUT_PREPARE, SYNC_COMMIT_WITHOUT_PREPARE,
+                                SYNC_COMPLETION_OUT_OF_ORDER, SYNC_COMPLETION_SEQNO_MISMATCH,
+                                SYNC_HCS_BACKWARDS, SYNC_MUTATION_WHILE_PENDING,
+                                SYNC_PREPARE_UNSEEN, SYNC_PREPARE_WHILE_PENDING,
+                                SYNC_REPLICA_ERROR_REPLY, SYNC_WRITE_NOT_NEGOTIATED)
 from .state import FROM_LATEST, Conn, Stream, frames_of, key_text, report_on_stream
 
-OP = {n: opcode_code(n) for n in (
-    "DcpSnapshotMarker", "DcpPrepare", "DcpCommit", "DcpAbort", "DcpMutation", "DcpDeletion",
-    "DcpExpiration")}
-SYNC_OPCODES = frozenset({OP["DcpPrepare"], OP["DcpCommit"], OP["DcpAbort"]})
-COMMITTED_OPCODES = frozenset({OP["DcpMutation"], OP["DcpDeletion"], OP["DcpExpiration"]})
-JUDGED = SYNC_OPCODES | COMMITTED_OPCODES | {OP["DcpSnapshotMarker"]}
-MARKER, PREPARE = OP["DcpSnapshotMarker"], OP["DcpPrepare"]
-COMPLETIONS = (OP["DcpCommit"], OP["DcpAbort"])
+MARKER = opcode_code("DcpSnapshotMarker")
+PREPARE, COMMIT, ABORT, MUTATION = (SyncWrite.PREPARE, SyncWrite.COMMIT, SyncWrite.ABORT,
+                                    SyncWrite.MUTATION)
 MAX_TRACKED = 65536          # streams whose durability state is remembered
 UNKNOWN = object()
 
@@ -74,11 +76,14 @@ class Durability:
 
     def on_message(self, c: Conn, pdu, msg, from_consumer: bool, out: list) -> None:
         op = msg.opcode
+        sync = SYNC_WRITES.get(op)     # the message's part in sync writes (protocol tables)
+        if sync is None and op != MARKER:
+            return
         if not msg.is_request:
-            if from_consumer and op in JUDGED and msg.status != STATUS_SUCCESS:
+            if from_consumer and msg.status != STATUS_SUCCESS:
                 self._reply(c, pdu, msg, out)
             return
-        if from_consumer or op not in JUDGED:
+        if from_consumer:
             return
         st = c.streams.get((msg.vbucket, msg.stream_id))
         if st is None or not st.active or st.cut or st.opaque != msg.opaque:
@@ -94,19 +99,19 @@ class Durability:
         if op == MARKER:
             self._marker(st, ds, pdu, msg, out)
             return
-        if op in COMMITTED_OPCODES and not ds.pending:
+        if sync is MUTATION and not ds.pending:
             return                           # nothing outstanding for it to complete
         if st.snap is None and not st.in_oso:
             return                           # no valid snapshot: the stream rules say why
-        if "by_seqno" not in msg.fields and op not in COMPLETIONS:
+        if "by_seqno" not in msg.fields and sync not in (COMMIT, ABORT):
             return
         disk = st.in_oso or bool(st.snap.flags & SNAPSHOT_DISK)
         key = bytes(msg.key)
-        if op in SYNC_OPCODES:
+        if sync is not MUTATION:
             self._negotiated(c, st, pdu, msg, out)
-        if op == PREPARE:
+        if sync is PREPARE:
             self._prepare(st, ds, key, disk, pdu, msg, out)
-        elif op in COMMITTED_OPCODES:
+        elif sync is MUTATION:
             self._committed(st, ds, key, disk, pdu, msg, out)
         elif "prepared_seqno" in msg.fields:
             self._completion(st, ds, key, disk, pdu, msg, out)
@@ -138,7 +143,7 @@ class Durability:
         req = st.request
         if req is not None and not req.get("flags", 0) & FROM_LATEST:
             floor = req.get("start_seqno", 0)
-        elif msg.opcode == OP["DcpSnapshotMarker"] and "start_seqno" in msg.fields:
+        elif msg.opcode == MARKER and "start_seqno" in msg.fields:
             floor = max(0, msg.fields["start_seqno"] - 1)
         else:
             return None         # not from a marker: wait for one to know where we start
@@ -164,7 +169,7 @@ class Durability:
         if hcs < ds.hcs:
             before = (f"the previous Disk marker's HCS {ds.hcs}" if ds.disk_hcs_pdu is not None
                       else f"the HCS {ds.hcs} the completions on the stream reached")
-            report_on_stream(st, out, "sync-hcs-backwards", f"Disk marker on {st.describe()} "
+            report_on_stream(st, out, SYNC_HCS_BACKWARDS.id, f"Disk marker on {st.describe()} "
                              f"carries HCS {hcs}, below {before}: the replica's passive DM "
                              "throws at the snapshot end (monotonic HCS)", pdu, msg,
                              {"high_completed_seqno": hcs, "previous_hcs": ds.hcs},
@@ -182,7 +187,7 @@ class Durability:
         neg = entry[1]
         if neg.sync_writes:
             return
-        report_on_stream(st, out, "sync-write-not-negotiated", f"{msg.name} on "
+        report_on_stream(st, out, SYNC_WRITE_NOT_NEGOTIATED.id, f"{msg.name} on "
                          f"{st.describe()}, a stream requested without enable_sync_writes "
                          "accepted: the producer sends mutations only", pdu, msg,
                          {"enable_sync_writes": neg.controls.get("enable_sync_writes")})
@@ -193,7 +198,7 @@ class Durability:
         if old is not None and old.seqno > ds.dup_threshold:
             where = ("in a Disk snapshot, after the duplicate-prepare window"
                      if disk else "in a Memory snapshot")
-            self._flag(st, ds, out, "sync-prepare-while-pending", f"prepare of {key_text(key)} "
+            self._flag(st, ds, out, SYNC_PREPARE_WHILE_PENDING.id, f"prepare of {key_text(key)} "
                        f"(seqno {seqno}) on {st.describe()} {where}, while its prepare at seqno "
                        f"{old.seqno} is outstanding: the replica "
                        + ("throws (VBucket::processSet)" if disk else
@@ -214,14 +219,14 @@ class Durability:
         if disk:                            # VBucket::processSet: the mutation completes it
             self._resolve(ds, key, old.seqno, "commit", pdu)
             return
-        self._flag(st, ds, out, "sync-mutation-while-pending", f"{msg.name} of "
+        self._flag(st, ds, out, SYNC_MUTATION_WHILE_PENDING.id, f"{msg.name} of "
                    f"{key_text(key)} (seqno {msg.fields['by_seqno']}) on {st.describe()} in a "
                    f"Memory snapshot while its prepare at seqno {old.seqno} is outstanding: the "
                    "replica answers SyncWriteInProgress", pdu, msg,
                    {"prepared_seqno": old.seqno}, frames_of(old.pdu), reply=True)
 
     def _completion(self, st: Stream, ds: DurState, key: bytes, disk: bool, pdu, msg, out):
-        commit = msg.opcode == OP["DcpCommit"]
+        commit = SYNC_WRITES[msg.opcode] is COMMIT
         kind = "commit" if commit else "abort"
         p = msg.fields["prepared_seqno"]
         old = ds.pending.get(key)
@@ -230,7 +235,7 @@ class Durability:
             if p != old.seqno and (not disk or p < st.snap.start):
                 why = ("in a Memory snapshot" if not disk else
                        f"below the Disk snapshot's start {st.snap.start}")
-                self._flag(st, ds, out, "sync-completion-seqno-mismatch", f"{kind} of "
+                self._flag(st, ds, out, SYNC_COMPLETION_SEQNO_MISMATCH.id, f"{kind} of "
                            f"{key_text(key)} on {st.describe()} names prepare seqno {p}, but "
                            f"the outstanding prepare is at seqno {old.seqno} ({why}): the "
                            "replica throws", pdu, msg, shown, frames_of(old.pdu))
@@ -238,7 +243,7 @@ class Durability:
             if not disk:
                 first = min(ds.pending.values(), key=lambda q: q.seqno)
                 if first.seqno < old.seqno:
-                    self._flag(st, ds, out, "sync-completion-out-of-order", f"{kind} of "
+                    self._flag(st, ds, out, SYNC_COMPLETION_OUT_OF_ORDER.id, f"{kind} of "
                                f"{key_text(key)} (prepare seqno {old.seqno}) on "
                                f"{st.describe()} in a Memory snapshot while the older prepare "
                                f"at seqno {first.seqno} is unresolved: the replica's passive "
@@ -249,12 +254,12 @@ class Durability:
         prev = ds.resolved.get(key)
         if prev is not None and prev[0] == p and prev[1] == "commit" and not commit:
             if disk:
-                self._flag(st, ds, out, "sync-abort-after-commit-disk", f"abort of "
+                self._flag(st, ds, out, SYNC_ABORT_AFTER_COMMIT_DISK.id, f"abort of "
                            f"{key_text(key)} (prepare seqno {p}) on {st.describe()} in a Disk "
                            "snapshot after that prepare was committed: the replica records "
                            "an abort for it", pdu, msg, shown, frames_of(prev[2]))
             else:
-                self._flag(st, ds, out, "sync-abort-after-commit", f"abort of {key_text(key)} "
+                self._flag(st, ds, out, SYNC_ABORT_AFTER_COMMIT.id, f"abort of {key_text(key)} "
                            f"(prepare seqno {p}) on {st.describe()} after that prepare was "
                            "committed: no prepare is outstanding, the replica answers Einval",
                            pdu, msg, shown, frames_of(prev[2]), reply=True)
@@ -262,7 +267,7 @@ class Durability:
         if not commit and disk:
             return                          # VBucket::abort: legal in a Disk snapshot
         if p <= ds.floor:
-            report_on_stream(st, out, "sync-prepare-unseen", f"{kind} of {key_text(key)} on "
+            report_on_stream(st, out, SYNC_PREPARE_UNSEEN.id, f"{kind} of {key_text(key)} on "
                              f"{st.describe()}: its prepare (seqno {p}) is not after the "
                              f"stream's start ({ds.floor}); the replica may hold it from before",
                              pdu, msg, shown)
@@ -270,13 +275,13 @@ class Durability:
         again = (f" (that prepare was {prev[1]}ed at frame {prev[2].frame})"
                  if prev is not None and prev[0] == p else "")
         if commit:
-            self._flag(st, ds, out, "sync-commit-without-prepare", f"commit of {key_text(key)} "
+            self._flag(st, ds, out, SYNC_COMMIT_WITHOUT_PREPARE.id, f"commit of {key_text(key)} "
                        f"on {st.describe()} with no outstanding prepare{again}: prepare seqno "
                        f"{p} is after the stream's start {ds.floor} and was not sent; the "
                        "replica answers KeyEnoent", pdu, msg, shown,
                        frames_of(prev and prev[2]), reply=True)
         else:
-            self._flag(st, ds, out, "sync-abort-without-prepare", f"abort of {key_text(key)} on "
+            self._flag(st, ds, out, SYNC_ABORT_WITHOUT_PREPARE.id, f"abort of {key_text(key)} on "
                        f"{st.describe()} in a Memory snapshot with no outstanding "
                        f"prepare{again}: prepare seqno {p} is after the stream's start "
                        f"{ds.floor} and was not sent; the replica answers Einval", pdu, msg,
@@ -303,7 +308,7 @@ class Durability:
             if op != msg.opcode:
                 continue
             ds.awaiting = None
-            f = finding_for("sync-replica-error-reply", f"the replica answered the {msg.name} "
+            f = finding_for(SYNC_REPLICA_ERROR_REPLY.id, f"the replica answered the {msg.name} "
                             f"of frame {offending.frame} on {st.describe()} ({rid}) with "
                             f"{STATUS.text(msg.status)}", pdu, msg,
                             {"status": STATUS.text(msg.status), "rule": rid},

@@ -6,12 +6,13 @@ server→client):
 
 * **Flow control** as engines/ep/src/dcp/producer.cc DcpProducer::BufferLog counts it: the
   window is the accepted ``connection_buffer_size`` (control(); 0, the default, disables
-  flow control), every message the producer's streams send passes
-  ``bufferLogInsert(getMessageSize())`` (active_stream.cc ActiveStream::nextQueuedItem: its
-  header, extras, key, value and stream-id frame info, i.e. the bytes on the wire;
-  SetVBucketState counts 25), noops bypass it (maybeSendNoop runs before the isFull check in
-  DcpProducer::step); ``insert`` succeeds while ``bytesOutstanding < maxBytes``, so the message
-  that crosses the window is legal and the next one is not; a buffer ack releases its bytes
+  flow control), every message the producer's streams send (``Opcode.stream`` in the
+  protocol tables) passes ``bufferLogInsert(getMessageSize())`` (active_stream.cc
+  ActiveStream::nextQueuedItem: its header, extras, key, value and stream-id frame info,
+  i.e. the bytes on the wire; SetVBucketState counts 25), noops bypass it (maybeSendNoop
+  runs before the isFull check in DcpProducer::step); ``insert`` succeeds while
+  ``bytesOutstanding < maxBytes``, so the message that crosses the window is legal and the
+  next one is not; a buffer ack releases its bytes
   (BufferLog::acknowledge → release: more than outstanding is logged and the counter wraps).
   The consumer acks what it received (consumer.cc UpdateFlowControl per message, FlowControl::
   handleFlowCtl), in capture order: an ack captured before a producer message may have
@@ -30,8 +31,8 @@ server→client):
   that this is why.
 * **Responses to messages never sent**: a response whose (opcode, opaque) matches no request
   captured in the other direction, once the capture shows the connection's start and until
-  bytes of it are lost. The consumer's Noop, SeqnoAdvanced and OSO answers are left to
-  :mod:`.controls`.
+  bytes of it are lost. The consumer's answers to noops and to the messages it must not
+  answer (``Opcode.reply``: SeqnoAdvanced, OSO) are left to :mod:`.controls`.
 * **Datatypes the producer sends** on a producer connection (server→client): Snappy without
   HELLO Snappy, Xattr without the DcpOpen flag include_xattrs. What the client sends is the
   single-message rules' (``datatype-not-negotiated``).
@@ -45,15 +46,17 @@ at most :data:`MAX_POINTS` points, halved (every other point kept) when full.
 
 from __future__ import annotations
 
-from ...protocol import opcode_code
+from ...protocol import (DATATYPE, DCP_OPEN_FLAGS, HEADER_SIZE, HELLO_FEATURES, NO_REPLY_OPCODES,
+                         STREAM_OPCODES, opcode_code)
 from ..findings import finding_for
+from ..rules.flow import (BUFFER_ACK_EXCEEDS_SENT, CONSUMER_IDLE_TIMEOUT, FLOW_CONTROL_UNDECIDED,
+                          FLOW_CONTROL_WINDOW_EXCEEDED, NOOP_INTERVAL_EXCEEDED,
+                          PRODUCER_DATATYPE_NOT_NEGOTIATED, RESPONSE_WITHOUT_REQUEST)
 from .state import Conn
 
 OP = {n: opcode_code(n) for n in ("DcpControl", "DcpNoop", "DcpBufferAcknowledgement",
-                                  "DcpStreamEnd", "DcpSeqnoAdvanced", "DcpOsoSnapshot",
-                                  "DcpSetVbucketState")}
+                                  "DcpStreamEnd")}
 NOOP, STREAM_END = OP["DcpNoop"], OP["DcpStreamEnd"]
-HEADER = 24
 DEFAULT_NOOP_NS = 20_000_000_000        # producer.cc defaultDcpNoopTxInterval (20 s)
 NOOP_MARGIN_NS = 5_000_000_000          # the connection manager's pace, and the network
 IDLE_TIMEOUT_NS = 360_000_000_000       # configuration.json dcp_idle_timeout (default 360 s)
@@ -61,30 +64,14 @@ IDLE_TIMEOUT_NS = 360_000_000_000       # configuration.json dcp_idle_timeout (d
 RESETS_IDLE = frozenset(opcode_code(n) for n in (
     "DcpStreamReq", "DcpCloseStream", "DcpBufferAcknowledgement", "DcpControl",
     "DcpGetFailoverLog"))
-SNAPPY, XATTR = 0x02, 0x04
-FEATURE_SNAPPY = 0x0A
-OPEN_PRODUCER, OPEN_XATTRS = 0x01, 0x04
+SNAPPY, XATTR = DATATYPE.bit("snappy"), DATATYPE.bit("xattr")
+FEATURE_SNAPPY = HELLO_FEATURES.code("SNAPPY")
+OPEN_XATTRS = DCP_OPEN_FLAGS.bit("include_xattrs")
 MAX_CONNS = 4096
 MAX_REQUESTS = 4096          # (opcode, opaque) of requests remembered per direction
 MAX_PER_RULE = 5             # findings per connection and rule
 MAX_POINTS = 256             # timeline points per connection
 MAX_TIMELINES = 256          # connections whose timeline is kept
-
-
-def _counted() -> frozenset:
-    out = set()
-    for n in ("DcpStreamEnd", "DcpSnapshotMarker", "DcpMutation", "DcpDeletion",
-              "DcpExpiration", "DcpSetVbucketState", "DcpSystemEvent", "DcpPrepare",
-              "DcpCommit", "DcpAbort", "DcpSeqnoAdvanced", "DcpOsoSnapshot",
-              "DcpCacheTransfer", "DcpCacheTransferEnd"):
-        try:
-            out.add(opcode_code(n))
-        except (KeyError, ValueError):
-            pass
-    return frozenset(out)
-
-
-COUNTED = _counted()
 
 
 class ConnFlow:
@@ -211,7 +198,7 @@ class Flow:
                 if rec.lower_bound:  # it acks bytes sent before the cut
                     rec.acked = rec.sent
                     return
-                self._report(rec, out, "buffer-ack-exceeds-sent", f"buffer ack of {n} bytes, "
+                self._report(rec, out, BUFFER_ACK_EXCEEDS_SENT.id, f"buffer ack of {n} bytes, "
                              f"but only {rec.sent - rec.acked} bytes sent by the producer are "
                              f"unacknowledged ({rec.sent} counted, {rec.acked} acked): the "
                              "producer logs it and its outstanding count wraps", pdu, msg,
@@ -230,7 +217,7 @@ class Flow:
             limit = 2 * rec.noop_interval + NOOP_MARGIN_NS
             if t - rec.idle_since > limit:
                 # a noop answer the capture hid would have let the producer send a noop
-                self._report(rec, out, "noop-interval-exceeded", f"the producer was silent "
+                self._report(rec, out, NOOP_INTERVAL_EXCEEDED.id, f"the producer was silent "
                              f"for {(t - rec.idle_since) / 1e9:.1f} s without a noop, with "
                              f"enable_noop accepted and a noop interval of "
                              f"{rec.noop_interval / 1e9:g} s", pdu, msg,
@@ -243,19 +230,19 @@ class Flow:
             if rec.unanswered is None:
                 rec.unanswered = (pdu, msg)
             return
-        if op not in COUNTED or rec.realign:
+        if op not in STREAM_OPCODES or rec.realign:     # BufferLog counts stream messages
             return
         if rec.judged and rec.window and not rec.broken:
             outstanding = rec.sent - rec.acked
             if outstanding >= rec.window and op != STREAM_END:
                 # a buffer ack the capture hid would have opened the window
-                self._report(rec, out, "flow-control-window-exceeded", f"{msg.name} sent with "
+                self._report(rec, out, FLOW_CONTROL_WINDOW_EXCEEDED.id, f"{msg.name} sent with "
                              f"{outstanding if not rec.lower_bound else f'at least {outstanding}'}"
                              f" bytes unacknowledged, the consumer's window "
                              f"(connection_buffer_size) being {rec.window}: the producer "
                              "stops at a full window until a buffer ack", pdu, msg,
                              {"unacked": outstanding, "window": rec.window}, 1 - pdu.direction)
-        rec.sent += HEADER + msg.bodylen
+        rec.sent += HEADER_SIZE + msg.bodylen
         if rec.window and rec.judged:
             self._point(rec, t)
         if msg.datatype & (SNAPPY | XATTR) and pdu.direction == 1:
@@ -272,7 +259,7 @@ class Flow:
         if msg.datatype & XATTR and not neg.open_flags & OPEN_XATTRS:
             bad.append("xattr without the DcpOpen flag include_xattrs")
         if bad:
-            self._report(rec, out, "producer-datatype-not-negotiated", f"{msg.name} from the "
+            self._report(rec, out, PRODUCER_DATATYPE_NOT_NEGOTIATED.id, f"{msg.name} from the "
                          f"producer with datatype {msg.datatype:#04x}: " + ", ".join(bad)
                          + "; the producer inflates or strips such values", pdu, msg,
                          {"datatype": msg.datatype})
@@ -283,9 +270,8 @@ class Flow:
         op = msg.opcode
         asked = rec.requests[1 - pdu.direction]
         if (op, msg.opaque) not in asked:
-            if rec.judged and not (from_consumer and op in (OP["DcpNoop"], OP["DcpSeqnoAdvanced"],
-                                                            OP["DcpOsoSnapshot"])):
-                self._report(rec, out, "response-without-request", f"{msg.name} response "
+            if rec.judged and not (from_consumer and (op == NOOP or op in NO_REPLY_OPCODES)):
+                self._report(rec, out, RESPONSE_WITHOUT_REQUEST.id, f"{msg.name} response "
                              f"(opaque {msg.opaque:#x}) answers no request captured in the "
                              "other direction", pdu, msg, {"opcode": f"{op:#04x}"},
                              1 - pdu.direction)
@@ -359,7 +345,7 @@ class Flow:
         rec.unanswered = None                   # said once per noop
         heard_ts, heard_frame = rec.heard
         idle = (now - heard_ts) / 1e9
-        self._report(rec, out, "consumer-idle-timeout", f"the producer's noop (opaque "
+        self._report(rec, out, CONSUMER_IDLE_TIMEOUT.id, f"the producer's noop (opaque "
                      f"{msg.opaque:#x}) went unanswered and the consumer sent nothing the "
                      f"producer counts for {idle:.1f} s after frame {heard_frame}, beyond "
                      f"dcp_idle_timeout ({IDLE_TIMEOUT_NS // 10**9} s by default): {tail}",
@@ -390,7 +376,7 @@ class Flow:
         if rec.undecided_said:
             return
         rec.undecided_said = True
-        out.append(finding_for("flow-control-undecided", f"{msg.name}: {what} on a connection "
+        out.append(finding_for(FLOW_CONTROL_UNDECIDED.id, f"{msg.name}: {what} on a connection "
                                "whose negotiation the capture did not show: the window "
                                "(connection_buffer_size), the bytes sent before the capture "
                                "and the noop settings are unknown, flow control and noop "

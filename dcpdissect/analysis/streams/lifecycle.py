@@ -33,9 +33,11 @@ The tracker calls :meth:`Lifecycle.on_message` for every message before it dispa
 from __future__ import annotations
 
 from ...codec.keys import BEGIN_COLLECTION, END_COLLECTION, split_collection_key, system_event
-from ...protocol import (ITEM_OPCODES, STATUS_SUCCESS, STREAM_END_REASONS, STREAM_OPCODES,
-                         opcode_code)
+from ...protocol import (DOCUMENT_ITEM_OPCODES, STATUS_SUCCESS, STREAM_END_REASONS,
+                         STREAM_OPCODES, opcode_code)
 from .. import streams as limits
+from ..rules.lifecycle import (DATA_AFTER_CLOSE, DATA_AFTER_CLOSE_UNDECIDED, DATA_AFTER_STREAM_END,
+                               DATA_AFTER_TAKEOVER, DATA_FOR_DROPPED_COLLECTION)
 from .controls import Controls
 from .state import Conn, Stream, frames_of, key_text, report_on_stream
 
@@ -43,7 +45,6 @@ STREAM_END, CLOSE_STREAM = opcode_code("DcpStreamEnd"), opcode_code("DcpCloseStr
 SET_VB_STATE, SYSTEM_EVENT = opcode_code("DcpSetVbucketState"), opcode_code("DcpSystemEvent")
 VB_ACTIVE = 1
 CLOSE_CONTROL = "send_stream_end_on_client_close_stream"
-_KEYED = ITEM_OPCODES - {SYSTEM_EVENT}
 
 
 class _Ended:
@@ -89,7 +90,7 @@ class Lifecycle:
         if not msg.is_request or from_consumer or op not in STREAM_OPCODES:
             return
         life = self.conns.get(c.id)
-        if op in _KEYED and (life is None or not life.ended and not life.dropped):
+        if op in DOCUMENT_ITEM_OPCODES and (life is None or not life.ended and not life.dropped):
             return                  # no end, close, takeover or drop on the connection yet
         key = (msg.vbucket, msg.stream_id)
         st = c.streams.get(key)
@@ -98,21 +99,21 @@ class Lifecycle:
         if not live:
             if (rec is not None and rec.kind == "end" and msg.opaque == rec.opaque
                     and (st is rec.stream or st is None or not st.active)):
-                self._report(c, rec, out, "data-after-stream-end", f"{msg.name} for "
+                self._report(c, rec, out, DATA_AFTER_STREAM_END.id, f"{msg.name} for "
                              f"{rec.stream.describe()} after its {rec.what}", pdu, msg)
             return
         if rec is not None and rec.stream is st:
             if rec.kind == "takeover" and op == STREAM_END:
                 pass
             elif rec.kind == "takeover":
-                self._report(c, rec, out, "data-after-takeover", f"{msg.name} for "
+                self._report(c, rec, out, DATA_AFTER_TAKEOVER.id, f"{msg.name} for "
                              f"{st.describe()} after {rec.what}: only the StreamEnd may follow",
                              pdu, msg)
             elif rec.kind == "close" and rec.drains is False:
-                self._report(c, rec, out, "data-after-close", f"{msg.name} for {st.describe()} "
+                self._report(c, rec, out, DATA_AFTER_CLOSE.id, f"{msg.name} for {st.describe()} "
                              f"after {rec.what} (no {CLOSE_CONTROL})", pdu, msg)
             elif rec.kind == "close" and rec.drains is None:
-                self._report(c, rec, out, "data-after-close-undecided", f"{msg.name} for "
+                self._report(c, rec, out, DATA_AFTER_CLOSE_UNDECIDED.id, f"{msg.name} for "
                              f"{st.describe()} after {rec.what}; legal only if "
                              f"{CLOSE_CONTROL} was enabled, which the capture does not show",
                              pdu, msg)
@@ -128,7 +129,7 @@ class Lifecycle:
                                               f"SetVbucketState(active) at frame {pdu.frame}")
         elif op == SYSTEM_EVENT:
             self._system_event(c, st, key, pdu, msg)
-        elif op in _KEYED and msg.key and c.negotiation.collections:
+        elif op in DOCUMENT_ITEM_OPCODES and msg.key and c.negotiation.collections:
             self._item(c, st, key, pdu, msg, out)
 
     def on_producer_cut(self, c: Conn) -> None:
@@ -185,7 +186,7 @@ class Lifecycle:
         drop = entry[1].get(cid)
         if drop is None:
             return
-        report_on_stream(st, out, "data-for-dropped-collection", f"{msg.name} of key "
+        report_on_stream(st, out, DATA_FOR_DROPPED_COLLECTION.id, f"{msg.name} of key "
                          f"{key_text(msg.key)} in collection {cid:#x} on {st.describe()} after "
                          f"the collection's drop event at frame {drop.frame}", pdu, msg,
                          {"collection": f"{cid:#x}"}, frames_of(drop))

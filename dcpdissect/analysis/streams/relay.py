@@ -43,6 +43,9 @@ from collections import deque
 
 from ...protocol import SERVER_MAGICS, STREAM_OPCODES, opcode_code
 from ..findings import Finding, finding_for
+from ..rules.stream import (RELAY_CONSUMER_MESSAGE_MISMATCH, RELAY_MESSAGE_DIFFERS,
+                            RELAY_MESSAGE_MISSING, RELAY_MESSAGE_REORDERED, RELAY_NOT_CONFIRMED,
+                            RELAY_WINDOW_OVERFLOW)
 from .state import Conn
 
 STREAM_REQUEST = opcode_code("DcpStreamReq")
@@ -51,7 +54,6 @@ STREAM_REQUEST = opcode_code("DcpStreamReq")
 OWN_OPCODES = frozenset(opcode_code(name) for name in (
     "Hello", "SaslListMechs", "SaslAuth", "SaslStep", "DcpOpen", "DcpAddStream",
     "DcpCloseStream", "SelectBucket", "GetErrorMap"))
-LANE_OPCODES = STREAM_OPCODES | {STREAM_REQUEST}
 
 MAX_RELAY_WINDOW = 1024    # unmatched messages held per pair, flow, side and lane
 MAX_PAIRS = 4096           # proxy pairs (DcpOpen names) remembered
@@ -215,11 +217,12 @@ class Relay:
 
     def _lane(self, leg: _Leg, msg) -> tuple:
         if msg.is_request:
-            if msg.opcode in LANE_OPCODES:
-                if msg.opcode == STREAM_REQUEST:
-                    if len(leg.opaques) >= MAX_OPAQUES:
-                        del leg.opaques[next(iter(leg.opaques))]
-                    leg.opaques[msg.opaque] = msg.vbucket
+            if msg.opcode == STREAM_REQUEST:
+                if len(leg.opaques) >= MAX_OPAQUES:
+                    del leg.opaques[next(iter(leg.opaques))]
+                leg.opaques[msg.opaque] = msg.vbucket
+                return ("vb", msg.vbucket, msg.stream_id)
+            if msg.opcode in STREAM_OPCODES:
                 return ("vb", msg.vbucket, msg.stream_id)
         elif msg.opcode == STREAM_REQUEST and msg.opaque in leg.opaques:
             return ("vb", leg.opaques[msg.opaque], None)
@@ -266,7 +269,7 @@ class Relay:
             for x in [x for x in pair.pending[(flow, 1 - side)].values() if x.lane == m.lane]:
                 pair.pending[(flow, 1 - side)].pop(x.index, None)
             pair.given_up.add((flow, m.lane))
-            out.append(self._finding(pair, "relay-window-overflow", m, f"{MAX_RELAY_WINDOW} "
+            out.append(self._finding(pair, RELAY_WINDOW_OVERFLOW.id, m, f"{MAX_RELAY_WINDOW} "
                                      f"messages of {_lane_text(m.lane)} ({flow} flow) read on the "
                                      f"{self._leg_text(flow, side)} wait for their copy on the "
                                      "other leg: the relay of this lane is not judged any more",
@@ -297,9 +300,9 @@ class Relay:
         shown = {k: f"{a!r} → {b!r}" for k, a, b in ((k, *v) for k, v in diff.items())}
         what = ", ".join(diff) or "bytes"
         if flow == DOWN or msg.opcode == STREAM_REQUEST:
-            rid = "relay-message-differs"
+            rid = RELAY_MESSAGE_DIFFERS.id
         else:
-            rid = "relay-consumer-message-mismatch"
+            rid = RELAY_CONSUMER_MESSAGE_MISMATCH.id
         text = (f"{msg.name} relayed by ns_server ({pair.name}) differs between the legs: "
                 f"{what} (frame {found.pdu_frame} on the {self._leg_text(flow, 1 - side)}, "
                 f"frame {pdu.frame} on the {self._leg_text(flow, side)})")
@@ -310,8 +313,8 @@ class Relay:
             out.append(f)
 
     def _reordered(self, pair, flow, side, found: _Msg, pdu, msg, out) -> None:
-        rid = ("relay-message-reordered" if flow == DOWN or msg.opcode == STREAM_REQUEST
-               else "relay-consumer-message-mismatch")
+        rid = (RELAY_MESSAGE_REORDERED.id if flow == DOWN or msg.opcode == STREAM_REQUEST
+               else RELAY_CONSUMER_MESSAGE_MISMATCH.id)
         text = (f"{msg.name} read on the {self._leg_text(flow, 1 - side)} (frame "
                 f"{found.pdu_frame}) reached the {self._leg_text(flow, side)} (frame {pdu.frame}) "
                 f"after a message read later (frame {found.overtaken_by}); "
@@ -325,9 +328,9 @@ class Relay:
     def _missing(self, pair, flow, side, x: _Msg, later_frame: int, out) -> None:
         src = side == SRC
         if flow == DOWN or x.name == "DcpStreamReq":
-            rid = "relay-message-missing"
+            rid = RELAY_MESSAGE_MISSING.id
         else:
-            rid = "relay-consumer-message-mismatch"
+            rid = RELAY_CONSUMER_MESSAGE_MISMATCH.id
         other = self._leg_text(flow, 1 - side)
         if src:
             text = (f"{x.name} read on the {self._leg_text(flow, side)} (frame {x.pdu_frame}) "
@@ -356,7 +359,7 @@ class Relay:
                 f"({pair.name})")
         for x in list(pending.values()):
             self._drop(pair, flow, side, x)
-        out.append(self._finding(pair, "relay-not-confirmed", first, text, {"messages": n}))
+        out.append(self._finding(pair, RELAY_NOT_CONFIRMED.id, first, text, {"messages": n}))
 
     def _count(self, pair, rid, text, out) -> bool:
         n = pair.reported[rid] = pair.reported.get(rid, 0) + 1

@@ -22,6 +22,7 @@ request after a cut of its connection's requests (an earlier resume may be hidde
 from __future__ import annotations
 
 from ..findings import finding_for
+from ..rules.stream import RESUME_BEYOND_RECEIVED, RESUME_COLLAPSED_SNAPSHOT
 from .. import streams as limits
 from .state import FROM_LATEST, Conn, ResumePoint, Stream
 
@@ -69,7 +70,7 @@ class Resume:
         if start > x:
             oso = (" before an OSO snapshot it did not complete (items inside one are no "
                    "consistent point)") if point.inside_oso else ""
-            out.append(finding_for("resume-beyond-received", f"resume of vb {st.vb} at start "
+            out.append(finding_for(RESUME_BEYOND_RECEIVED.id, f"resume of vb {st.vb} at start "
                                    f"{start}, but the previous stream (connection {point.conn}) "
                                    f"received up to seqno {x}{oso}", pdu, msg, shown,
                                    (point.frame,)))
@@ -86,7 +87,7 @@ class Resume:
         elif s0 == start and s < x:          # needsRollback then takes the range as [start,start]
             how = f"sends snapshot [{s0},{s1}] with snap_start == start {start}, read as [{x},{x}]"
         if how is not None:
-            out.append(finding_for("resume-collapsed-snapshot",
+            out.append(finding_for(RESUME_COLLAPSED_SNAPSHOT.id,
                                    f"resume of vb {st.vb} {how}; the previous stream (connection "
                                    f"{point.conn}) stopped at {x} inside snapshot [{s},{e}] "
                                    f"(frame {point.frame}), so it must send [{s},{e}]: the "

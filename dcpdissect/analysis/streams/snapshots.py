@@ -11,20 +11,23 @@ after the marker (or what ends its snapshot) shows it; None when no convention a
 
 from __future__ import annotations
 
-from ...protocol import (ITEM_OPCODES, OSO_FLAGS, SNAPSHOT_CHECKPOINT, SNAPSHOT_DISK,
-                         SNAPSHOT_FLAGS, SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE, STREAM_FLAGS,
-                         opcode_code)
+from ...protocol import (ITEM_OPCODES, KEY_NAMESPACES, OSO_FLAGS, SNAPSHOT_CHECKPOINT,
+                         SNAPSHOT_DISK, SNAPSHOT_FLAGS, SNAPSHOT_HISTORY, SNAPSHOT_MAY_DUPLICATE,
+                         STREAM_FLAGS, opcode_code)
 from ..findings import finding_for
+from ..rules.lifecycle import HISTORY_DUPLICATE_KEY
+from ..rules.stream import (DATA_AFTER_SEQNO_ADVANCED, DATA_BEFORE_MARKER, DATA_DUPLICATE_KEY,
+                            DATA_OUTSIDE_SNAPSHOT, DATA_SEQNO_NOT_INCREASING, OSO_CONTAINS_MARKER,
+                            OSO_UNPAIRED, SNAPSHOT_BEHIND_LAST_SEQNO, SNAPSHOT_END_NOT_INCREASING,
+                            SNAPSHOT_FROM_CLIENT, SNAPSHOT_INCOMPLETE,
+                            SNAPSHOT_START_BELOW_REQUESTED, SNAPSHOT_START_INCONSISTENT,
+                            SNAPSHOT_START_OVERLAP)
 from .. import streams as limits
 from .state import (FROM_LATEST, Conn, Snap, Stream, frames_of, key_text, marker_fields,
                     report_on_stream)
 
 MARKER, STREAM_END = opcode_code("DcpSnapshotMarker"), opcode_code("DcpStreamEnd")
 SEQNO_ADVANCED, OSO_SNAPSHOT = opcode_code("DcpSeqnoAdvanced"), opcode_code("DcpOsoSnapshot")
-# Document keys per namespace: committed items (mutation, deletion, expiration) share one;
-# prepares live in their own (the durability-prepare namespace of the checkpoint).
-KEYED_OPCODES = {opcode_code("DcpMutation"): "item", opcode_code("DcpDeletion"): "item",
-                 opcode_code("DcpExpiration"): "item", opcode_code("DcpPrepare"): "prepare"}
 ACTIVE_VB_ONLY = STREAM_FLAGS.bit("active_vb_only")   # only an active vbucket may serve it
 OSO_START, OSO_END = OSO_FLAGS.bit("start"), OSO_FLAGS.bit("end")
 
@@ -48,7 +51,7 @@ class Snapshots:
         connection memcached receives the markers ns_server relays, from the TCP client)."""
         self.not_judged(pdu, msg)
         if c.negotiation.consumer is False:
-            out.append(finding_for("snapshot-from-client", "snapshot marker sent client→server: "
+            out.append(finding_for(SNAPSHOT_FROM_CLIENT.id, "snapshot marker sent client→server: "
                                    "markers come from the producer", pdu, msg,
                                    marker_fields(msg)))
 
@@ -125,7 +128,7 @@ class Snapshots:
         start, end, flags = f["start_seqno"], f["end_seqno"], f["flags"]
         if st.in_oso:
             self._report_convention(pdu, "inside-oso")
-            report_on_stream(st, out, "oso-contains-marker", f"snapshot marker [{start},{end}] "
+            report_on_stream(st, out, OSO_CONTAINS_MARKER.id, f"snapshot marker [{start},{end}] "
                              f"inside the OSO snapshot of {st.describe()}", pdu, msg,
                              marker_fields(msg))
             return
@@ -136,7 +139,7 @@ class Snapshots:
         if start < last and end <= last:
             shown["last_seqno"] = last
             self._report_convention(pdu, "dropped")
-            report_on_stream(st, out, "snapshot-behind-last-seqno", f"marker [{start},{end}] is "
+            report_on_stream(st, out, SNAPSHOT_BEHIND_LAST_SEQNO.id, f"marker [{start},{end}] is "
                              f"behind the last seqno {last}: the consumer drops it", pdu, msg,
                              shown, frames_of(prev and prev.pdu))
             return                              # the old snapshot stays current
@@ -162,15 +165,15 @@ class Snapshots:
             pass                                # the markers in between may be hidden
         elif prev_end is not None and (end < prev_end or end == prev_end and not (
                 history and flags & SNAPSHOT_DISK)):
-            rid, text = "snapshot-end-not-increasing", (f"end {end} is not above the previous "
-                                                      f"marker's end {prev_end}")
+            rid, text = SNAPSHOT_END_NOT_INCREASING.id, (f"end {end} is not above the previous "
+                                                       f"marker's end {prev_end}")
         elif (prev_end is not None and start <= prev_end and not after_non_history
               and active_only and not after_oso):
-            rid, text = "snapshot-start-overlap", (f"start {start} is not above the previous "
-                                                 f"marker's end {prev_end}")
+            rid, text = SNAPSHOT_START_OVERLAP.id, (f"start {start} is not above the previous "
+                                                  f"marker's end {prev_end}")
         elif (first and req is not None and not req.get("flags", 0) & FROM_LATEST
               and start < req["snap_start_seqno"]):
-            rid, text = "snapshot-start-below-requested", (
+            rid, text = SNAPSHOT_START_BELOW_REQUESTED.id, (
                 f"first marker starts at {start}, below the requested snapshot start "
                 f"{req['snap_start_seqno']}")
             ctx = frames_of(st.request_pdu)
@@ -217,19 +220,19 @@ class Snapshots:
         if snap.convention_undecided:
             self._decide_convention(st, out, seq)
         if st.advanced_to is not None and seq <= st.advanced_to:
-            report_on_stream(st, out, "data-after-seqno-advanced", f"seqno {seq} after "
+            report_on_stream(st, out, DATA_AFTER_SEQNO_ADVANCED.id, f"seqno {seq} after "
                              f"SeqnoAdvanced({st.advanced_to})", pdu, msg,
                              {**_item_fields(seq, snap), "advanced": st.advanced_to})
         elif seq <= highest:
-            report_on_stream(st, out, "data-seqno-not-increasing", f"seqno {seq} after seqno "
+            report_on_stream(st, out, DATA_SEQNO_NOT_INCREASING.id, f"seqno {seq} after seqno "
                              f"{highest}", pdu, msg,
                              {**_item_fields(seq, snap), "last_seqno": highest})
         if outside:
-            report_on_stream(st, out, "data-outside-snapshot", f"seqno {seq} outside the "
+            report_on_stream(st, out, DATA_OUTSIDE_SNAPSHOT.id, f"seqno {seq} outside the "
                              f"snapshot [{snap.start},{snap.end}]", pdu, msg,
                              _item_fields(seq, snap), frames_of(snap.pdu))
         keys = snap.seen_keys
-        if keys is not None and msg.opcode in KEYED_OPCODES and len(msg.key) == msg.keylen:
+        if keys is not None and msg.opcode in KEY_NAMESPACES and len(msg.key) == msg.keylen:
             self._check_duplicate_key(st, keys, pdu, msg, out, snap)
         if seq == snap.end:
             snap.complete = True
@@ -241,20 +244,21 @@ class Snapshots:
     def _before_marker(self, st: Stream, out, what: str, pdu, msg, seq, context) -> None:
         if not st.reported_before_marker and not st.after_invalid_marker:
             st.reported_before_marker = True
-            report_on_stream(st, out, "data-before-marker", f"{what} on {st.describe()} before "
+            report_on_stream(st, out, DATA_BEFORE_MARKER.id, f"{what} on {st.describe()} before "
                              "any snapshot marker", pdu, msg, {"seqno": seq}, context)
 
     def _check_duplicate_key(self, st: Stream, keys, pdu, msg, out, snap) -> None:
-        """Duplicate keys inside the current snapshot (``snap``) or OSO snapshot (None)."""
-        ns = KEYED_OPCODES.get(msg.opcode)
+        """Duplicate keys inside the current snapshot (``snap``) or OSO snapshot (None), per
+        key namespace: committed items share one, prepares have their own."""
+        ns = KEY_NAMESPACES.get(msg.opcode)
         if keys is None or ns is None:
             return
         k = hash((ns, msg.key))
         if k in keys:
             where = "OSO snapshot" if snap is None else f"snapshot [{snap.start},{snap.end}]"
-            what = "prepare" if ns == "prepare" else "change"
-            rid = ("history-duplicate-key" if snap is not None and snap.flags & SNAPSHOT_HISTORY
-                   else "data-duplicate-key")
+            what = "prepare" if ns == "prepared" else "change"
+            rid = (HISTORY_DUPLICATE_KEY.id if snap is not None and snap.flags & SNAPSHOT_HISTORY
+                   else DATA_DUPLICATE_KEY.id)
             report_on_stream(st, out, rid, f"second {what} of key "
                              f"{key_text(msg.key)} in the {where} of {st.describe()}", pdu,
                              msg, {"key": key_text(msg.key)})
@@ -275,7 +279,7 @@ class Snapshots:
             return
         self._decide_convention(st, out, None)
         if not snap.start <= seq <= snap.end:
-            report_on_stream(st, out, "data-outside-snapshot", f"SeqnoAdvanced({seq}) outside "
+            report_on_stream(st, out, DATA_OUTSIDE_SNAPSHOT.id, f"SeqnoAdvanced({seq}) outside "
                              f"the snapshot [{snap.start},{snap.end}]", pdu, msg,
                              {"seqno": seq, "snapshot": f"[{snap.start},{snap.end}]"},
                              frames_of(snap.pdu))
@@ -288,7 +292,7 @@ class Snapshots:
         flags = msg.fields.get("flags", 0)
         if flags & OSO_START:
             if st.in_oso:
-                report_on_stream(st, out, "oso-unpaired", f"OSO start on {st.describe()} while "
+                report_on_stream(st, out, OSO_UNPAIRED.id, f"OSO start on {st.describe()} while "
                                  "an OSO snapshot is open", pdu, msg, {"flags": flags})
                 return
             if st.snap is not None:
@@ -300,7 +304,7 @@ class Snapshots:
             st.snap, st.after_invalid_marker = None, False
         elif flags & OSO_END:
             if not st.in_oso:
-                report_on_stream(st, out, "oso-unpaired", f"OSO end on {st.describe()} without "
+                report_on_stream(st, out, OSO_UNPAIRED.id, f"OSO end on {st.describe()} without "
                                  "an OSO start", pdu, msg, {"flags": flags})
                 return
             st.in_oso = False
@@ -315,7 +319,7 @@ class Snapshots:
         snap = st.snap
         if snap is None or snap.complete or snap.faulty_marker or snap.uncertain:
             return
-        report_on_stream(st, out, "snapshot-incomplete", f"snapshot [{snap.start},{snap.end}] "
+        report_on_stream(st, out, SNAPSHOT_INCOMPLETE.id, f"snapshot [{snap.start},{snap.end}] "
                          f"(frame {snap.pdu.frame}) of {st.describe()} ended by {what} without "
                          f"an item or SeqnoAdvanced at {snap.end}", pdu, msg,
                          {"snapshot": f"[{snap.start},{snap.end}]",
@@ -338,7 +342,7 @@ class Snapshots:
             return                              # data-outside-snapshot says it
         shown = marker_fields(snap.msg)
         shown["first_item_seqno"] = first_seqno
-        report_on_stream(st, out, "snapshot-start-inconsistent",
+        report_on_stream(st, out, SNAPSHOT_START_INCONSISTENT.id,
                          f"marker [{snap.start},{snap.end}] ({SNAPSHOT_FLAGS.text(snap.flags)}) "
                          f"start {snap.start} fits no convention: expected {expected}", snap.pdu,
                          snap.msg, shown, frames_of(st.request_pdu))

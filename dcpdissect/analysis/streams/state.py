@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...protocol import SNAPSHOT_FLAGS
+from ...protocol import SNAPSHOT_FLAGS, STREAM_FLAGS
 from ..findings import Finding, finding_for
 from ..negotiation import Negotiation
 from .. import streams as limits
 
-FROM_LATEST = 0x40       # stream request flag: start at the vbucket's latest seqno
+FROM_LATEST = STREAM_FLAGS.bit("from_latest")   # start at the vbucket's latest seqno
 
 
 class Snap:

@@ -40,6 +40,7 @@ import json
 from ...protocol import SERVER_MAGICS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_OPCODES, opcode_code
 from ..findings import Finding, finding_for
 from ..negotiation import Negotiation
+from ..rules.stream import SEMANTICS_SUPPRESSED
 from .. import streams as limits
 from .controls import Controls
 from .correlation import Correlation
@@ -353,7 +354,7 @@ class StreamTracker:
         c.untracked_streams.add(key)
         why = ("the capture started inside the connection" if c.mid_stream
                else "a cut hid it" if c.cuts else "it was not captured")
-        out.append(finding_for("semantics-suppressed", f"no stream request seen for vb "
+        out.append(finding_for(SEMANTICS_SUPPRESSED.id, f"no stream request seen for vb "
                                f"{msg.vbucket} on this connection ({why}): {what}", pdu, msg))
 
     def _implicit_stream(self, c: Conn, key, pdu, msg, out) -> Stream | None:
@@ -399,7 +400,7 @@ class StreamTracker:
         if c.cut_said:
             return []
         c.cut_said = True
-        return [Finding("semantics-suppressed", f"{why}: each stream's snapshot rules resume "
+        return [Finding(SEMANTICS_SUPPRESSED.id, f"{why}: each stream's snapshot rules resume "
                         "at its next marker; rules that need a message the cut may have hidden "
                         "are not applied", ev.frame, (ev.frame,), ev.ts_ns, ev.conn)]
 
