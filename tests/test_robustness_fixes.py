@@ -179,18 +179,19 @@ def test_stream_request_with_a_non_integer_sid(tmp_path):
 
 def test_streams_per_connection_are_bounded():
     from dcpdissect.analysis import streams
+    from dcpdissect.analysis.streams import bounds
     from dcpdissect.reassembly.connections import ConnectionOpened
     from dcpdissect.reassembly.framing import Pdu
     from dcpdissect.samples.dsl import stream_req
     tracker = streams.StreamTracker()
     opened = ConnectionOpened(1, ("10.0.0.2", 50000), ("10.0.0.1", 11210), 1, 0, False)
     tracker.on_open(opened)
-    limit = streams.MAX_STREAMS
-    streams.MAX_STREAMS = 50
+    limit = bounds.MAX_STREAMS
+    bounds.MAX_STREAMS = 50
     try:
         for vb in range(120):
             data = stream_req(vb, 0x1000 + vb)
             tracker.on_message(Pdu(1, 0, 0, data, (1,), 1, 0), decode(data), opened)
         assert len(tracker.conns[1].streams) == 50
     finally:
-        streams.MAX_STREAMS = limit
+        bounds.MAX_STREAMS = limit

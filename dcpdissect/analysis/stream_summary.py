@@ -20,7 +20,7 @@ from ..protocol import (SERVER_MAGICS, STATUS, STATUS_ROLLBACK, STATUS_SUCCESS, 
                         STREAM_OPCODES, opcode_code, opcode_name)
 from ..reassembly.connections import ConnectionClosed
 from ..reassembly.framing import Pdu
-from . import streams as limits
+from .streams import bounds
 from .findings import Finding
 
 STREAM_REQUEST, CLOSE_STREAM = opcode_code("DcpStreamReq"), opcode_code("DcpCloseStream")
@@ -60,7 +60,7 @@ class _OnConnection:
 
 
 def _remember(pending: dict, opaque: int, st) -> None:
-    if len(pending) >= limits.MAX_PENDING:      # never answered: forget the oldest
+    if len(pending) >= bounds.MAX_PENDING:      # never answered: forget the oldest
         del pending[next(iter(pending))]
     pending[opaque] = st
 

@@ -38,7 +38,7 @@ from ..rules.stream import (CONSUMER_ERROR_RESPONSE, CONSUMER_ERROR_RESPONSE_UND
                             SEQNO_ADVANCED_NOT_ENABLED, SNAPSHOT_HISTORY_NOT_NEGOTIATED,
                             SNAPSHOT_V1_DISK_SYNC_REPLICATION, SNAPSHOT_VERSION_NOT_NEGOTIATED,
                             STREAM_ID_MESSAGE_MISMATCH, STREAM_ID_REQUEST_MISMATCH)
-from .. import streams as limits
+from . import bounds
 from .state import Conn, HeldError, Stream, report_on_stream
 
 OP = {n: opcode_code(n) for n in (
@@ -249,10 +249,10 @@ class Controls:
                 bool(value) and ("collections" in value or "scope" in value))
             neg = self._negotiated(c, rec, bool(msg.value_len))
             key = (st.vb, st.sid)
-            if key not in rec.streams and len(rec.streams) >= limits.MAX_STREAMS:
+            if key not in rec.streams and len(rec.streams) >= bounds.MAX_STREAMS:
                 del rec.streams[next(iter(rec.streams))]
             rec.streams[key] = (st, neg)
-            if neg is not None and rec.pending and len(rec.awaiting) < limits.MAX_PENDING:
+            if neg is not None and rec.pending and len(rec.awaiting) < bounds.MAX_PENDING:
                 # controls sent before it, answered after it: the server applied them first
                 rec.awaiting.append((key, neg, set(rec.pending)))
         else:
@@ -429,7 +429,7 @@ class Controls:
 
     def _hold(self, c: Conn, f) -> None:
         """Reported when the connection ends (correlation.py says what followed)."""
-        if len(c.held_errors) < limits.MAX_ERRORS:
+        if len(c.held_errors) < bounds.MAX_ERRORS:
             c.held_errors.append(HeldError(f, c.producer_messages))
 
     def _undecided(self, pdu, msg, shown, out, vb) -> None:

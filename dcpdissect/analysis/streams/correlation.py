@@ -14,7 +14,7 @@ from ..findings import Finding, finding_for
 from ..rules.stream import (ADD_STREAM_NEW_OPAQUE_MISMATCH, ADD_STREAM_ROLLBACK,
                             ADD_STREAM_STATUS_MISMATCH, SNAPSHOT_ACK_UNEXPECTED,
                             STREAM_OPAQUE_MISMATCH)
-from .. import streams as limits
+from . import bounds
 from .snapshots import MARKER
 from .state import AddStream, Conn, Stream, frames_of, report_on_stream
 
@@ -30,7 +30,7 @@ class Correlation:
     def on_add_stream(self, c: Conn, pdu, msg) -> None:
         """ns_server asks the consumer memcached (this connection's server) for a stream."""
         self.adds.append(AddStream(c.id, c.server[0], msg.vbucket, msg.opaque, pdu))
-        del self.adds[:-limits.MAX_ADD_STREAMS]
+        del self.adds[:-bounds.MAX_ADD_STREAMS]
 
     def on_stream_request(self, c: Conn, st: Stream) -> None:
         """A consumer's stream request answers its latest Add Stream of the vb: on the same

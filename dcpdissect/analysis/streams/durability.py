@@ -25,7 +25,7 @@ completion of it is reported as ``sync-prepare-unseen`` (info) and never as an e
 from __future__ import annotations
 
 from ...protocol import SNAPSHOT_DISK, STATUS, STATUS_SUCCESS, SYNC_WRITES, SyncWrite, opcode_code
-from .. import streams as limits
+from . import bounds
 from ..findings import finding_for
 from ..rules.durability import (SYNC_ABORT_AFTER_COMMIT, SYNC_ABORT_AFTER_COMMIT_DISK,
                                 SYNC_ABORT_WITHOUT_PREPARE, SYNC_COMMIT_WITHOUT_PREPARE,
@@ -205,7 +205,7 @@ class Durability:
                           "answers SyncWriteInProgress"), pdu, msg,
                        {"prepared_seqno": old.seqno}, frames_of(old.pdu), reply=not disk)
             return
-        if old is None and len(ds.pending) >= limits.MAX_KEYS:
+        if old is None and len(ds.pending) >= bounds.MAX_KEYS:
             ds.pending.clear()              # too many: what was outstanding is unknown now
             ds.floor = max(ds.floor, ds.highest_prepare)
         ds.pending[key] = Pending(seqno, pdu)
@@ -289,7 +289,7 @@ class Durability:
 
     def _resolve(self, ds: DurState, key: bytes, seqno: int, kind: str, pdu) -> None:
         del ds.pending[key]
-        if key not in ds.resolved and len(ds.resolved) >= limits.MAX_KEYS:
+        if key not in ds.resolved and len(ds.resolved) >= bounds.MAX_KEYS:
             del ds.resolved[next(iter(ds.resolved))]
         ds.resolved[key] = (seqno, kind, pdu)
         ds.hcs = max(ds.hcs, seqno)

@@ -35,7 +35,7 @@ from __future__ import annotations
 from ...codec.keys import BEGIN_COLLECTION, END_COLLECTION, split_collection_key, system_event
 from ...protocol import (DOCUMENT_ITEM_OPCODES, STATUS_SUCCESS, STREAM_END_REASONS,
                          STREAM_OPCODES, opcode_code)
-from .. import streams as limits
+from . import bounds
 from ..rules.lifecycle import (DATA_AFTER_CLOSE, DATA_AFTER_CLOSE_UNDECIDED, DATA_AFTER_STREAM_END,
                                DATA_AFTER_TAKEOVER, DATA_FOR_DROPPED_COLLECTION)
 from .controls import Controls
@@ -81,7 +81,7 @@ class Lifecycle:
         if op == CLOSE_STREAM:
             if msg.is_request and from_consumer:
                 life = self._life(c)
-                if len(life.closing) >= limits.MAX_PENDING:
+                if len(life.closing) >= bounds.MAX_PENDING:
                     del life.closing[next(iter(life.closing))]
                 life.closing[msg.opaque] = (msg.vbucket, msg.stream_id)
             elif not msg.is_request and not from_consumer:
@@ -172,7 +172,7 @@ class Lifecycle:
         if entry is None or entry[0] is not st:
             entry = life.dropped[key] = (st, {})
         if event == END_COLLECTION:
-            if len(entry[1]) < limits.MAX_KEYS:
+            if len(entry[1]) < bounds.MAX_KEYS:
                 entry[1][cid] = pdu
         else:
             entry[1].pop(cid, None)

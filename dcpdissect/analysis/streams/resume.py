@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..findings import finding_for
 from ..rules.stream import RESUME_BEYOND_RECEIVED, RESUME_COLLAPSED_SNAPSHOT
-from .. import streams as limits
+from . import bounds
 from .state import FROM_LATEST, Conn, ResumePoint, Stream
 
 
@@ -45,7 +45,7 @@ class Resume:
         if st.in_oso:       # oso_snapshot.md: resume from the seqno held before the OSO start
             last, snap = st.oso_resume_seqno, None
         self.points.pop(key, None)          # the latest point is the newest entry
-        if len(self.points) >= limits.MAX_RESUME:
+        if len(self.points) >= bounds.MAX_RESUME:
             del self.points[next(iter(self.points))]
         self.points[key] = ResumePoint(st.conn, last, snap and (snap.start, snap.end),
                                        snap.pdu.frame if snap else st.request_pdu.frame,

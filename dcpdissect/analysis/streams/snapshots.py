@@ -22,7 +22,7 @@ from ..rules.stream import (DATA_AFTER_SEQNO_ADVANCED, DATA_BEFORE_MARKER, DATA_
                             SNAPSHOT_FROM_CLIENT, SNAPSHOT_INCOMPLETE,
                             SNAPSHOT_START_BELOW_REQUESTED, SNAPSHOT_START_INCONSISTENT,
                             SNAPSHOT_START_OVERLAP)
-from .. import streams as limits
+from . import bounds
 from .state import (FROM_LATEST, Conn, Snap, Stream, frames_of, key_text, marker_fields,
                     report_on_stream)
 
@@ -262,7 +262,7 @@ class Snapshots:
             report_on_stream(st, out, rid, f"second {what} of key "
                              f"{key_text(msg.key)} in the {where} of {st.describe()}", pdu,
                              msg, {"key": key_text(msg.key)})
-        elif len(keys) < limits.MAX_KEYS:
+        elif len(keys) < bounds.MAX_KEYS:
             keys.add(k)
 
     def _seqno_advanced(self, st: Stream, pdu, msg, out) -> None:

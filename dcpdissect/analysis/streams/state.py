@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ...protocol import SNAPSHOT_FLAGS, STREAM_FLAGS
 from ..findings import Finding, finding_for
 from ..negotiation import Negotiation
-from .. import streams as limits
+from . import bounds
 
 FROM_LATEST = STREAM_FLAGS.bit("from_latest")   # start at the vbucket's latest seqno
 
@@ -151,7 +151,7 @@ class Conn:
             if not self.cut_between(direction, since_ts, finding.ts_ns):
                 out.append(finding)
             return
-        if len(self.deferred) >= limits.MAX_PENDING:
+        if len(self.deferred) >= bounds.MAX_PENDING:
             self.deferred.pop(0)
         self.deferred.append(Deferred(finding, direction, since_ts))
 
@@ -195,9 +195,9 @@ def report_on_stream(st: Stream, out: list, rid: str, text: str, pdu, msg, field
     """A finding about a message of ``st``; after ``MAX_PER_RULE`` of a rule, silence."""
     n = st.findings_per_rule.get(rid, 0) + 1
     st.findings_per_rule[rid] = n
-    if n > limits.MAX_PER_RULE:
+    if n > bounds.MAX_PER_RULE:
         return
-    if n == limits.MAX_PER_RULE:
+    if n == bounds.MAX_PER_RULE:
         text += " (further occurrences on this stream are not reported)"
     out.append(finding_for(rid, text, pdu, msg, fields, context))
 

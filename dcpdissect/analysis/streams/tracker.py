@@ -41,7 +41,7 @@ from ...protocol import SERVER_MAGICS, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_O
 from ..findings import Finding, finding_for
 from ..negotiation import Negotiation
 from ..rules.stream import SEMANTICS_SUPPRESSED
-from .. import streams as limits
+from . import bounds
 from .controls import Controls
 from .correlation import Correlation
 from .lifecycle import Lifecycle
@@ -227,7 +227,7 @@ class StreamTracker:
         ident = (name, c.negotiation.bucket)
         holders = self.names.get(ident)
         if holders is None:
-            if len(self.names) >= limits.MAX_RESUME:
+            if len(self.names) >= bounds.MAX_RESUME:
                 del self.names[next(iter(self.names))]
             holders = self.names[ident] = {}
         old = self.conns.get(holders.get(c.server[0], c.id))
@@ -273,11 +273,11 @@ class StreamTracker:
         old = c.streams.get(key)
         if old is not None and old.active:
             self._end_stream(c, old, out)
-        elif old is None and len(c.streams) >= limits.MAX_STREAMS:   # forget the oldest
+        elif old is None and len(c.streams) >= bounds.MAX_STREAMS:   # forget the oldest
             self._end_stream(c, c.streams.pop(next(iter(c.streams))), out)
         c.streams[key] = st
         c.untracked_streams.discard(key)
-        if len(c.stream_requests) >= limits.MAX_PENDING:   # never answered: forget the oldest
+        if len(c.stream_requests) >= bounds.MAX_PENDING:   # never answered: forget the oldest
             del c.stream_requests[next(iter(c.stream_requests))]
         c.stream_requests[msg.opaque] = st
         self._moved(c, key, out)
@@ -349,7 +349,7 @@ class StreamTracker:
 
     def _untracked(self, c: Conn, key, pdu, msg, out, what: str) -> None:
         """Said once per (vbucket, stream id): no request seen for it."""
-        if key in c.untracked_streams or len(c.untracked_streams) >= limits.MAX_STREAMS:
+        if key in c.untracked_streams or len(c.untracked_streams) >= bounds.MAX_STREAMS:
             return
         c.untracked_streams.add(key)
         why = ("the capture started inside the connection" if c.mid_stream
@@ -360,7 +360,7 @@ class StreamTracker:
     def _implicit_stream(self, c: Conn, key, pdu, msg, out) -> Stream | None:
         """A producer's marker for a stream whose request was not captured: open the stream
         here (``request`` None) so that the rules needing only markers apply from it on."""
-        if len(c.streams) >= limits.MAX_STREAMS:
+        if len(c.streams) >= bounds.MAX_STREAMS:
             return None
         self._untracked(c, key, pdu, msg, out, "from this snapshot marker on only the rules "
                         "that need no stream request are applied (not the first-marker "
