@@ -569,7 +569,7 @@ def test_cli_runs_the_pipeline(tmp_path):
     out = tmp_path / "tables"
     report = tmp_path / "report.md"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "dcpdissect.pipeline", *files, "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "dcpdissect", "pipeline", *files, "--out", str(out),
                            "--master", "local[1]", "--chunk-size", "2KB", "--report", str(report),
                            "--fail-on", "never"],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True,
