@@ -53,26 +53,32 @@ def test_every_opcode_and_layout_of_the_tables_is_drawn():
 
 
 # DcpProbe (0x69): a producer-sent stream item with two extras layouts, the second selecting
-# one of two value layouts by its version byte, and a response of repeated entries.
-PROBE = """lambda m: m.Opcode(
-    0x69, "DcpProbe", "DCP Probe", section="probe", stream=True, item=True,
-    sender=m.Sender.PRODUCER, seqno_field="by_seqno",
-    request=m.Shape(
-        (m.Layout("V1", (m.Field("by_seqno", 0, 8, "By seqno"),), 8, value=m.Presence.FORBIDDEN),
-         m.Layout("V2", (m.Field("by_seqno", 0, 8, "By seqno"), m.Field("version", 8, 1, "Version")),
-                  9, value=m.Presence.REQUIRED)),
-        values=(m.Layout("P0", (m.Field("low", 0, 8, "Low"),), 8, when=(("version", 0),)),
-                m.Layout("P1", (m.Field("low", 0, 8, "Low"), m.Field("high", 8, 8, "High")), 16,
-                         when=(("version", 1),))),
-        key=m.Presence.REQUIRED, value=m.Presence.OPTIONAL, validated=True),
-    response=m.Shape(value=m.Presence.OPTIONAL, values=(
-        m.Layout("probes", (m.Field("seqno", 0, 8, "Seqno"),), 8, repeated="probes"),)))"""
-
+# one of two value layouts by its version byte, and a response of repeated entries. It joins
+# the tables through synthetic_opcode's import hook, before anything imports them.
 FUZZ_WITH_PROBE = f"""
 import random, sys
 sys.path.insert(0, {str(TESTS)!r})
-from made_up_opcode import add_opcode
-add_opcode({PROBE})
+from synthetic_opcode import AddOpcode
+
+
+def probe():
+    from dcpdissect.protocol.model import Field, Layout, Opcode, Presence, Reply, Sender, Shape
+    seqno = Field("by_seqno", 0, 8, "By seqno")
+    return Opcode(
+        0x69, "DcpProbe", "DCP Probe", section="probe", stream=True, item=True,
+        sender=Sender.PRODUCER, seqno_field="by_seqno", reply=Reply(),
+        request=Shape(
+            (Layout("V1", (seqno,), 8, value=Presence.FORBIDDEN),
+             Layout("V2", (seqno, Field("version", 8, 1, "Version")), 9, value=Presence.REQUIRED)),
+            values=(Layout("P0", (Field("low", 0, 8, "Low"),), 8, when=(("version", 0),)),
+                    Layout("P1", (Field("low", 0, 8, "Low"), Field("high", 8, 8, "High")), 16,
+                           when=(("version", 1),))),
+            key=Presence.REQUIRED, value=Presence.OPTIONAL, validated=True),
+        response=Shape(value=Presence.OPTIONAL, values=(
+            Layout("probes", (Field("seqno", 0, 8, "Seqno"),), 8, repeated="probes"),)))
+
+
+sys.meta_path.insert(0, AddOpcode(probe))
 from dcpdissect.fuzz.gen import dcp_conversation
 out = sys.argv[1]
 for seed in range({CONVERSATIONS}):
