@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -7,6 +8,13 @@ import pytest
 from dcpdissect.samples.builder import all_specs, build
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def pytest_runtest_setup(item):
+    """The one tshark gate: a test marked ``tshark`` runs the real tshark (found on PATH),
+    and fails without it (scripts/test.sh installs it; a skip would pass unseen)."""
+    if item.get_closest_marker("tshark") and shutil.which("tshark") is None:
+        pytest.fail("tshark is not installed (scripts/setup.sh installs it)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

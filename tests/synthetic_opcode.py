@@ -48,10 +48,14 @@ def hypothetical():
                       datatypes=frozenset(range(8)), validated=True))
 
 
-class AddHypothetical(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Appends DcpHypothetical to ``DCP_OPCODES`` right after opcodes.py has run."""
+class AddOpcode(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Appends ``make()`` (DcpHypothetical by default; any table entry built once the
+    protocol model is importable) to ``DCP_OPCODES`` right after opcodes.py has run."""
 
     TARGET = "dcpdissect.protocol.opcodes"
+
+    def __init__(self, make=hypothetical):
+        self.make = make
 
     def find_spec(self, name, path, target=None):
         if name != self.TARGET:
@@ -65,7 +69,7 @@ class AddHypothetical(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         self.source_loader.exec_module(module)
-        module.DCP_OPCODES = module.DCP_OPCODES + (hypothetical(),)
+        module.DCP_OPCODES = module.DCP_OPCODES + (self.make(),)
 
 
 # --- messages and captures, byte by byte ----------------------------------------------------
@@ -256,7 +260,7 @@ OBSERVERS = {
 
 
 def main(out: Path) -> None:
-    sys.meta_path.insert(0, AddHypothetical())
+    sys.meta_path.insert(0, AddOpcode())
     assert not any(m == "dcpdissect.protocol" for m in sys.modules), "imported too early"
     observed = {name: observe(out) for name, observe in OBSERVERS.items()}
     (out / OBSERVED).write_text(json.dumps(observed, indent=1, default=str))

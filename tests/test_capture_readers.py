@@ -9,6 +9,7 @@ import random
 import struct
 import subprocess
 import sys
+import zlib
 from fractions import Fraction
 from pathlib import Path
 
@@ -106,6 +107,11 @@ def ng_custom(order):
 
 def ng_dsb(order):
     return ng_block(order, 0x0000000A, struct.pack(order + "II", 0x544C534B, 4) + b"keys")
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
 
 
 def read_all(path):
@@ -231,7 +237,7 @@ def test_pcap_records_across_chunk_boundaries(tmp_path):
 TSRES_US, TSRES_NS, TSRES_2_10, TSRES_MS = 6, 9, 0x8A, 3
 
 
-def _section1(order="<"):
+def _section1_blocks(order="<"):
     """Three interfaces with different link types and resolutions, plus skipped blocks."""
     rng = random.Random(11)
     blocks = [
@@ -251,10 +257,14 @@ def _section1(order="<"):
         if i == 5:
             blocks.append(ng_isb(order, 1))
             blocks.append(ng_dsb(order))
-    return b"".join(blocks)
+    return blocks
 
 
-def _section2(order=">"):
+def _section1(order="<"):
+    return b"".join(_section1_blocks(order))
+
+
+def _section2_blocks(order=">"):
     rng = random.Random(12)
     blocks = [
         ng_shb(order),
@@ -267,7 +277,11 @@ def _section2(order=">"):
         ng_epb(order, 0, 1_700_000_000_457, rng.randbytes(7)),
         ng_isb(order, 0),
     ]
-    return b"".join(blocks)
+    return blocks
+
+
+def _section2(order=">"):
+    return b"".join(_section2_blocks(order))
 
 
 def _scapy_oracle(path):
@@ -818,21 +832,66 @@ def test_capture_error_str_and_pickle():
     assert str(CaptureError("f.pcap", None, "bad")) == "f.pcap: bad"
 
 
-def test_no_raw_exceptions_on_random_truncations(tmp_path):
-    """Any prefix of a valid capture either reads cleanly or raises CaptureError."""
+# pcapng blocks that tshark numbers as frames: packet blocks and the custom block
+FRAME_BLOCKS = {2, 3, 6, 0x00000BAD}
+
+
+def _pcapng_ends(*sections) -> tuple[list[int], set[int]]:
+    """(file offset where each frame's block ends, offsets where any block ends) of the
+    sections ``(byte order, blocks)`` written one after the other."""
+    frame_ends, block_ends, pos = [], set(), 0
+    for order, blocks in sections:
+        for block in blocks:
+            pos += len(block)
+            block_ends.add(pos)
+            if struct.unpack_from(order + "I", block)[0] in FRAME_BLOCKS:
+                frame_ends.append(pos)
+    return frame_ends, block_ends
+
+
+def _pcap_ends(payloads) -> tuple[list[int], set[int]]:
+    ends, pos = [], 24
+    for data in payloads:
+        pos += 16 + len(data)
+        ends.append(pos)
+    return ends, {24, *ends}
+
+
+def test_random_truncations_yield_the_whole_frames_then_name_the_cut(tmp_path):
+    """A prefix of a capture (raw or gzip-compressed) yields exactly the frames whose
+    records lie wholly in it, equal to the first frames of the whole file; a prefix that
+    ends inside a record (or inside the compressed stream) raises a CaptureError naming
+    the file and the frame being read (none in the pcap file header); one that ends
+    between records reads cleanly."""
+    payloads = [b"r" * i for i in range(30)]
+    captures = [(_section1() + _section2(), 0,
+                 _pcapng_ends(("<", _section1_blocks()), (">", _section2_blocks()))),
+                (pcap_bytes([(i, 0, d) for i, d in enumerate(payloads)]), 24, _pcap_ends(payloads))]
     rng = random.Random(99)
-    for raw in (_section1() + _section2(), pcap_bytes([(i, 0, b"r" * i) for i in range(30)])):
+    p = tmp_path / "t"
+    for raw, file_header, (frame_ends, block_ends) in captures:
+        whole = read_all(_write(p, raw))
+        assert len(whole) == len(frame_ends)
         for comp in (False, True):
             blob = gzip.compress(raw) if comp else raw
-            for cut in sorted(rng.sample(range(len(blob)), 40)) + [len(blob)]:
-                p = tmp_path / "t"
-                p.write_bytes(blob[:cut])
+            for cut in sorted(rng.sample(range(1, len(blob)), 40)) + [len(blob)]:
+                # the bytes a prefix holds, as zlib (not the reader) decompresses them
+                held = len(zlib.decompressobj(wbits=31).decompress(blob[:cut])) if comp else cut
+                count = sum(1 for end in frame_ends if end <= held)
+                got, error = [], None
                 try:
-                    with open_capture(str(p)) as r:
-                        for _ in r:
-                            pass
-                except CaptureError:
-                    pass
+                    with open_capture(str(_write(p, blob[:cut]))) as reader:
+                        got.extend(reader)
+                except CaptureError as exc:
+                    error = exc
+                assert got == whole[:count], (comp, cut)
+                cut_between = held in block_ends and not (comp and cut < len(blob))
+                if cut_between:
+                    assert error is None, (comp, cut, str(error))
+                else:
+                    assert error is not None and error.path == str(p), (comp, cut)
+                    frame = None if held < file_header else count + 1
+                    assert error.frame == frame and str(p) in str(error), (comp, cut, str(error))
 
 
 def test_no_raw_exceptions_on_random_corruption(tmp_path):

@@ -4,7 +4,6 @@ read off the samples' bytes with tshark's own dissector, not with our code."""
 
 import datetime as dt
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,10 +27,9 @@ def _tshark(path, *fields, filt):
     return [line.split("\t") for line in out.splitlines()]
 
 
-needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark missing")
 
 
-@needs_tshark
+@pytest.mark.tshark
 def test_dissect_legend_matches_tshark(capsys):
     """identity-two-buckets: four connections, two buckets; the legend's endpoints,
     buckets and DcpOpen names are those tshark reads from the SelectBucket and DcpOpen
@@ -81,7 +79,7 @@ def test_mid_stream_connection_has_no_role(capsys):
     assert legend and all(row.split()[3:6] == ["-", "-", "-"] for row in legend)
 
 
-@needs_tshark
+@pytest.mark.tshark
 @pytest.mark.parametrize("mode,field", [("absolute", "frame.time_epoch"),
                                         ("relative", "frame.time_relative"),
                                         ("delta", "frame.time_delta_displayed")])

@@ -29,7 +29,6 @@ from dcpdissect.samples.encapsulate import SAMPLES, readme, wrap_file, write_wra
 ROOT = Path(__file__).resolve().parent.parent
 ENCAP = ROOT / "samples" / "encap"
 BY_NAME = {s.name: s for s in SAMPLES}
-needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark missing")
 
 # What analyze finds in the inner captures (and so in every sample around them): the clean
 # replication, negotiated as kv_engine's consumer does, nothing at all.
@@ -97,7 +96,7 @@ def tshark_pdus(path: str, extra=()) -> list[tuple[int, int, int]]:
     return sorted(rows)
 
 
-@needs_tshark
+@pytest.mark.slow
 @pytest.mark.tshark
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
 def test_messages_equal_tshark(sample, capsys):
@@ -161,7 +160,6 @@ def test_legend_shows_inner_endpoints_and_the_tunnel(sample, capsys):
         assert legend[2].endswith(TUNNELS[sample.name])
 
 
-@needs_tshark
 @pytest.mark.tshark
 def test_kernel_vxlan_tunnel_is_the_one_tshark_reads():
     """The kernel's VXLAN: the VNI and VTEP addresses of the connection's first segment, as
@@ -337,6 +335,7 @@ def test_markdown_and_html_name_the_tunnel(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.tshark
 @pytest.mark.skipif(shutil.which("dumpcap") is None or shutil.which("ip") is None
                     or os.geteuid() != 0, reason="needs root, iproute2 and dumpcap")
 def test_kernel_capture_replays_the_conversation(tmp_path):
@@ -352,7 +351,6 @@ def test_kernel_capture_replays_the_conversation(tmp_path):
 
 
 @pytest.mark.slow
-@needs_tshark
 @pytest.mark.tshark
 @pytest.mark.skipif(shutil.which("dumpcap") is None or shutil.which("ip") is None
                     or os.geteuid() != 0, reason="needs root, iproute2 and dumpcap")

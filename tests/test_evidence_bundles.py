@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -23,8 +22,6 @@ from dcpdissect.reports.evidence import MAX_PER_RULE, write_evidence
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-TSHARK = shutil.which("tshark")
-needs_tshark = pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
 
 
 def _golden() -> dict[str, list[tuple[str, int]]]:
@@ -122,7 +119,7 @@ def test_no_findings_writes_no_capture(tmp_path):
     assert "No findings" in readme and "tshark" not in readme
 
 
-@needs_tshark
+@pytest.mark.tshark
 @pytest.mark.parametrize("sample", ["violations-marker.pcap", "violations-structure.pcap",
                                     "tcp-mid-stream.pcap", "resume-collapsed.pcap",
                                     "ports-heuristic.pcap"])

@@ -198,6 +198,7 @@ def test_analyze_jsonl_prints_flow_control_records_after_the_findings():
 
 # --- the consumer's silence and the producer's idle disconnect -------------------------------
 
+@pytest.mark.tshark
 def test_idle_timeout_findings_name_what_closed_the_connection():
     """Each consumer-idle-timeout of flow-violations.pcap: tshark (not the analyzer) shows
     more than 360 s between the consumer's last message and the first FIN or the next

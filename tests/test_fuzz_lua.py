@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,19 +12,18 @@ from dcpdissect.fuzz.gen import make_input
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua" / "dcpdissect.lua"
-TSHARK = shutil.which("tshark")
 FILES = 200
 MAX_BYTES = 150_000          # keeps the run to about a minute
 
 
 def tshark(path: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([TSHARK, "-r", str(path), "-X", f"lua_script:{LUA}",
+    return subprocess.run(["tshark", "-r", str(path), "-X", f"lua_script:{LUA}",
                            "-o", "tcp.reassemble_out_of_order:TRUE", *extra],
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
-@pytest.mark.skipif(TSHARK is None, reason="needs tshark")
 def test_fuzzed_captures_raise_no_lua_errors(tmp_path):
     paths, kinds = [], set()
     n = 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import struct
 import subprocess
 import sys
@@ -25,7 +24,6 @@ from kv_vectors_pcap import write_vectors_pcap
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua" / "dcpdissect.lua"
-TSHARK = shutil.which("tshark")
 PI_WARN, PI_ERROR = 0x00600000, 0x00800000  # epan/proto.h expert severities
 
 # validate()/validate_error_context() calls per suite in tests/mcbp/mcbp_dcp_test.cc, counted
@@ -166,8 +164,7 @@ def test_capture_is_deterministic(capture, tmp_path):
 @pytest.mark.tshark
 def test_tshark_sees_every_vector(capture):
     path, frames, _ = capture
-    assert TSHARK, "tshark is not installed"
-    out = subprocess.run([TSHARK, "-r", str(path), "-d", "tcp.port==11210,couchbase", "-T",
+    out = subprocess.run(["tshark", "-r", str(path), "-d", "tcp.port==11210,couchbase", "-T",
                           "fields", "-e", "frame.number", "-e", "couchbase.opcode"],
                          capture_output=True, text=True, check=True).stdout
     opcodes = {}
@@ -221,8 +218,7 @@ def test_analyzer_agrees_with_kv_engine(capture):
 @cache
 def lua_experts(path: Path) -> dict[int, list[tuple[str, str]]]:
     """frame -> [(dcp.expert.* name, 'error'/'warning'/'note')]: the plugin's own experts."""
-    assert TSHARK, "tshark is not installed"
-    proc = subprocess.run([TSHARK, "-r", str(path), "-X", f"lua_script:{LUA}", "-o",
+    proc = subprocess.run(["tshark", "-r", str(path), "-X", f"lua_script:{LUA}", "-o",
                            "tcp.reassemble_out_of_order:TRUE", "-Y", "dcp", "-T", "pdml"],
                           capture_output=True, check=True)
     out: dict[int, list[tuple[str, str]]] = defaultdict(list)
@@ -248,6 +244,7 @@ def lua_experts(path: Path) -> dict[int, list[tuple[str, str]]]:
     return dict(out)
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
 def test_lua_agrees_with_kv_engine(capture):
     experts = lua_experts(capture[0])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import random
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -34,7 +33,6 @@ from dcpdissect.samples.builder import all_specs
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua" / "dcpdissect.lua"
 SAMPLES = ROOT / "samples"
-TSHARK = shutil.which("tshark")
 BASE_OPTS = ["-X", f"lua_script:{LUA}", "-o", "tcp.reassemble_out_of_order:TRUE"]
 # Samples where TCP loses bytes or starts mid-stream: tshark does not resynchronise inside
 # a segment, and it waits forever for a lost segment, so it shows a subset of the
@@ -55,8 +53,7 @@ def lua_errors(stderr: str) -> list[str]:
 
 
 def run_tshark(path: Path, *extra: str) -> tuple[str, str]:
-    assert TSHARK, "tshark is not installed"
-    proc = subprocess.run([TSHARK, "-r", str(path), *BASE_OPTS, *extra], capture_output=True,
+    proc = subprocess.run(["tshark", "-r", str(path), *BASE_OPTS, *extra], capture_output=True,
                           text=True, check=True)
     return proc.stdout, proc.stderr
 
@@ -120,12 +117,12 @@ def py_pdus(path: Path) -> dict[int, list]:
     return dict(by_frame)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _prefetch():
-    """Run tshark over all samples in parallel once (results are cached)."""
-    if TSHARK:
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda s: lua_pdus(SAMPLES / s.filename), SPECS))
+@pytest.fixture(scope="module")
+def lua_over_samples():
+    """tshark with the plugin over every sample, in parallel, once before the sweep that
+    reads them all (``lua_pdus`` keeps the results)."""
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda s: lua_pdus(SAMPLES / s.filename), SPECS))
 
 
 def expected_fields(m) -> dict[str, object]:
@@ -256,7 +253,7 @@ def test_install_writes_a_fresh_render(tmp_path, monkeypatch):
 
 @pytest.mark.tshark
 def test_tshark_loads_the_plugin_and_registers_the_fields():
-    proc = subprocess.run([TSHARK, "-G", "fields", "-X", f"lua_script:{LUA}"],
+    proc = subprocess.run(["tshark", "-G", "fields", "-X", f"lua_script:{LUA}"],
                           capture_output=True, text=True, check=True)
     assert not lua_errors(proc.stderr), proc.stderr
     names = {line.split("\t")[2] for line in proc.stdout.splitlines() if line.startswith(("F\t", "P\t"))}
@@ -282,7 +279,9 @@ def test_tshark_loads_the_plugin_and_registers_the_fields():
             assert f"dcp.expert.{r.id.replace('-', '_')}" in names, r.id
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
+@pytest.mark.usefixtures("lua_over_samples")
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
 def test_every_pdu_matches_the_python_decoder(spec):
     path = SAMPLES / spec.filename
@@ -313,6 +312,7 @@ def test_every_pdu_matches_the_python_decoder(spec):
         assert compared == sum(len(v) for v in ours.values())
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
 def test_partial_samples_still_decode_after_the_damage():
     for name in sorted(PARTIAL):
@@ -337,7 +337,9 @@ def test_v22_marker_decodes_fully():
     assert found
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
+@pytest.mark.usefixtures("lua_over_samples")
 def test_extras_fields_sit_in_the_message_subtree():
     """Decoded extras have no dcp.extras item around them; extras no layout fits keep it."""
     decoded = undecoded = 0
@@ -456,6 +458,7 @@ def _fuzz_capture(rng: random.Random, pdus: list[bytes], first_port: int, count:
     return buf.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
 def test_mutated_captures_raise_no_lua_errors(tmp_path):
     rng = random.Random(20240611)
@@ -485,9 +488,9 @@ def test_mutated_captures_raise_no_lua_errors(tmp_path):
 def test_installed_plugin_is_loaded_from_home(tmp_path):
     path = install(tmp_path / ".local/lib/wireshark/plugins/dcpdissect.lua")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([TSHARK, "-G", "plugins"], capture_output=True, text=True, env=env, check=True)
+    proc = subprocess.run(["tshark", "-G", "plugins"], capture_output=True, text=True, env=env, check=True)
     assert str(path) in proc.stdout
-    proc = subprocess.run([TSHARK, "-r", str(SAMPLES / "seed-marker-v1.pcap"), "-T", "fields",
+    proc = subprocess.run(["tshark", "-r", str(SAMPLES / "seed-marker-v1.pcap"), "-T", "fields",
                            "-e", "dcp.snapshot.end_seqno"], capture_output=True, text=True, env=env, check=True)
     assert "8" in proc.stdout.split() and not lua_errors(proc.stderr)
 
@@ -505,7 +508,7 @@ def test_installed_plugin_is_loaded_from_home(tmp_path):
     ('dcp.snapshot.layout == "V2.2"', "clean-replication.pcap", 1),
 ])
 def test_documented_display_filters(flt, sample, count):
-    proc = subprocess.run([TSHARK, "-r", str(SAMPLES / sample), *BASE_OPTS, "-Y", flt, "-T", "fields",
+    proc = subprocess.run(["tshark", "-r", str(SAMPLES / sample), *BASE_OPTS, "-Y", flt, "-T", "fields",
                            "-e", "frame.number"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.split()) == count
@@ -521,6 +524,7 @@ def _mutate_keep_framing(rng: random.Random, data: bytes) -> bytes:
     return bytes(b)
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
 def test_mutated_messages_agree_with_python(tmp_path):
     """Differential test: messages mutated everywhere but in their length decode to the same

@@ -210,6 +210,7 @@ def test_mcbp_on_port_12000_is_found(mode):
         ([{"connections": 1, "ports": {"8080": 1}}] if MODES[mode].any_port else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("sample,port,connections", [
     ("tcp-mid-stream.pcap", 11209, 1),          # the capture starts inside the connection

@@ -7,7 +7,6 @@ decoding, scapy's RawPcapNgReader for pcapng, and tshark where marked.
 from __future__ import annotations
 
 import io
-import shutil
 import struct
 import subprocess
 from decimal import Decimal
@@ -37,8 +36,6 @@ from dcpdissect.samples.netsynth import (
 )
 from dcpdissect.capture.pcapwrite import PcapngWriter, PcapWriter
 
-TSHARK = shutil.which("tshark") or "/usr/bin/tshark"
-needs_tshark = pytest.mark.skipif(not shutil.which(TSHARK), reason="tshark not available")
 
 C4, S4 = Endpoint("192.168.1.10", 51000), Endpoint("192.168.1.20", 11210)
 C6, S6 = Endpoint("fd00::10", 51000), Endpoint("fd00::20", 11210)
@@ -112,7 +109,7 @@ def ones_complement_sum(data: bytes) -> int:
 
 def tshark(path, *args) -> list[str]:
     out = subprocess.run(
-        [TSHARK, "-n", "-r", str(path), *args],
+        ["tshark", "-n", "-r", str(path), *args],
         check=True,
         capture_output=True,
         text=True,
@@ -366,7 +363,6 @@ def test_sequence_wrap(tmp_path):
     assert reply.seq == 0 and reply.ack == (M32 - 3000 + 1 + 10000) % M32
 
 
-@needs_tshark
 @pytest.mark.tshark
 def test_sequence_wrap_tshark(tmp_path):
     conv = make_conv(isn_client=M32 - 3000, isn_server=M32 - 700)
@@ -456,7 +452,6 @@ def test_truncate_capture(tmp_path):
     assert all(m.caplen == m.wirelen for n, (_, m) in enumerate(recs) if n != i)
 
 
-@needs_tshark
 @pytest.mark.tshark
 def test_pathologies_seen_by_tshark(tmp_path):
     conv = make_conv(mss=100)
@@ -514,7 +509,6 @@ def test_pcap_variants_dpkt(tmp_path, nanosecond, big_endian):
             assert round(ts * 1e6) == p.ts_ns // 1000
 
 
-@needs_tshark
 @pytest.mark.tshark
 @pytest.mark.parametrize("nanosecond,big_endian", [(False, False), (True, False), (False, True), (True, True)])
 def test_pcap_variants_tshark(tmp_path, nanosecond, big_endian):
@@ -530,7 +524,7 @@ def test_pcap_variants_tshark(tmp_path, nanosecond, big_endian):
         assert got == (p.ts_ns if nanosecond else p.ts_ns // 1000 * 1000)
 
 
-@needs_tshark
+@pytest.mark.slow
 @pytest.mark.tshark
 @pytest.mark.parametrize("v6", [False, True])
 def test_tshark_checksums_and_protocols(tmp_path, v6):
@@ -574,7 +568,6 @@ def test_tshark_checksums_and_protocols(tmp_path, v6):
         assert bad == []
 
 
-@needs_tshark
 @pytest.mark.tshark
 def test_tshark_vlan_ids(tmp_path):
     conv = make_conv(link=Link("ethernet", vlan=(10, 20)))
@@ -626,7 +619,6 @@ def test_pcapng_three_interfaces_scapy(tmp_path):
         assert meta.ifname == f"synth{n}-{convs[n].link.kind}".encode()
 
 
-@needs_tshark
 @pytest.mark.tshark
 def test_pcapng_three_interfaces_tshark(tmp_path):
     convs = three_conversations()

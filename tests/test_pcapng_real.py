@@ -102,6 +102,7 @@ def file_order_findings(path) -> list[tuple]:
 
 # -- frames as tshark numbers and times them --------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.tshark
 @pytest.mark.parametrize("name", sorted(p.name for p in NG.glob("*.pcapng")))
 def test_frame_numbers_times_and_tcp_lengths_are_tsharks(name):

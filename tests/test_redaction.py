@@ -27,7 +27,6 @@ import io
 import json
 import random
 import re
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from contextlib import redirect_stdout
@@ -39,8 +38,7 @@ from dcpdissect.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-TSHARK = shutil.which("tshark")
-pytestmark = pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
+pytestmark = pytest.mark.tshark
 PORTS = (11210, 11209, 12000)
 # Seeds of the fuzzer's stream generator whose capture carries documents of 4 bytes or more
 # that tshark decodes (most seeds carry fewer: short keys, empty values).
@@ -59,7 +57,7 @@ SECRET_FIELDS = ("couchbase.key", "couchbase.key.logical_key", "couchbase.value"
 def tshark_documents(capture: Path) -> set[bytes]:
     """Keys, values and xattrs of document messages, as tshark's built-in dissector
     decodes the capture (PDML carries each field's raw bytes in hex)."""
-    cmd = [TSHARK, "-r", str(capture), "-o", "tcp.reassemble_out_of_order:TRUE", "-T", "pdml"]
+    cmd = ["tshark", "-r", str(capture), "-o", "tcp.reassemble_out_of_order:TRUE", "-T", "pdml"]
     for p in PORTS:
         cmd += ["-d", f"tcp.port=={p},couchbase"]
     res = subprocess.run(cmd, capture_output=True, timeout=300)

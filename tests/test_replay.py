@@ -9,7 +9,6 @@ again.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -28,7 +27,6 @@ from dcpdissect.samples.realnet import on_loopback
 from dcpdissect.samples.replay import Loopback, Player, timeline
 
 REAL = Path(__file__).resolve().parent.parent / "samples" / "real"
-TSHARK = shutil.which("tshark")
 DECODE = ["-d", "tcp.port==11209,couchbase", "-d", "tcp.port==11210,couchbase",
           "-d", "udp.port==4789,vxlan"]
 SERVER_PORTS = {11209, 11210}
@@ -36,8 +34,7 @@ pytestmark = pytest.mark.tshark
 
 
 def tshark(path, *args: str) -> list[list[str]]:
-    assert TSHARK, "tshark is not installed"
-    out = subprocess.run([TSHARK, "-r", str(path), *DECODE, *args], capture_output=True,
+    out = subprocess.run(["tshark", "-r", str(path), *DECODE, *args], capture_output=True,
                          text=True, check=True).stdout
     return [line.split("\t") for line in out.splitlines()]
 
@@ -109,6 +106,7 @@ def test_every_committed_sample_is_listed_and_documented():
     assert all(f"`{name}`" in readme for name in files)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FULL))
 def test_tshark_decodes_every_scripted_message(name):
     """Full snaplen: per connection and direction, tshark's opcodes are the script's."""
@@ -118,6 +116,7 @@ def test_tshark_decodes_every_scripted_message(name):
         assert count(theirs) == FULL_COUNTS[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(FULL) - {"replication-vxlan.pcapng"}))
 def test_dissect_decodes_what_tshark_decodes(name):
     assert dissect_conversations(REAL / name) == tshark_conversations(REAL / name)
@@ -217,7 +216,7 @@ def test_two_interface_pcapng_is_written_per_interface():
 
 def follow_bytes(path, stream: int) -> tuple[bytes, bytes]:
     """Both directions of one TCP connection as tshark reassembles them (follow,raw)."""
-    out = subprocess.run([TSHARK, "-r", str(path), "-q", "-z", f"follow,tcp,raw,{stream}"],
+    out = subprocess.run(["tshark", "-r", str(path), "-q", "-z", f"follow,tcp,raw,{stream}"],
                          capture_output=True, text=True, check=True).stdout
     chunks = [line for line in out.splitlines()
               if line.strip() and not line.startswith(("=", "Follow", "Filter", "Node"))]

@@ -10,7 +10,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from scapy.all import IP, TCP, ConditionalField, Ether, Padding, Raw, TCPSession, raw, sniff
+from scapy.fields import ConditionalField
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+from scapy.packet import Padding, Raw, raw
+from scapy.sendrecv import sniff
+from scapy.sessions import TCPSession
 
 from dcpdissect.codec import decode, encode
 from dcpdissect.protocol import DCP_OPCODES, OPCODES, Presence

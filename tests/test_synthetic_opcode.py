@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,6 @@ import dcpdissect
 import synthetic_opcode as syn
 from synthetic_opcode import CODE, NAME, REV, SECRET_KEY, SECRET_VALUE, SEQNO, VB, WINDOW
 
-TSHARK = shutil.which("tshark")
 PROBE = Path(syn.__file__)
 
 
@@ -85,11 +83,10 @@ def test_lua_render_has_its_fields_and_shape(observed):
 
 
 @pytest.mark.tshark
-@pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
 def test_tshark_shows_its_fields(observed):
     out = observed["out"]
     proc = subprocess.run(
-        [TSHARK, "-r", str(out / "stream.pcap"), "-X",
+        ["tshark", "-r", str(out / "stream.pcap"), "-X",
          f"lua_script:{out / observed['lua']['plugin']}", "-o",
          "tcp.reassemble_out_of_order:TRUE", "-Y", f"dcp.opcode == 0x{CODE:02x}", "-T", "fields",
          "-e", "dcp.hypothetical.by_seqno", "-e", "dcp.hypothetical.rev_seqno",

@@ -9,7 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from scapy.all import TCP, rdpcap
+from scapy.layers.inet import TCP
+from scapy.utils import rdpcap
 
 from dcpdissect.cli import main
 from dcpdissect.codec import decode
@@ -72,6 +73,7 @@ def plain_rules():
     return Counter(f.rule for f in findings)
 
 
+@pytest.mark.slow
 @pytest.mark.tshark
 @pytest.mark.parametrize("version,suite", CASES)
 def test_openssl_session_decodes_like_the_plaintext(tmp_path, capsys, plain_rules, version, suite):
@@ -410,6 +412,7 @@ def test_scapy_read_with_key_log():
     assert [bytes(p["MCBP"]) for p in pkts] == [d for _, _, d in messages(PLAIN)]
 
 
+@pytest.mark.tshark
 def test_evidence_bundle_ships_the_key_log_lines_of_its_connections(tmp_path, capsys):
     """The problem capture's findings sit on connections 60003-60005 (and 60002, whose key
     is missing): the bundle's keylog.txt holds exactly the lines of the decrypted ones it

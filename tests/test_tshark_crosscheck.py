@@ -13,7 +13,6 @@ asserted explicitly, not skipped:
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -27,7 +26,6 @@ from dcpdissect.samples.scenarios_basic import SPECS
 
 pytestmark = [pytest.mark.tshark, pytest.mark.slow]
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-TSHARK = shutil.which("tshark")
 TSHARK_OPTS = ["-o", "tcp.reassemble_out_of_order:TRUE", "-d", "tcp.port==11209,couchbase"]
 # Samples where tshark cannot decode every PDU (it has no resynchronisation).
 PARTIAL = {"tcp-loss", "tcp-loss-header", "tcp-mid-stream"}
@@ -35,8 +33,7 @@ PARTIAL = {"tcp-loss", "tcp-loss-header", "tcp-mid-stream"}
 
 def tshark_pdus(path: Path) -> dict[int, list[dict]]:
     """frame number -> list of PDUs (field name -> list of 'show' values), plus malformed flag."""
-    assert TSHARK, "tshark is not installed (the test command installs it)"
-    proc = subprocess.run([TSHARK, "-r", str(path), *TSHARK_OPTS, "-T", "pdml"],
+    proc = subprocess.run(["tshark", "-r", str(path), *TSHARK_OPTS, "-T", "pdml"],
                           capture_output=True, check=True)
     root = ET.fromstring(proc.stdout)
     out: dict[int, list[dict]] = {}

@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..protocol import STATUS_ROLLBACK, opcode_code
+from ..protocol import opcode_code
+from .messages import Stream, any_message, message
 
 MASK = 0xFFFFFFFF
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
@@ -175,6 +176,8 @@ def mutate_pdu(rng: random.Random, data: bytes) -> bytes:
 
 
 def pdu_input(rng: random.Random) -> bytes:
+    """Random bytes, a splice of two seed PDUs, or a mutated seed PDU or message drawn
+    from the protocol tables (every opcode, whether the samples carry it or not)."""
     pdus = seed_pdus()
     r = rng.random()
     if r < 0.05:
@@ -182,6 +185,9 @@ def pdu_input(rng: random.Random) -> bytes:
     if r < 0.15:                                            # splice two PDUs
         a, b = rng.choice(pdus), rng.choice(pdus)
         return a[:rng.randrange(len(a) + 1)] + b[rng.randrange(len(b) + 1):]
+    if r < 0.40:
+        message = any_message(rng)
+        return mutate_pdu(rng, message) if rng.random() < 0.8 else message
     return mutate_pdu(rng, rng.choice(pdus))
 
 
@@ -357,73 +363,6 @@ def garbage_tcp(rng: random.Random) -> bytes:
 
 # -- structurally valid DCP conversations with random content --------------------------------
 
-_JSON_VALUES = (b'{"sid":7}', b'{"sid":[7]}', b'{"sid":{"a":1}}', b'{"sid":"7"}', b'{"sid":70000}',
-                b'{"sid":-1}', b'{"sid":1.5}', b'{"sid":true}', b'[1]', b'"x"', b'null', b'{',
-                b'{"purge_seqno":"12"}', b'{"purge_seqno":1e999}', b'{"purge_seqno":[1]}',
-                b'{"purge_seqno":"-5"}', b'{"collections":["0"]}', b'{"sid":' * 3000,
-                b'{"scope":"\\ud800"}', b'\xff\xfe')
-_SEQNOS = (0, 1, 2, 3, 4, 5, 7, 10, 100, 2**63, 2**64 - 1, 2**64 - 2)
-
-
-def _seqno(rng: random.Random) -> int:
-    return rng.choice(_SEQNOS) if rng.random() < 0.7 else rng.randrange(2**64)
-
-
-def _dcp_message(rng: random.Random, vb: int, opaque: int) -> tuple[int, bytes]:
-    """(direction, frame) of one random but well-framed DCP message."""
-    from ..codec import encode
-    from ..samples.dsl import failover, marker, mutation, stream_req
-    op = opcode_code
-    r = rng.random()
-    s = _seqno
-    if r < 0.15:
-        value = rng.choice(_JSON_VALUES) if rng.random() < 0.4 else b""
-        return 0, stream_req(vb, opaque, start=s(rng), end=s(rng), uuid=rng.choice((0, 1, 2**63)),
-                             snap_start=s(rng), snap_end=s(rng), flags=rng.randrange(0x200),
-                             value=value)
-    if r < 0.28:
-        entries = [(rng.choice((0, 1, 2, 2**63)), s(rng)) for _ in range(rng.randint(0, 4))]
-        if rng.random() < 0.2:
-            return 1, encode(op("DcpStreamReq"), {"rollback_seqno": s(rng)}, request=False,
-                             status=STATUS_ROLLBACK, opaque=opaque)
-        if rng.random() < 0.1:
-            return 1, encode(op("DcpStreamReq"), request=False,
-                             status=rng.choice((0x01, 0x07, 0x22, 0x86)), opaque=opaque)
-        return 1, (failover(opaque, *entries) if entries
-                   else encode(op("DcpStreamReq"), request=False, opaque=opaque))
-    if r < 0.45:
-        layout = rng.choice(("V1", "V2.0", "V2.2"))
-        extra = {}
-        if layout != "V1":
-            extra = dict(max_visible_seqno=s(rng), high_completed_seqno=s(rng))
-        if layout == "V2.2":
-            extra.update(purge_seqno=s(rng), high_prepared_seqno=s(rng))
-        return 1, marker(vb, opaque, s(rng), s(rng), rng.randrange(0x80), layout=layout,
-                         sid=rng.choice((None, None, 7, 0)), **extra)
-    if r < 0.75:
-        return 1, mutation(vb, opaque, s(rng), f"k{rng.randrange(5)}", b"{}",
-                           sid=rng.choice((None, None, 7)), cas=1)
-    if r < 0.80:
-        return 1, encode(op(rng.choice(("DcpDeletion", "DcpExpiration"))),
-                         dict(by_seqno=s(rng), rev_seqno=1, delete_time=0),
-                         key=b"k", vbucket=vb, opaque=opaque)
-    if r < 0.85:
-        return 1, encode(op("DcpStreamEnd"), {"reason": rng.randrange(8)}, vbucket=vb, opaque=opaque)
-    if r < 0.88:
-        return 1, encode(op("DcpSeqnoAdvanced"), {"by_seqno": s(rng)}, vbucket=vb, opaque=opaque)
-    if r < 0.91:
-        return 1, encode(op("DcpOsoSnapshot"), {"flags": rng.randrange(4)}, vbucket=vb, opaque=opaque)
-    if r < 0.94:
-        return 0, encode(op("DcpAddStream"), {"flags": rng.randrange(0x200)}, vbucket=vb,
-                         opaque=opaque)
-    if r < 0.97:
-        return 1, encode(op("DcpAddStream"), {"new_opaque": rng.randrange(1 << 32)}, request=False,
-                         opaque=opaque, status=rng.choice((0, 0, 0x04)))
-    feats = struct.pack(">3H", *(rng.randrange(0x20) for _ in range(3)))
-    return rng.randrange(2), encode(op("Hello"), key=b"f", value=feats, opaque=opaque,
-                                    request=rng.random() < 0.5)
-
-
 def dcp_conversation(rng: random.Random) -> bytes:
     """One or two connections of well-framed DCP messages with random fields and order
     (stream state machines, resume and rollback checks)."""
@@ -437,9 +376,11 @@ def dcp_conversation(rng: random.Random) -> bytes:
         frames.append(f.seg(0, dcp_open(name, rng.choice((0, 1, 0x25)), 1)))
         frames.append(f.seg(1, ok(opcode_code("DcpOpen"), 1)))
         vbs = [rng.randrange(4) for _ in range(3)]
+        streams = {vb: Stream(rng) for vb in vbs}
         for _ in range(rng.randint(2, 40)):
             vb = rng.choice(vbs)
-            d, msg = _dcp_message(rng, vb, 0x100 + vb if rng.random() < 0.9 else rng.randrange(1 << 32))
+            d, msg = message(rng, streams[vb], vb,
+                             0x100 + vb if rng.random() < 0.9 else rng.randrange(1 << 32))
             frames.append(f.seg(d, msg))
         if rng.random() < 0.8:
             frames += f.fin()
