@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up a development environment from a clean clone: a virtual environment in .venv with
-# dcpdissect and its test dependencies, and tshark (Debian package) for the cross-checks.
+# dcpdissect (editable, its compiled kernel built in place: dcpdissect/kernel.py) and its test
+# dependencies, and tshark (Debian package) for the cross-checks.
+# `setup.sh --no-kernel` installs without building the kernel: the Python source runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,41 +11,40 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >&2
-.venv/bin/python -m pip install --quiet -e ".[test,spark,compiled]" >&2
+# The build requirements (pyproject.toml), in the environment itself: the editable install
+# uses them, and so does `.venv/bin/python setup.py build_ext --inplace` (rebuilds the kernel
+# modules edited since, in seconds).
+.venv/bin/python -m pip install --quiet "setuptools>=77" "cython>=3.0" >&2
+
+sudo_() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if [ "${1:-}" = "--no-kernel" ]; then
+    DCPDISSECT_NO_KERNEL=1 .venv/bin/python -m pip install --quiet --no-build-isolation \
+        -e ".[test,spark]" >&2
+else
+    if ! command -v cc >/dev/null 2>&1 || ! .venv/bin/python -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+        echo "installing a C compiler and the Python headers (Debian packages)..." >&2
+        sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev >&2
+    fi
+    echo "installing dcpdissect and building its compiled kernel (about 2 minutes)..." >&2
+    .venv/bin/python -m pip install --quiet --no-build-isolation -e ".[test,spark]" >&2
+    if ! .venv/bin/python -m dcpdissect.kernel > .venv/kernel-status.txt 2>&1; then
+        cat .venv/kernel-status.txt >&2
+        echo "warning: the compiled kernel is not built (.venv/bin/python setup.py build_ext" \
+             "--inplace shows why); dcpdissect runs from its Python source" >&2
+    fi
+fi
 
 if ! command -v tshark >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     echo "installing tshark (Debian package)..." >&2
-    echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | sudo_ debconf-set-selections
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
 fi
 if ! command -v tcpdump >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     echo "installing tcpdump (Debian package) for the live replay captures..." >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump >&2
-fi
-
-# Compiled copies of the hot modules (Cython; without them the Python source runs, slower).
-# `setup.sh --no-compile` stops here: the Python source runs (the demo builds them after its
-# first result).
-if [ "${1:-}" = "--no-compile" ]; then
-    exit 0
-fi
-if ! command -v cc >/dev/null 2>&1 || ! .venv/bin/python -c 'import os, sys, sysconfig
-sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    echo "installing a C compiler and the Python headers (Debian packages)..." >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev >&2
-fi
-echo "building the compiled modules if needed (Cython; a few minutes the first time)..." >&2
-if ! .venv/bin/python -m dcpdissect.compiled build --if-needed > .venv/compiled-build.log 2>&1; then
-    tail -n 5 .venv/compiled-build.log >&2
-    echo "warning: the compiled modules could not be built (.venv/compiled-build.log);" \
-         "dcpdissect runs from its Python source" >&2
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump >&2
 fi

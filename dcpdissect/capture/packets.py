@@ -41,6 +41,7 @@ SUPPORTED_LINKTYPES: dict[int, str] = {
     276: "LINUX_SLL2",
 }
 MAX_NESTING = 8             # tunnels (and reassembled packets) inside one another
+MAX_ADDRESSES = 4096        # IP addresses whose text a decoder keeps
 
 _ETH_IPV4 = tunnels.ETH_IPV4
 _ETH_IPV6 = tunnels.ETH_IPV6
@@ -86,7 +87,7 @@ class Decoder:
     :attr:`fragments` and decode to None)."""
 
     __slots__ = ("vxlan_ports", "defragmenter", "fragments", "last_fragment", "vxlan_like",
-                 "depth", "frame", "ts_ns", "within", "log")
+                 "depth", "frame", "ts_ns", "within", "log", "addresses")
 
     def __init__(self, vxlan_ports=(), defragmenter: Optional[Defragmenter] = None):
         self.vxlan_ports = frozenset((tunnels.VXLAN_PORT, *vxlan_ports))
@@ -101,6 +102,7 @@ class Decoder:
         self.within = ()            # the frames of the reassembled packet being decoded
         self.log: Optional[list] = None     # a list: (frame, offset, bytes) of each fragment
         #                                     fed to the defragmenter from a frame of its own
+        self.addresses: dict = {}   # packed IP address -> its text (inet_ntop is slow)
 
     def decode_frame(self, linktype: int, data: bytes, frame: int, ts_ns: int) -> Optional[Segment]:
         """:meth:`decode` of frame number ``frame`` captured at ``ts_ns``."""
@@ -166,15 +168,26 @@ class Decoder:
 
 
 def _tcp(data: bytes, t: int, end: int, missing: int, fam: int,
-         src: bytes, dst: bytes) -> Optional[Segment]:
+         src: bytes, dst: bytes, dec: Decoder) -> Optional[Segment]:
     if t + 20 > end:
         return None
     sport, dport, seq, ack, doff, flags = _tcp_hdr(data, t)
     hl = (doff >> 4) << 2
     if hl < 20 or t + hl > end:
         return None
-    return _new_tuple(Segment, (inet_ntop(fam, src), inet_ntop(fam, dst), sport, dport,
+    return _new_tuple(Segment, (_text(fam, src, dec), _text(fam, dst, dec), sport, dport,
                                 seq, ack, flags, data[t + hl:end], missing, "", ()))
+
+
+def _text(fam: int, packed: bytes, dec: Decoder) -> str:
+    """``inet_ntop(fam, packed)``, remembered by the decoder."""
+    known = dec.addresses
+    text = known.get(packed)
+    if text is None:
+        if len(known) >= MAX_ADDRESSES:
+            known.clear()
+        text = known[packed] = inet_ntop(fam, packed)
+    return text
 
 
 def _ipv4(data: bytes, off: int, end: int, dec: Decoder) -> Optional[Segment]:
@@ -196,7 +209,7 @@ def _ipv4(data: bytes, off: int, end: int, dec: Decoder) -> Optional[Segment]:
         end = off + total
     if proto == 6 and not frag & 0x3FFF:
         return _tcp(data, off + ihl, end, missing, AF_INET,
-                    data[off + 12:off + 16], data[off + 16:off + 20])
+                    data[off + 12:off + 16], data[off + 16:off + 20], dec)
     src, dst, p = data[off + 12:off + 16], data[off + 16:off + 20], off + ihl
     if frag & 0x3FFF:
         return dec.fragment((4, src, dst, proto, _u16(data, off + 4)[0]), (frag & 0x1FFF) << 3,
@@ -219,7 +232,8 @@ def _ipv6(data: bytes, off: int, end: int, dec: Decoder) -> Optional[Segment]:
         missing = 0
         end = p + plen
     if nh == 6:
-        return _tcp(data, p, end, missing, AF_INET6, data[off + 8:off + 24], data[off + 24:off + 40])
+        return _tcp(data, p, end, missing, AF_INET6, data[off + 8:off + 24], data[off + 24:off + 40],
+                    dec)
     return _ip6_chain(data, p, end, missing, nh, data[off + 8:off + 24], data[off + 24:off + 40],
                       dec)
 
@@ -254,7 +268,7 @@ def _carried(data: bytes, p: int, end: int, missing: int, proto: int, fam: int, 
              dst: bytes, dec: Decoder) -> Optional[Segment]:
     """The segment in an IP payload of protocol ``proto``: TCP, or a tunnel's inner packet."""
     if proto == 6:
-        return _tcp(data, p, end, missing, fam, src, dst)
+        return _tcp(data, p, end, missing, fam, src, dst, dec)
     if proto == 17:
         inner = tunnels.udp(data, p, end, dec.vxlan_ports)
         if inner is None and tunnels.looks_like_vxlan(data, p, end):

@@ -18,6 +18,11 @@ import zlib
 from struct import Struct
 from typing import Iterator, NamedTuple, Optional
 
+try:
+    import cython
+except ImportError:                 # without Cython: this module runs from its source
+    from .. import kernel as cython
+
 __all__ = ["Frame", "CaptureError", "CaptureReader", "open_capture", "parse_idb", "walk_pcapng",
            "IDLE", "NO_LINKTYPE", "TLS_KEY_LOG"]
 
@@ -304,6 +309,10 @@ class CaptureReader:
         except (OSError, ValueError):
             return False
 
+    @cython.locals(frac_mul="long long", limit="Py_ssize_t", buf=bytes, raw="const char *",
+                   n="Py_ssize_t", pos="Py_ssize_t", base="Py_ssize_t", number="Py_ssize_t",
+                   sec="long long", frac="long long", caplen="Py_ssize_t", start="Py_ssize_t",
+                   end="Py_ssize_t")
     def _iter_pcap(self) -> Iterator[Frame]:
         order, nano, snaplen, linktype = self._pcap_hdr
         unpack_rec = _PCAP_REC[order].unpack_from
@@ -313,6 +322,7 @@ class CaptureReader:
         read = self._read
         new = _new_tuple
         buf = self._buf
+        raw = buf                   # (compiled: the pointer to its bytes)
         self._buf = b""
         n = len(buf)
         pos = 0
@@ -323,7 +333,7 @@ class CaptureReader:
                 if self.idle_marks and self._idle():
                     yield IDLE
                 base += pos
-                buf = fill(read, buf[pos:], 16, number + 1)
+                buf = raw = fill(read, buf[pos:], 16, number + 1)
                 pos = 0
                 n = len(buf)
                 if n < 16:
@@ -339,7 +349,7 @@ class CaptureReader:
                 if self.idle_marks and self._idle():
                     yield IDLE
                 base += pos
-                buf = fill(read, buf[pos:], 16 + caplen, number + 1)
+                buf = raw = fill(read, buf[pos:], 16 + caplen, number + 1)
                 pos = 0
                 n = len(buf)
                 start = 16
@@ -350,7 +360,7 @@ class CaptureReader:
             pos = end
             self.bytes_read = base + end
             yield new(Frame, (number, sec * 1_000_000_000 + frac * frac_mul, linktype,
-                              buf[start:end], wirelen, 0))
+                              raw[start:end], wirelen, 0))
 
     def _iter_pcapng(self) -> Iterator[Frame]:
         new = _new_tuple

@@ -70,7 +70,10 @@ class _Plan:
     def __init__(self, spec, request: bool):
         self.spec = spec
         shape = _EMPTY_SHAPE if spec is None else (spec.request if request else spec.response)
-        self.extras = {lay.size: (*compiled(lay), lay.label) for lay in shape.extras}
+        self.extras = {}        # extras length -> (unpack_from, field names, layout label)
+        for lay in shape.extras:
+            st, names = compiled(lay)
+            self.extras[lay.size] = (st.unpack_from, names, lay.label)
         self.sizes = shape.extras_sizes
         self.values = shape.values
 
@@ -90,11 +93,11 @@ def decode(buf) -> Message:
     """
     if len(buf) < HEADER_SIZE:
         raise ValueError(f"need {HEADER_SIZE} header bytes, got {len(buf)}")
-    if type(buf) is not bytes:
-        buf = bytes(buf)                    # then its slices are the bytes of extras and key
+    data = buf if type(buf) is bytes else bytes(buf)    # its slices: the bytes of extras and key
+    raw = data              # (compiled: the pointer to its bytes)
     m = Message()
     (magic, opcode, framing_len, keylen, extlen, datatype, specific, bodylen, opaque,
-     cas) = unpack_header(buf)
+     cas) = unpack_header(data)
     request = magic in REQUEST_MAGICS
     plan = _PLANS.get(magic << 8 | opcode)
     if plan is None:
@@ -126,21 +129,23 @@ def decode(buf) -> Message:
     e_start = HEADER_SIZE + framing_len
     k_start = e_start + extlen
     v_start = k_start + keylen
-    if v_start <= end <= len(buf):          # the common case: whole, and the lengths agree
-        m.extras = buf[e_start:k_start]
-        m.key = buf[k_start:v_start]
-        m.value = memoryview(buf)[v_start:end]
+    if v_start <= end <= len(data):         # the common case: whole, and the lengths agree
+        m.extras = raw[e_start:k_start]
+        m.key = raw[k_start:v_start]
+        m.value = memoryview(data)[v_start:end]
         if framing_len:
-            _frame_infos(m, buf[HEADER_SIZE:e_start], request)
+            _frame_infos(m, raw[HEADER_SIZE:e_start], request)
         else:
             m.frame_infos = []
-    elif not _cut_sections(m, buf, request, e_start, k_start, v_start, end):
+    elif not _cut_sections(m, data, request, e_start, k_start, v_start, end):
         return m
     if extlen:              # (of a whole message, or of the captured prefix of one)
         hit = plan.extras.get(extlen)
         if hit is not None:
-            st, names, label = hit
-            fields.update(zip(names, st.unpack_from(m.extras)))
+            unpack_from, names, label = hit
+            values = unpack_from(m.extras)
+            for i in range(len(names)):
+                fields[names[i]] = values[i]
             m.layout = label
         elif plan.spec is not None:
             problems.append(Problem(EXTRAS_SIZE, f"extras length {extlen} not in {plan.sizes}"))

@@ -21,6 +21,11 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+try:
+    import cython
+except ImportError:                 # without Cython: this module runs from its source
+    from .. import kernel as cython
+
 from ..codec.header import BODYLEN_OFFSET, frame_size, peek, unpack, unpack_bodylen
 from ..protocol import (DATATYPE_MAX, HEADER_SIZE, MAGICS, MAX_FRAME_SIZE, OPCODES,
                         REQUEST_MAGICS, Presence, is_known_opcode)
@@ -370,12 +375,18 @@ class PduFramer:
         conn, direction = self.conn, self.direction
         now_frame, now_ts = self.now
         bad = False
-        view = memoryview(buf)
+        view = buf              # (compiled: the pointer to its bytes)
         new, legal = _new, _LEGAL_MAGICS
+        header, limit = HEADER_SIZE, MAX_FRAME_SIZE
         ts = self.framed_ts
-        while n - pos >= HEADER_SIZE:
-            size = HEADER_SIZE + unpack_bodylen(buf, pos + BODYLEN_OFFSET)[0]
-            if buf[pos] not in legal or size > MAX_FRAME_SIZE:   # buf[pos]: the magic
+        while n - pos >= header:
+            if cython.compiled:     # unpack_bodylen in C: 4 bytes, big-endian
+                b = pos + BODYLEN_OFFSET
+                size = view[b]      # (a 64-bit shift)
+                size = header + (size << 24 | view[b + 1] << 16 | view[b + 2] << 8 | view[b + 3])
+            else:
+                size = header + unpack_bodylen(buf, pos + BODYLEN_OFFSET)[0]
+            if buf[pos] not in legal or size > limit:   # buf[pos]: the magic
                 self.in_sync = False
                 self.resync_reason = "garbage"
                 self._garbage_cause, text = header_problem(buf, pos)
@@ -410,7 +421,6 @@ class PduFramer:
             out.append(new(Pdu, (conn, direction, base + pos, bytes(view[pos:end]), frames, done,
                                  ts, 0)))
             pos = end
-        view.release()
         self.framed_ts = ts
         if pos:
             del buf[:pos]

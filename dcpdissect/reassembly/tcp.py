@@ -31,6 +31,7 @@ _HALF = 0x80000000
 _WRAP = 0x100000000
 
 EMPTY: tuple = ()
+_new = tuple.__new__     # an event without the Python-level __new__ of a NamedTuple
 JUMP = 1 << 30              # farther than any TCP window (65535 << 14): not the same byte stream
 TAIL_SEGMENTS = 1024        # delivered segments kept for retransmission comparison
 _TAIL_HI = TAIL_SEGMENTS + (TAIL_SEGMENTS >> 2)
@@ -224,7 +225,7 @@ class DirectionReassembler:
         self.next_off = off + n
         self._nseq = (seg.seq + n) & MASK
         self._prev = seg
-        ev = StreamData(self.conn, self.direction, off, payload, frame, ts_ns)
+        ev = _new(StreamData, (self.conn, self.direction, off, payload, frame, ts_ns))
         tail = self._tail
         tail.append(ev)
         tb = self._tail_bytes + n
@@ -310,7 +311,7 @@ class DirectionReassembler:
             self.stats["uncaptured_bytes"] += n
             out.append(StreamGap(self.conn, self.direction, off + n, n, frame, ts_ns, UNCAPTURED))
             return
-        ev = StreamData(self.conn, self.direction, off, data, frame, ts_ns)
+        ev = _new(StreamData, (self.conn, self.direction, off, data, frame, ts_ns))
         out.append(ev)
         tail = self._tail
         tail.append(ev)
@@ -505,5 +506,6 @@ class DirectionReassembler:
         if self.fin_off is not None and self.fin_off > self.next_off and self._nseq is not None:
             self._gap(self.fin_off, self.fin_frame, self.fin_ts, out)
         elif self._acked is not None and self._acked[0] > self.next_off:
-            self._gap(*self._acked, out)        # acknowledged, never captured
+            upto, frame, ts_ns = self._acked    # acknowledged, never captured
+            self._gap(upto, frame, ts_ns, out)
         return out
