@@ -85,11 +85,11 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     tshark_v = subprocess.run([TSHARK, "-v"], capture_output=True, text=True).stdout.splitlines()[0]
-    status = subprocess.run([PY, "-m", "dcpdissect.compiled", "status"], capture_output=True,
+    status = subprocess.run([PY, "-m", "dcpdissect.kernel"], capture_output=True,
                             text=True, cwd=ROOT).stderr.strip().splitlines()
     return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} "
             f"{platform.release()}, Python {platform.python_version()}, {tshark_v.rstrip('.')}; "
-            f"{status[-1] if status else 'compiled modules: unknown'}")
+            f"{status[-1] if status else 'kernel: unknown'}")
 
 
 def scapy_slice(path: Path, frames: int) -> list[str]:

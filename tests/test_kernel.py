@@ -110,6 +110,7 @@ json.dump(out, open(sys.argv[1], "w"))
 
 def _python(code: str, *args, cwd=ROOT, pure=False, pythonpath=None):
     env = {k: v for k, v in os.environ.items() if k not in (kernel.SWITCH, "PYTHONPATH")}
+    env["PYTHONHASHSEED"] = "0"         # the same order of sets in the reprs of both runs
     if pure:
         env[kernel.SWITCH] = "1"
     if pythonpath:

@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "dcpdissect"
 
 # The floors, ground up. Packages on one floor do not import each other either.
-# compiled: the loader of the Cython-compiled hot modules; it imports nothing of the package.
+# kernel: the loader of the compiled kernel modules; it imports nothing of the package.
 FLOORS = (
-    ("protocol", "compiled"),
+    ("protocol", "kernel"),
     ("codec",),
     ("capture",),
     ("reassembly",),
@@ -232,7 +232,11 @@ def test_every_package_has_a_floor():
 
 
 def test_every_import_is_a_statement():
-    assert dynamic_imports(ROOT / PACKAGE) == []
+    # The one exception: the kernel's loader imports the kernel modules (kernel.MODULES, each
+    # a module of the package that loads it) by name, compiled or from their source.
+    hidden = [line for line in dynamic_imports(ROOT / PACKAGE)
+              if not line.startswith(f"{PACKAGE}.kernel:")]
+    assert hidden == []
 
 
 def test_no_module_imports_upward():
