@@ -67,7 +67,10 @@ def load(package: str, *names: str) -> None:
         name = f"{package}.{short}"
         if name in sys.modules:
             continue
-        path = None if pure else compiled_path(name)
+        try:
+            path = None if pure else compiled_path(name)
+        except OSError:         # no readable source beside it (e.g. imported from a zip)
+            path = None
         if path is None or not os.path.exists(path):
             importlib.import_module(name)
             continue

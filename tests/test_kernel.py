@@ -168,6 +168,21 @@ print(sorted(n for n in sys.modules if n.startswith("dcpdissect")))
     assert _python(code).stdout.split() == ["['dcpdissect']"]
 
 
+def test_the_package_runs_from_a_zip_of_its_source(tmp_path):
+    # What the pipeline ships to a cluster's executors (pipeline/spark.py ship_package).
+    from dcpdissect.pipeline.spark import ship_package
+
+    class Context:
+        def addPyFile(self, path):
+            self.path = path
+
+    spark = type("Session", (), {"sparkContext": Context()})()
+    archive = ship_package(spark)
+    loaded = json.loads(_python(PROBE, cwd=tmp_path, pythonpath=archive).stdout)
+    for name, path in loaded.items():
+        assert path == os.path.join(archive, *name.split(".")) + ".py", (name, path)
+
+
 def _copy_package(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "dcpdissect", tmp_path / "dcpdissect",
                     ignore=shutil.ignore_patterns("__pycache__"))
