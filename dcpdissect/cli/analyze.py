@@ -8,15 +8,14 @@ import sys
 from tabulate import tabulate
 
 from ..capture.readers import CaptureError
-from ..reassembly.batches import BATCH
-from ..reassembly.pdus import Summary, iter_events
+from ..reassembly.pdus import Summary
 from ..reports.findings import (FINDING_HEADERS, finding_record, finding_row, findings_table,
                                 summary_rows)
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
                      add_capture_options, add_fail_on_option, add_progress_option,
                      add_time_option, capture_options, capture_notes, fails, live_output,
-                     os_error, ports_report, with_examples)
+                     os_error, ports_report, run_pass, with_examples)
 
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="find spec violations in a capture", **with_examples(
@@ -76,14 +75,11 @@ def cmd_analyze(args) -> int:
 def _analyze(args, capture_copy: str) -> int:
     """``analyze``; ``capture_copy`` is the capture as the evidence bundle reads it."""
     from ..analysis.engine import Analyzer
-    from ..analysis.findings import MAX_FINDINGS_PER_RULE, Finding
-    from ..analysis.session import Pass
+    from ..analysis.findings import Finding
     from ..reports.connections import ConnectionLegend
-    from ..reports.progress import Progress
 
     if _argument_problem(args):
         return EXIT_BAD_INPUT
-    live = args.file == "-"
     live_output(args.file)
     out = _output(args.output)
     if out is None:
@@ -101,14 +97,8 @@ def _analyze(args, capture_copy: str) -> int:
         from ..analysis.stream_summary import StreamSummary
         streams = StreamSummary(analyzer)
     shown = _Shown(args, out, legend, clock)
-    progress = Progress.from_option(f"analyzing {args.file}", args.progress)
     observers = [o for o in (legend, timeline, streams or analyzer, shown) if o is not None]
-    try:
-        run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if live else BATCH,
-                   progress=progress, interruptible=True)
-        run.run(iter_events(args.file, capture_options(args), summary, progress.attach))
-    finally:
-        progress.close()
+    run = run_pass(args, observers, summary, f"analyzing {args.file}", args.progress)
     findings = sorted(shown.findings, key=Finding.sort_key)
     _write_report(args, out, findings, summary, legend, timeline, streams, analyzer, shown)
     out.flush()

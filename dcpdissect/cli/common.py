@@ -155,6 +155,26 @@ def capture_options(args) -> Options:
 
 
 
+def run_pass(args, observers, summary, label: str = "", progress: bool | None = False):
+    """One analysis pass of ``observers`` over ``args.file``, interruptible by SIGINT: in
+    batches, or message by message from stdin; a progress bar labelled ``label`` on stderr as
+    ``progress`` (``--[no-]progress``) asks. Returns the finished :class:`Pass`."""
+    from ..analysis.findings import MAX_FINDINGS_PER_RULE
+    from ..analysis.session import Pass
+    from ..reassembly.batches import BATCH
+    from ..reassembly.pdus import iter_events
+    from ..reports.progress import Progress
+
+    bar = Progress.from_option(label, progress)
+    try:
+        run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if args.file == "-" else BATCH,
+                   progress=bar, interruptible=True)
+        run.run(iter_events(args.file, capture_options(args), summary, bar.attach))
+    finally:
+        bar.close()
+    return run
+
+
 def capture_notes(summary) -> None:
     """What the capture held that was not used as it stands, on stderr."""
     for line in summary.notes():

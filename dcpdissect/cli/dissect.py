@@ -8,17 +8,16 @@ from tabulate import tabulate
 
 from ..analysis.collections import CollectionsView
 from ..protocol import opcode_code
-from ..reassembly.batches import BATCH
-from ..reassembly.pdus import Summary, iter_events
+from ..reassembly.pdus import Summary
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
                                 message_record, table_row)
-from ..reports.progress import Progress
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, TimeWindow,
                      add_capture_options, add_progress_option, add_time_option, capture_notes,
-                     capture_options, checked_opcode, live_output, parse_connection,
-                     parse_follow, parse_instant, parse_vbucket, ports_report, with_examples)
+                     checked_opcode, live_output, parse_connection,
+                     parse_follow, parse_instant, parse_vbucket, ports_report, run_pass,
+                     with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 JSONL_BLOCK = 256      # JSON lines per write
@@ -63,8 +62,6 @@ def register(sub) -> None:
 
 
 def cmd_dissect(args) -> int:
-    from ..analysis.findings import MAX_FINDINGS_PER_RULE
-    from ..analysis.session import Pass
     summary = Summary()
     legend = ConnectionLegend()
     live = args.file == "-"
@@ -81,15 +78,8 @@ def cmd_dissect(args) -> int:
                                       labelled=labelled_json if writer.as_text else None)
         observers.insert(1, Analyzer(on_marker=rows.ordered.label, conventions_only=True))
     # The rows go to stdout: by default no bar when they scroll on the same terminal.
-    progress = Progress.from_option(f"dissecting {args.file}", args.progress
-                                    if args.progress is not None or not sys.stdout.isatty()
-                                    else False)
-    try:
-        run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if live else BATCH,
-                   progress=progress, interruptible=True)
-        run.run(iter_events(args.file, capture_options(args), summary, progress.attach))
-    finally:
-        progress.close()
+    progress = args.progress if args.progress is not None or not sys.stdout.isatty() else False
+    run = run_pass(args, observers, summary, f"dissecting {args.file}", progress)
     writer.flush()
     if args.format == "table" and writer.shown:
         sys.stdout.write("\n" + legend.table(writer.shown))

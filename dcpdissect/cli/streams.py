@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..reassembly.pdus import Summary, iter_events
+from ..reassembly.pdus import Summary
 from ..reports.messages import jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options, capture_notes,
-                     capture_options, ports_report)
+                     ports_report, run_pass)
 
 EXAMPLES = """\
 examples:
@@ -34,15 +34,12 @@ def register(sub) -> None:
 
 def cmd_streams(args) -> int:
     from ..analysis.engine import Analyzer
-    from ..analysis.findings import MAX_FINDINGS_PER_RULE
-    from ..analysis.session import Pass
     from ..analysis.stream_summary import StreamSummary
     from ..reports.streams import stream_records, streams_table
 
     summary = Summary()
     streams = StreamSummary(Analyzer())
-    run = Pass([streams], MAX_FINDINGS_PER_RULE, interruptible=True)
-    run.run(iter_events(args.file, capture_options(args), summary))
+    run = run_pass(args, [streams], summary)
     records = stream_records(streams.streams, run.findings)
     out = sys.stdout
     if args.format == "jsonl":
