@@ -12,7 +12,9 @@ capture them) so that gigabyte captures build in reasonable time.
 
 Shapes (``SHAPES``): ``replication`` (4 connections of 16 vbuckets, ~50 items per marker,
 100-1500 byte documents) and ``many-vbuckets`` (1024 vbuckets interleaved over 2
-connections, 10 items per marker, 50-900 byte documents: many small messages per frame).
+connections, 10 items per marker, 50-900 byte documents: many small messages per frame) and
+``shared-vbuckets`` (4 consumers with their own names streaming vbucket 0 of one server, as
+replication, indexing, search and a connector do).
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ class Shape(NamedTuple):
     vbuckets: int           # per connection
     items: tuple            # (min, max) items per snapshot marker
     doc_size: tuple         # (min, max) document bytes
+    shared: bool = False    # every connection streams the same vbuckets
 
 
 SHAPES = {
     "replication": Shape(4, 16, (40, 60), (100, 1500)),
     "many-vbuckets": Shape(2, 512, (8, 12), (50, 900)),
+    "shared-vbuckets": Shape(4, 1, (40, 60), (100, 1500), shared=True),
 }
 
 
@@ -135,7 +139,8 @@ def generate(path: str, size: int, connections: int | None = None, vbuckets: int
     sh = SHAPES[shape]
     connections = connections or sh.connections
     vbuckets = vbuckets or sh.vbuckets
-    conns = [Connection(i, list(range(i * vbuckets, (i + 1) * vbuckets)), rng, sh.items,
+    first = [0 if sh.shared else i * vbuckets for i in range(connections)]
+    conns = [Connection(i, list(range(first[i], first[i] + vbuckets)), rng, sh.items,
                         sh.doc_size) for i in range(connections)]
     frames = 0
     ts = 0
