@@ -141,10 +141,11 @@ def seed_marker_v2_0() -> Script:
     return s
 
 
-def seed_add_stream() -> Script:
+def seed_add_stream(**link) -> Script:
     """The add-stream spec's example on a consumer connection (memcached accepts Add Stream
-    only after a DcpOpen, mcbp_validators.cc verify_common_dcp_restrictions)."""
-    s = Script(Endpoint("192.168.1.10", 52000), Endpoint("192.168.1.20", 11210))
+    only after a DcpOpen, mcbp_validators.cc verify_common_dcp_restrictions); ``link`` and
+    ``start_ns`` as a :class:`Script` takes them."""
+    s = Script(Endpoint("192.168.1.10", 52000), Endpoint("192.168.1.20", 11210), **link)
     s.c2s(dcp_open("replication:ns_1@192.168.1.30->ns_1@192.168.1.20:default", 0, 0xA0))
     s.s2c(ok(0x50, 0xA0))
     s.c2s(encode(0x51, {"flags": 0x01}, vbucket=5, opaque=1))
@@ -229,7 +230,7 @@ SPECS: tuple[Spec, ...] = (
          "three interfaces: Ethernet (us), raw IP (ns) and Linux SLL (2^-10 s)",
          lambda: [replication(),
                   stream_id_connector(link=Link("raw"), start_ns=T0 + 500),
-                  seed_add_stream_on(Link("sll"), T0 + 900)],
+                  seed_add_stream(link=Link("sll"), start_ns=T0 + 900)],
          fmt="pcapng", write_kw={"interfaces": [6, 9, 0x8A]}),
     Spec("sll2", "sll2.pcap", "Linux cooked v2 capture (tcpdump -i any)",
          _one(replication, link=Link("sll2"))),
@@ -246,12 +247,3 @@ SPECS: tuple[Spec, ...] = (
 )
 
 
-def seed_add_stream_on(link: Link, start_ns: int) -> Script:
-    s = Script(Endpoint("192.168.1.10", 52000), Endpoint("192.168.1.20", 11210),
-               link=link, start_ns=start_ns)
-    s.c2s(dcp_open("replication:ns_1@192.168.1.30->ns_1@192.168.1.20:default", 0, 0xA0))
-    s.s2c(ok(0x50, 0xA0))
-    s.c2s(encode(0x51, {"flags": 0x01}, vbucket=5, opaque=1))
-    s.s2c(encode(0x51, {"new_opaque": 0x1000}, request=False, opaque=1))
-    s.conv.close()
-    return s
