@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import heapq
 import mmap
-from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator

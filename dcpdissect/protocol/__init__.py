@@ -1,6 +1,8 @@
 """The declarative protocol tables: the single source of truth for every renderer."""
 
-from .client_opcodes import CLEAR_CLIENT_OPCODES, CLIENT_OPCODE_NAMES, NEGOTIATION_CLIENT_OPCODES
+from .client_opcodes import (  # noqa: F401
+    CLEAR_CLIENT_OPCODES, CLIENT_OPCODE_NAMES, NEGOTIATION_CLIENT_OPCODES,
+)
 from .constants import *  # noqa: F401,F403
 from .constants import STATUS
 from .header import (  # noqa: F401
