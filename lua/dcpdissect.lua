@@ -1,4 +1,4 @@
--- dcpdissect.lua: Couchbase DCP / MCBP dissector for Wireshark 4.0 (Lua 5.2).
+-- dcpdissect.lua: Couchbase DCP / MCBP dissector for Wireshark 4.0 to 4.6 (Lua 5.2 to 5.4).
 -- Rendered from the dcpdissect protocol tables (dcpdissect/protocol/) by
 -- `dcpdissect lua generate`; do not edit: change the tables or dcpdissect/luagen instead.
 -- Install with `dcpdissect lua install` or load with `tshark -X lua_script:dcpdissect.lua`.
@@ -7,7 +7,19 @@
 
 local dcp = Proto("dcp", "Couchbase DCP (dcpdissect)")
 local fmt, sbyte = string.format, string.byte
-local band, bnot, rshift = bit32.band, bit32.bnot, bit32.rshift
+-- Bit operations through the BitOp library (`bit`) that every Wireshark ships, whatever its
+-- Lua (Lua 5.2's own bit32 is gone from 5.4). BitOp's results are signed 32-bit numbers: u32
+-- turns one into the unsigned value for display.
+local band, bor, bnot, rshift = bit.band, bit.bor, bit.bnot, bit.rshift
+local function u32(v)
+  if v < 0 then return v + 4294967296 end
+  return v
+end
+-- A whole number as text, the same in every Lua (tostring(5.0) is "5.0" from Lua 5.3 on).
+local function int_text(v)
+  if type(v) == "number" then return fmt("%d", v) end
+  return tostring(v)
+end
 
 local function flagtext(bits, mask, v)
   local out = {}
@@ -15,7 +27,7 @@ local function flagtext(bits, mask, v)
     if band(v, bits[i][1]) ~= 0 then out[#out + 1] = bits[i][2] end
   end
   local unknown = band(v, bnot(mask))
-  if unknown ~= 0 then out[#out + 1] = fmt("unknown:0x%x", unknown) end
+  if unknown ~= 0 then out[#out + 1] = fmt("unknown:0x%x", u32(unknown)) end
   if #out == 0 then return "none" end
   return table.concat(out, "+")
 end
@@ -640,7 +652,7 @@ local function render_text(text, m)
     local v = val(m, name)
     if v == nil then return "?" end
     if hex == ":x" then return fmt("0x%x", num(v)) end
-    return tostring(v)
+    return int_text(v)
   end))
 end
 
@@ -683,7 +695,7 @@ local function check_passes(c, m)
   elseif kind == "mask" then return band(num(v), bnot(t[3])) == 0
   elseif kind == "only_with" then
     v = num(v)
-    return band(v, t[3]) == 0 or band(v, bnot(bit32.bor(t[3], t[4]))) == 0
+    return band(v, t[3]) == 0 or band(v, bnot(bor(t[3], t[4]))) == 0
   elseif kind == "not_both" then
     v = num(v)
     return not (band(v, t[3]) ~= 0 and band(v, t[4]) ~= 0)
@@ -1056,7 +1068,7 @@ end
 local function join_sizes(sizes)
   table.sort(sizes)
   local out = {}
-  for i = 1, #sizes do out[i] = tostring(sizes[i]) end
+  for i = 1, #sizes do out[i] = int_text(sizes[i]) end
   return table.concat(out, " or ")
 end
 
@@ -1134,7 +1146,7 @@ local function verify_header(m, shape, ctx, add)
     add("datatype-invalid", fmt("%s: datatype 0x%02x not allowed", name, m.datatype))
   elseif ctx and enabled_datatypes(ctx) and band(m.datatype, bnot(enabled_datatypes(ctx))) ~= 0 then
     add("datatype-not-negotiated", fmt("%s: datatype bits 0x%02x not enabled by HELLO", name,
-        band(m.datatype, bnot(enabled_datatypes(ctx)))))
+        u32(band(m.datatype, bnot(enabled_datatypes(ctx))))))
   end
   -- xattr blob
   if band(m.datatype, 4) ~= 0 and m.datatype <= 7 then
@@ -1276,7 +1288,7 @@ end
 
 -- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
 -- A flags field gets its flag names appended and one boolean item per set bit (every mask
--- is a single bit, tested with arithmetic rather than a bit32 call).
+-- is a single bit, tested with arithmetic rather than a bit library call).
 local function add_fields(tvb, tree, base, lay, vals)
   local fields = lay.fields
   for i = 1, #fields do
@@ -1362,16 +1374,16 @@ local function summary(m)
     if n_prefixes >= 4096 then prefixes, n_prefixes = {}, 0 end
     prefixes[key], n_prefixes = s, n_prefixes + 1
   end
-  if m.stream_id then s = s .. " sid:" .. m.stream_id end
+  if m.stream_id then s = s .. " sid:" .. int_text(m.stream_id) end
   local f = m.f
   if m.opcode == 0x56 and f.start_seqno and f.end_seqno then
-    s = s .. " [" .. tostring(f.start_seqno) .. ".." .. tostring(f.end_seqno) .. "] " .. (m.layout or "")
+    s = s .. " [" .. int_text(f.start_seqno) .. ".." .. int_text(f.end_seqno) .. "] " .. (m.layout or "")
   elseif m.spec and m.spec.seqno and f[m.spec.seqno] then
-    s = s .. " seqno=" .. tostring(f[m.spec.seqno])
+    s = s .. " seqno=" .. int_text(f[m.spec.seqno])
   elseif f.failover_log then
     s = s .. " failover_log(" .. #f.failover_log .. ")"
   elseif f.rollback_seqno then
-    s = s .. " rollback_seqno=" .. tostring(f.rollback_seqno)
+    s = s .. " rollback_seqno=" .. int_text(f.rollback_seqno)
   end
   return s
 end
@@ -1463,7 +1475,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   end
   if HEADER_SIZE + bodylen > MAX_FRAME_SIZE then
     return dissect_garbage(tvb, tree, off, cap, plen, fmt("body length %d exceeds the %d MiB frame limit",
-        bodylen, MAX_FRAME_SIZE / 1048576), "frame-too-large")
+        bodylen, math.floor(MAX_FRAME_SIZE / 1048576)), "frame-too-large")
   end
   local request, server = REQUEST_MAGIC[magic] == true, SERVER_MAGIC[magic]
   local k_end = framing_len + extlen + keylen
@@ -1555,10 +1567,10 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
           if lay.rep then
             if n % lay.size == 0 and (n > 0 or #lay.when > 0) then
               local vt = node:add(f_value, tvb(val_at, n))
-              local entries = {}
-              vt:set_text(fmt("Value: %s, %d entries", lay.rep, n / lay.size))
-              vt:add(F.failover_log_count, tvb(val_at, n), n / lay.size):set_generated()
-              for k = 0, n / lay.size - 1 do
+              local entries, count = {}, math.floor(n / lay.size)
+              vt:set_text(fmt("Value: %s, %d entries", lay.rep, count))
+              vt:add(F.failover_log_count, tvb(val_at, n), count):set_generated()
+              for k = 0, count - 1 do
                 local et = vt:add(tvb(val_at + k * lay.size, lay.size), fmt("Entry %d", k))
                 local entry = {}
                 add_fields(tvb, et, val_at + k * lay.size, lay, entry)

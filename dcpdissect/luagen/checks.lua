@@ -34,7 +34,7 @@ local function render_text(text, m)
     local v = val(m, name)
     if v == nil then return "?" end
     if hex == ":x" then return fmt("0x%x", num(v)) end
-    return tostring(v)
+    return int_text(v)
   end))
 end
 
@@ -77,7 +77,7 @@ local function check_passes(c, m)
   elseif kind == "mask" then return band(num(v), bnot(t[3])) == 0
   elseif kind == "only_with" then
     v = num(v)
-    return band(v, t[3]) == 0 or band(v, bnot(bit32.bor(t[3], t[4]))) == 0
+    return band(v, t[3]) == 0 or band(v, bnot(bor(t[3], t[4]))) == 0
   elseif kind == "not_both" then
     v = num(v)
     return not (band(v, t[3]) ~= 0 and band(v, t[4]) ~= 0)
@@ -450,7 +450,7 @@ end
 local function join_sizes(sizes)
   table.sort(sizes)
   local out = {}
-  for i = 1, #sizes do out[i] = tostring(sizes[i]) end
+  for i = 1, #sizes do out[i] = int_text(sizes[i]) end
   return table.concat(out, " or ")
 end
 
@@ -528,7 +528,7 @@ local function verify_header(m, shape, ctx, add)
     add("datatype-invalid", fmt("%s: datatype 0x%02x not allowed", name, m.datatype))
   elseif ctx and enabled_datatypes(ctx) and band(m.datatype, bnot(enabled_datatypes(ctx))) ~= 0 then
     add("datatype-not-negotiated", fmt("%s: datatype bits 0x%02x not enabled by HELLO", name,
-        band(m.datatype, bnot(enabled_datatypes(ctx)))))
+        u32(band(m.datatype, bnot(enabled_datatypes(ctx))))))
   end
   -- xattr blob
   if band(m.datatype, 4) ~= 0 and m.datatype <= 7 then
