@@ -43,6 +43,11 @@ if ! command -v tshark >/dev/null 2>&1; then
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >&2
 fi
+if ! command -v lua5.2 >/dev/null 2>&1 || ! command -v lua5.4 >/dev/null 2>&1; then
+    echo "installing lua5.2 and lua5.4 (Debian packages) for the plugin's Lua tests..." >&2
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.2 lua5.4 >&2
+fi
 if ! command -v tcpdump >/dev/null 2>&1; then
     echo "installing tcpdump (Debian package) for the live replay captures..." >&2
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
