@@ -1275,6 +1275,14 @@ local f_magic, f_opcode, f_server_opcode, f_keylen, f_framing_len = F.magic, F.o
 local f_extlen, f_datatype, f_vbucket, f_status, f_bodylen = F.extlen, F.datatype, F.vbucket, F.status, F.bodylen
 local f_opaque, f_cas, f_extras, f_key, f_value_len, f_value = F.opaque, F.cas, F.extras, F.key, F.value_len, F.value
 local tcp_completeness = Field.new("tcp.completeness")
+-- Wireshark's built-in Couchbase dissector: every message that is not DCP (HELLO, SASL,
+-- Get/Set, error maps, server pushes, ...) is also handed to it, so that it shows what it
+-- always showed there and `couchbase.*` filters and colouring rules keep matching.
+local builtin = nil
+do
+  local ok, d = pcall(Dissector.get, "couchbase")
+  if ok then builtin = d end
+end
 
 local function layout_matches(lay, m)
   for i = 1, #lay.when do
@@ -1388,7 +1396,7 @@ local function summary(m)
   return s
 end
 
-local info_text = nil   -- what this dissector last wrote to the Info column
+local info_frame, info_text = nil, nil   -- the frame and Info text this dissector last wrote
 
 -- One Info update per dissector call; a second call for the same frame (bytes after a
 -- reassembled message) appends.
@@ -1396,12 +1404,12 @@ local function set_info(pinfo, text)
   local col = pinfo.cols.info
   local cur = tostring(col)
   if cur == "(info)" then return end    -- no columns in this run (tshark -T fields)
-  if info_text ~= nil and cur == info_text then
+  if info_frame == pinfo.number and cur == info_text then
     col:append("; " .. text)
   else
     col:set(text)
   end
-  info_text = tostring(col)
+  info_frame, info_text = pinfo.number, tostring(col)
 end
 
 -- Bytes that cannot start a message, `cap` captured of `plen` (the rest of the segment).
@@ -1622,7 +1630,13 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
     learn_names(m.f.event, m.f.version, tvb_raw(tvb, m.key_at, keylen),
                 tvb_raw(tvb, m.val_at, m.value_len))
   end
-  return text
+  if builtin and complete and not m.spec then
+    builtin:call(tvb_range(tvb, off, cap):tvb(), pinfo, tree)
+    local shown = tostring(pinfo.cols.info)
+    if shown ~= "(info)" and shown ~= "" then text = shown end
+    return text, false
+  end
+  return text, true
 end
 
 local texts = {}   -- Info texts of the messages of one dissector call
@@ -1678,10 +1692,9 @@ end
 -- asks TCP for more bytes (pinfo.desegment_offset/len) and comes back reassembled.
 -- An implausible header swallows the rest of the segment.
 function dcp.dissector(tvb, pinfo, tree)
-  pinfo.cols.protocol = "DCP"
   local captured, reported = tvb_len(tvb), tvb_reported_len(tvb)
   local can_desegment = pinfo.can_desegment > 0
-  local n_texts, off = 0, 0
+  local n_texts, off, dcp_seen = 0, 0, false
   local from_client = owned[pinfo.dst_port] ~= nil and owned[pinfo.src_port] == nil
   call_conn = nil
   while off < reported do
@@ -1703,22 +1716,25 @@ function dcp.dissector(tvb, pinfo, tree)
       pinfo.desegment_offset, pinfo.desegment_len = off, plen - avail
       break
     end
-    local ok, text = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen, head,
-                           pinfo, from_client)
+    local ok, text, own = pcall(dissect_message, tvb, tree, off, avail < plen and avail or plen, plen,
+                                head, pinfo, from_client)
     if not ok then
       ti_expert(tree, e_internal, "dcpdissect: " .. tostring(text))
       text = "[dissector error]"
     end
+    dcp_seen = dcp_seen or own ~= false
     n_texts = n_texts + 1
     texts[n_texts] = text
     off = off + plen
   end
+  -- The protocol column says DCP when a message of this call was not the built-in's.
+  if dcp_seen or n_texts == 0 then pinfo.cols.protocol = "DCP" end
   if n_texts > 0 then set_info(pinfo, table.concat(texts, "; ", 1, n_texts)) end
   return captured
 end
 
 function dcp.init()
-  info_text = nil
+  info_frame, info_text = nil, nil
   contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end

@@ -84,15 +84,16 @@ local function be(data, at, n)
   for i = at + 1, at + n do v = v * 256 + string.byte(data, i) end
   return v
 end
-function Range:uint() return number(be(self.tvb.data, self.offset, self.length)) end
+function Range:uint() return number(be(self.parent.data, self.offset, self.length)) end
 function Range:le_uint() return number(be(string.reverse(self:raw()), 0, self.length)) end
 function Range:uint64()
   local s = string.rep("\0", 8 - self.length) .. self:raw()
   return u64(be(s, 0, 4), be(s, 4, 4))
 end
-function Range:raw() return string.sub(self.tvb.data, self.offset + 1, self.offset + self.length) end
+function Range:raw() return string.sub(self.parent.data, self.offset + 1, self.offset + self.length) end
 function Range:len() return number(self.length) end
 function Range:offset() return number(self.offset) end
+function Range:tvb() return ws.tvb(self:raw()) end
 TvbRange = Range
 
 local TvbMeta = {}
@@ -103,7 +104,7 @@ function TvbMeta:range(offset, length)
   if offset < 0 or length < 0 or offset + length > #self.data then
     error("Range is out of bounds", 2)
   end
-  return setmetatable({tvb = self, offset = offset, length = length}, Range)
+  return setmetatable({parent = self, offset = offset, length = length}, Range)
 end
 TvbMeta.__call = TvbMeta.range
 function TvbMeta:len() return number(#self.data) end
@@ -164,6 +165,20 @@ DissectorTable = {get = function(name)
     ws.tables[name] = t
   end
   return t
+end}
+
+-- Wireshark's built-in Couchbase dissector: a node with the bytes it was given, its Info text
+-- and protocol column.
+local couchbase = {call = function(self, tvb, pinfo, tree)
+  local item = tree:add({abbrev = "couchbase"}, tvb:range(0, #tvb.data))
+  item:set_text(string.format("Couchbase Protocol, %d bytes", #tvb.data))
+  pinfo.cols.protocol = "Couchbase"
+  pinfo.cols.info:set(string.format("Couchbase opcode 0x%02x", string.byte(tvb.data, 2)))
+  return #tvb.data
+end}
+Dissector = {get = function(name)
+  if name == "couchbase" then return couchbase end
+  error("Dissector.get: No such dissector: " .. name, 2)
 end}
 
 ws.postdissectors = {}
