@@ -94,4 +94,6 @@ def test_the_protocol_column_says_dcp_only_for_dcp(name):
     column = protocol_column(sample, "-X", f"lua_script:{PLUGIN}")
     dcp, every = message_frames(sample)
     for n in sorted(every):
-        assert column[n] == ("DCP" if n in dcp else "Couchbase"), f"frame {n}"
+        # (from Wireshark 4.2 the built-in dissector hands JSON values on: "Couchbase/JSON")
+        wanted = "DCP" if n in dcp else "Couchbase"
+        assert column[n].split("/")[0] == wanted, f"frame {n}: {column[n]}"

@@ -78,10 +78,16 @@ class LuaPdu:
         if not values:
             return None
         assert len(values) == 1, f"{name} appears {len(values)} times"
-        return int(values[0][0], 0)
+        return _int(values[0][0])
 
     def nums(self, name: str) -> list[int]:
-        return [int(show, 0) for show, _ in self.fields.get(name, [])]
+        return [_int(show) for show, _ in self.fields.get(name, [])]
+
+
+def _int(show: str) -> int:
+    """A field's shown value as a number (a boolean shows as 1/0 up to Wireshark 4.0, as
+    True/False from 4.2 on)."""
+    return {"True": 1, "False": 0}.get(show) if show in ("True", "False") else int(show, 0)
 
 
 # Samples whose MCBP is on a port the plugin does not own (the Python heuristic finds it).
