@@ -99,6 +99,10 @@ F.value_len = ProtoField.int32("dcp.value_len", "Value length", base.DEC)
 F.value = ProtoField.bytes("dcp.value", "Value")
 F.garbage = ProtoField.bytes("dcp.garbage", "Not MCBP (skipped to the end of the segment)")
 F.failover_log_count = ProtoField.uint32("dcp.failover_log.count", "Failover log entries", base.DEC)
+F.by_seqno = ProtoField.uint64("dcp.by_seqno", "Seqno (any opcode)", base.DEC)
+F.response_in = ProtoField.framenum("dcp.response_in", "Response in", base.NONE)
+F.response_to = ProtoField.framenum("dcp.response_to", "Request in", base.NONE)
+F.time = ProtoField.relative_time("dcp.time", "Time since request")
 F.open_layout = ProtoField.string("dcp.open.layout", "Layout")
 F.open_seqno = ProtoField.uint32("dcp.open.seqno", "Seqno (reserved)", base.DEC, nil)
 F.open_flags = ProtoField.uint32("dcp.open.flags", "Flags", base.HEX, nil)
@@ -221,7 +225,7 @@ F.datatype_json = ProtoField.bool("dcp.datatype.json", "JSON", 8, nil, 0x1)
 F.datatype_snappy = ProtoField.bool("dcp.datatype.snappy", "SNAPPY", 8, nil, 0x2)
 F.datatype_xattr = ProtoField.bool("dcp.datatype.xattr", "XATTR", 8, nil, 0x4)
 local DATATYPE_BITS = {{F.datatype_json, 0x1}, {F.datatype_snappy, 0x2}, {F.datatype_xattr, 0x4}}
-dcp.fields = {F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len, F.extlen, F.datatype, F.vbucket, F.status, F.bodylen, F.opaque, F.cas, F.frame_info, F.frame_info_id, F.frame_info_len, F.frame_info_data, F.stream_id, F.extras, F.key, F.collection_id, F.collection_name, F.value_len, F.value, F.garbage, F.failover_log_count, F.open_layout, F.open_seqno, F.open_flags, F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill, F.add_stream_layout, F.add_stream_flags, F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer, F.add_stream_new_opaque, F.close_stream_layout, F.stream_req_layout, F.stream_req_flags, F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer, F.stream_req_reserved, F.stream_req_start_seqno, F.stream_req_end_seqno, F.stream_req_vbucket_uuid, F.stream_req_snap_start_seqno, F.stream_req_snap_end_seqno, F.failover_log_vbucket_uuid, F.failover_log_seqno, F.rollback_seqno, F.get_failover_log_layout, F.stream_end_layout, F.stream_end_reason, F.snapshot_layout, F.snapshot_start_seqno, F.snapshot_end_seqno, F.snapshot_flags, F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates, F.snapshot_version, F.snapshot_max_visible_seqno, F.snapshot_high_completed_seqno, F.snapshot_purge_seqno, F.snapshot_high_prepared_seqno, F.mutation_layout, F.mutation_by_seqno, F.mutation_rev_seqno, F.mutation_flags, F.mutation_expiration, F.mutation_lock_time, F.mutation_nmeta, F.mutation_nru, F.deletion_layout, F.deletion_by_seqno, F.deletion_rev_seqno, F.deletion_nmeta, F.deletion_delete_time, F.deletion_unused, F.expiration_layout, F.expiration_by_seqno, F.expiration_rev_seqno, F.expiration_delete_time, F.flush_layout, F.set_vbucket_state_layout, F.set_vbucket_state_state, F.noop_layout, F.buffer_ack_layout, F.buffer_ack_bytes_to_ack, F.control_layout, F.system_event_layout, F.system_event_by_seqno, F.system_event_event, F.system_event_version, F.prepare_layout, F.prepare_by_seqno, F.prepare_rev_seqno, F.prepare_flags, F.prepare_expiration, F.prepare_lock_time, F.prepare_nru, F.prepare_deleted, F.prepare_durability_level, F.seqno_ack_layout, F.seqno_ack_prepared_seqno, F.commit_layout, F.commit_prepared_seqno, F.commit_commit_seqno, F.abort_layout, F.abort_prepared_seqno, F.abort_abort_seqno, F.seqno_advanced_layout, F.seqno_advanced_by_seqno, F.oso_snapshot_layout, F.oso_snapshot_flags, F.oso_snapshot_flags_start, F.oso_snapshot_flags_end, F.cache_transfer_layout, F.cache_transfer_end_layout, F.datatype_json, F.datatype_snappy, F.datatype_xattr}
+dcp.fields = {F.magic, F.opcode, F.server_opcode, F.keylen, F.framing_len, F.extlen, F.datatype, F.vbucket, F.status, F.bodylen, F.opaque, F.cas, F.frame_info, F.frame_info_id, F.frame_info_len, F.frame_info_data, F.stream_id, F.extras, F.key, F.collection_id, F.collection_name, F.value_len, F.value, F.garbage, F.failover_log_count, F.by_seqno, F.response_in, F.response_to, F.time, F.open_layout, F.open_seqno, F.open_flags, F.open_flags_producer, F.open_flags_invalid, F.open_flags_include_xattrs, F.open_flags_no_value, F.open_flags_unused, F.open_flags_include_delete_times, F.open_flags_no_value_with_underlying_datatype, F.open_flags_pitr_unsupported, F.open_flags_include_deleted_user_xattrs, F.open_flags_skip_deletes_in_initial_backfill, F.add_stream_layout, F.add_stream_flags, F.add_stream_flags_takeover, F.add_stream_flags_disk_only, F.add_stream_flags_to_latest, F.add_stream_flags_no_value, F.add_stream_flags_active_vb_only, F.add_stream_flags_strict_vbuuid, F.add_stream_flags_from_latest, F.add_stream_flags_ignore_purged_tombstones, F.add_stream_flags_cache_transfer, F.add_stream_new_opaque, F.close_stream_layout, F.stream_req_layout, F.stream_req_flags, F.stream_req_flags_takeover, F.stream_req_flags_disk_only, F.stream_req_flags_to_latest, F.stream_req_flags_no_value, F.stream_req_flags_active_vb_only, F.stream_req_flags_strict_vbuuid, F.stream_req_flags_from_latest, F.stream_req_flags_ignore_purged_tombstones, F.stream_req_flags_cache_transfer, F.stream_req_reserved, F.stream_req_start_seqno, F.stream_req_end_seqno, F.stream_req_vbucket_uuid, F.stream_req_snap_start_seqno, F.stream_req_snap_end_seqno, F.failover_log_vbucket_uuid, F.failover_log_seqno, F.rollback_seqno, F.get_failover_log_layout, F.stream_end_layout, F.stream_end_reason, F.snapshot_layout, F.snapshot_start_seqno, F.snapshot_end_seqno, F.snapshot_flags, F.snapshot_flags_memory, F.snapshot_flags_disk, F.snapshot_flags_checkpoint, F.snapshot_flags_ack, F.snapshot_flags_history, F.snapshot_flags_may_contain_duplicates, F.snapshot_version, F.snapshot_max_visible_seqno, F.snapshot_high_completed_seqno, F.snapshot_purge_seqno, F.snapshot_high_prepared_seqno, F.mutation_layout, F.mutation_by_seqno, F.mutation_rev_seqno, F.mutation_flags, F.mutation_expiration, F.mutation_lock_time, F.mutation_nmeta, F.mutation_nru, F.deletion_layout, F.deletion_by_seqno, F.deletion_rev_seqno, F.deletion_nmeta, F.deletion_delete_time, F.deletion_unused, F.expiration_layout, F.expiration_by_seqno, F.expiration_rev_seqno, F.expiration_delete_time, F.flush_layout, F.set_vbucket_state_layout, F.set_vbucket_state_state, F.noop_layout, F.buffer_ack_layout, F.buffer_ack_bytes_to_ack, F.control_layout, F.system_event_layout, F.system_event_by_seqno, F.system_event_event, F.system_event_version, F.prepare_layout, F.prepare_by_seqno, F.prepare_rev_seqno, F.prepare_flags, F.prepare_expiration, F.prepare_lock_time, F.prepare_nru, F.prepare_deleted, F.prepare_durability_level, F.seqno_ack_layout, F.seqno_ack_prepared_seqno, F.commit_layout, F.commit_prepared_seqno, F.commit_commit_seqno, F.abort_layout, F.abort_prepared_seqno, F.abort_abort_seqno, F.seqno_advanced_layout, F.seqno_advanced_by_seqno, F.oso_snapshot_layout, F.oso_snapshot_flags, F.oso_snapshot_flags_start, F.oso_snapshot_flags_end, F.cache_transfer_layout, F.cache_transfer_end_layout, F.datatype_json, F.datatype_snappy, F.datatype_xattr}
 
 -- Expert infos: one per single-message rule of the analyzer, plus framing problems
 local EXPERTS = {}
@@ -283,7 +287,7 @@ do local list = {e_truncated, e_internal}
 
 -- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
 local SHAPES = {}
-SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "seqno", offset = 0, width = 4, field = F.open_seqno, bits = nil, kept = false, text = nil},
@@ -299,7 +303,7 @@ SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, ser
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.add_stream_flags, bits = {{F.add_stream_flags_takeover, 0x1}, {F.add_stream_flags_disk_only, 0x2}, {F.add_stream_flags_to_latest, 0x4}, {F.add_stream_flags_no_value, 0x8}, {F.add_stream_flags_active_vb_only, 0x10}, {F.add_stream_flags_strict_vbuuid, 0x20}, {F.add_stream_flags_from_latest, 0x40}, {F.add_stream_flags_ignore_purged_tombstones, 0x80}, {F.add_stream_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags}}}},
@@ -312,7 +316,7 @@ SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno
       fields = {{name = "new_opaque", offset = 0, width = 4, field = F.add_stream_new_opaque, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {{rule = "add-stream-response-extras", text = "success with {extlen} bytes of extras, not the 4-byte stream opaque", test = {"in", "extlen", {4}}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -321,7 +325,7 @@ SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(48,)", size_set = {[48] = true}, sizes_text = "48", extras_context = false, validated = true, key = "forbidden", value = "optional", value_context = "collections", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.stream_req_flags, bits = {{F.stream_req_flags_takeover, 0x1}, {F.stream_req_flags_disk_only, 0x2}, {F.stream_req_flags_to_latest, 0x4}, {F.stream_req_flags_no_value, 0x8}, {F.stream_req_flags_active_vb_only, 0x10}, {F.stream_req_flags_strict_vbuuid, 0x20}, {F.stream_req_flags_from_latest, 0x40}, {F.stream_req_flags_ignore_purged_tombstones, 0x80}, {F.stream_req_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags},
@@ -341,12 +345,12 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
   rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
-      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
+      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = true, text = nil},
         {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}},
     {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil, text = "Value (rollback, 8 bytes)",
       fields = {{name = "rollback_seqno", offset = 0, width = 8, field = F.rollback_seqno, bits = nil, kept = true, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -354,10 +358,10 @@ SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_la
   rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
-      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
+      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = true, text = nil},
         {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "reason", offset = 0, width = 4, field = F.stream_end_reason, bits = nil, kept = false, text = nil}}}},
@@ -367,7 +371,7 @@ SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(20, 1)", size_set = {[1] = true, [20] = true}, sizes_text = "1 or 20", extras_context = false, validated = true, key = "forbidden", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)", value = "forbidden",
       fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
@@ -410,7 +414,7 @@ SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, se
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil, document = true,
+SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
   req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.mutation_by_seqno, bits = nil, kept = true, text = nil},
@@ -427,7 +431,7 @@ SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = 
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil, document = true,
+SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
   req = {extras_sizes = "(18, 21)", size_set = {[18] = true, [21] = true}, sizes_text = "18 or 21", extras_context = true, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [2] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)", context = "!delete_v2",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.deletion_by_seqno, bits = nil, kept = true, text = nil},
@@ -444,7 +448,7 @@ SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = 
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil, document = true,
+SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
   req = {extras_sizes = "(20,)", size_set = {[20] = true}, sizes_text = "20", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.expiration_by_seqno, bits = nil, kept = true, text = nil},
@@ -456,7 +460,7 @@ SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqn
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported", document = false,
+SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported", document = false, item = false, vbucket = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -465,7 +469,7 @@ SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, se
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(1,)", size_set = {[1] = true}, sizes_text = "1", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
       fields = {{name = "state", offset = 0, width = 1, field = F.set_vbucket_state_state, bits = nil, kept = true, text = nil}}}},
@@ -475,7 +479,7 @@ SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -484,7 +488,7 @@ SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, ser
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "bytes_to_ack", offset = 0, width = 4, field = F.buffer_ack_bytes_to_ack, bits = nil, kept = false, text = nil}}}},
@@ -494,7 +498,7 @@ SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_l
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "required", value = "required", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -503,7 +507,7 @@ SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = ni
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil, document = false,
+SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil, document = false, item = true, vbucket = true,
   req = {extras_sizes = "(13,)", size_set = {[13] = true}, sizes_text = "13", extras_context = false, validated = true, key = "optional", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.system_event_by_seqno, bits = nil, kept = true, text = nil},
@@ -516,7 +520,7 @@ SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil, document = true,
+SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
   req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "required", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.prepare_by_seqno, bits = nil, kept = true, text = nil},
@@ -534,7 +538,7 @@ SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "b
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.seqno_ack_prepared_seqno, bits = nil, kept = false, text = nil}}}},
@@ -544,7 +548,7 @@ SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil, document = true,
+SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
   req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.commit_prepared_seqno, bits = nil, kept = false, text = nil},
@@ -555,7 +559,7 @@ SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "com
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil, document = true,
+SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
   req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.abort_prepared_seqno, bits = nil, kept = false, text = nil},
@@ -566,7 +570,7 @@ SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand", document = false,
+SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand", document = false, item = false, vbucket = true,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.seqno_advanced_by_seqno, bits = nil, kept = true, text = nil}}}},
@@ -576,7 +580,7 @@ SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layou
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand", document = false,
+SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand", document = false, item = false, vbucket = true,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.oso_snapshot_flags, bits = {{F.oso_snapshot_flags_start, 0x1}, {F.oso_snapshot_flags_end, 0x2}}, kept = true, text = flagtext_oso_flags}}}},
@@ -586,7 +590,7 @@ SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil, document = true,
+SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil, document = true, item = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "required", value_min = 42, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -595,7 +599,7 @@ SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layou
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -604,7 +608,7 @@ SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_en
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false,
+SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -612,7 +616,7 @@ SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layou
   rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "optional", value_min = 0, cas = "optional", document_key = false, keep_value = false,
     extras = {},
     values = {{label = "failover_log", size = 16, when = {{"status", 0}}, rep = "failover_log", text = "Value (failover_log, 16 bytes)",
-      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = false, text = nil},
+      fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = true, text = nil},
         {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
 
@@ -1295,9 +1299,10 @@ local function layout_matches(lay, m)
 end
 
 -- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
--- A flags field gets its flag names appended and one boolean item per set bit (every mask
--- is a single bit, tested with arithmetic rather than a bit library call).
-local function add_fields(tvb, tree, base, lay, vals)
+-- A flags field gets its flag names appended and one boolean item per defined bit, set or
+-- not (so that `dcp.snapshot.flags.disk == 0` finds markers without it). The field named
+-- `seqno` (the opcode's seqno) is also shown as dcp.by_seqno.
+local function add_fields(tvb, tree, base, lay, vals, seqno)
   local fields = lay.fields
   for i = 1, #fields do
     local fd = fields[i]
@@ -1308,13 +1313,10 @@ local function add_fields(tvb, tree, base, lay, vals)
     local item = ti_add(tree, fd.field, r)
     local bits = fd.bits
     if bits then
-      local v = r_uint(r)
-      ti_append_text(item, " (" .. fd.text(v) .. ")")
-      for j = 1, #bits do
-        local mask = bits[j][2]
-        if v % (mask + mask) >= mask then ti_add(item, bits[j][1], r) end
-      end
+      ti_append_text(item, " (" .. fd.text(r_uint(r)) .. ")")
+      for j = 1, #bits do ti_add(item, bits[j][1], r) end
     end
+    if fd.name == seqno then ti_add(tree, F.by_seqno, r) end
   end
 end
 
@@ -1367,6 +1369,17 @@ end
 
 local prefixes, n_prefixes = {}, 0   -- "DcpMutation vb:3" by magic, opcode, vbucket/status
 
+local function hex_text(v)            -- an 8-byte field in hex, without leading zeros
+  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
+  if hex == "" then return "0" end
+  return hex
+end
+
+local function seqno_text(v)          -- a seqno, "max" for the largest
+  if string.lower(v:tohex()) == "ffffffffffffffff" then return "max" end
+  return int_text(v)
+end
+
 local function summary(m)
   local key = (m.magic * 256 + m.opcode) * 65536 + (m.vbucket or m.status)
   local s = prefixes[key]
@@ -1376,7 +1389,8 @@ local function summary(m)
     else
       s = OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
     end
-    if m.request then s = s .. " vb:" .. m.vbucket
+    if m.request then
+      if not m.spec or m.spec.vbucket then s = s .. " vb:" .. m.vbucket end
     elseif m.status ~= 0 then s = s .. " " .. (STATUS_NAMES[m.status] or fmt("status:0x%x", m.status))
     else s = s .. " rsp" end
     if n_prefixes >= 4096 then prefixes, n_prefixes = {}, 0 end
@@ -1384,7 +1398,15 @@ local function summary(m)
   end
   if m.stream_id then s = s .. " sid:" .. int_text(m.stream_id) end
   local f = m.f
-  if m.opcode == 0x56 and f.start_seqno and f.end_seqno then
+  if m.opcode == 0x53 and m.request and f.start_seqno and f.snap_start_seqno then
+    s = s .. " start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
+        .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
+        .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+  elseif m.opcode == 0x50 and m.request and f.flags and m.name_text then
+    local role = "consumer"
+    if band(f.flags, OPEN_PRODUCER) ~= 0 then role = "producer" end
+    s = s .. " " .. m.name_text .. " (" .. role .. ")"
+  elseif m.opcode == 0x56 and f.start_seqno and f.end_seqno then
     s = s .. " [" .. int_text(f.start_seqno) .. ".." .. int_text(f.end_seqno) .. "] " .. (m.layout or "")
   elseif m.spec and m.spec.seqno and f[m.spec.seqno] then
     s = s .. " seqno=" .. int_text(f[m.spec.seqno])
@@ -1437,6 +1459,7 @@ local NO_INFOS = {}
 -- One message at `off`, of which `cap` bytes are captured (`plen` in all), `head` its first
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
+local link         -- defined below: a request's response, a response's request
 
 -- The key. The key of a document opcode's request on a connection whose HELLO enabled
 -- Collections is shown as its collection id (leb128) and the logical key, so that
@@ -1509,13 +1532,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   ti_add(node, f_extlen, tvb_range(tvb, off + 4, 1))
   local dtr = tvb_range(tvb, off + 5, 1)
   local dt = ti_add(node, f_datatype, dtr)
-  if datatype ~= 0 then
-    for i = 1, #DATATYPE_BITS do
-      local bit = DATATYPE_BITS[i]
-      local mask = bit[2]
-      if datatype % (mask + mask) >= mask then ti_add(dt, bit[1], dtr) end
-    end
-  end
+  for i = 1, #DATATYPE_BITS do ti_add(dt, DATATYPE_BITS[i][1], dtr) end
   ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
   local r_bodylen = tvb_range(tvb, off + 8, 4)
   ti_add(node, f_bodylen, r_bodylen)
@@ -1547,7 +1564,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
       local ext_at = body + framing_len
       local lay = shape and shape.extras_by_size[extlen]
       if lay then
-        add_fields(tvb, node, ext_at, lay, m.f)
+        add_fields(tvb, node, ext_at, lay, m.f, spec and spec.seqno)
         m.layout = lay.label
       else
         ti_add(node, f_extras, tvb_range(tvb, ext_at, extlen))
@@ -1592,7 +1609,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
           elseif n == lay.size then
             local vt = ti_add(node, f_value, tvb_range(tvb, val_at, n))
             ti_set_text(vt, lay.text)
-            add_fields(tvb, vt, val_at, lay, m.f)
+            add_fields(tvb, vt, val_at, lay, m.f, spec and spec.seqno)
             m.layout = lay.label
             decoded = true
             break
@@ -1611,8 +1628,18 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, m.value_len))
   end
 
+  m.name_text = nil
+  if opcode == 0x50 and request then      -- DcpOpen: its name (the key) in the Info column
+    local n = math.min(keylen, off + cap - m.key_at)
+    if n >= 0 then
+      local name = string.gsub(tvb_raw(tvb, m.key_at, n), "[^\32-\126]",
+                               function(c) return fmt("\\x%02x", sbyte(c)) end)
+      m.name_text = '"' .. name .. '"'
+    end
+  end
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
+  link(node, m, pinfo, from_client, off)
   expert_node = node
   -- the negotiation matters for what the client sends and for HELLO / DcpOpen answers
   local conn = nil
@@ -1662,6 +1689,45 @@ local function connection_key(pinfo, from_client)
     if skey then stream_keys[skey] = key end
   end
   return key
+end
+
+-- Requests and responses linked as Wireshark's request/response protocols show them: a
+-- response names its request's frame and the time since it, a request its response's frame
+-- once that is known (Wireshark's second pass: the GUI, tshark -2). A request is known by its
+-- TCP stream, the side that sent it, its opaque and opcode; stream items are left out (they
+-- are answered only on errors). A message is known by its frame and offset.
+local requests, n_requests = {}, 0   -- request key -> {message, abs_ts}
+local answered, answers = {}, {}     -- request -> response; response -> {request, seconds}
+
+link = function(node, m, pinfo, from_client, off)
+  local stream = last(tcp_stream())
+  if stream == nil or (m.spec and m.spec.item) then return end
+  local here = pinfo.number .. ":" .. off
+  local sender = from_client
+  if not m.request then sender = not from_client end
+  local key = fmt("%d:%s:%d:%d", stream.value, tostring(sender), m.opaque, m.opcode)
+  if m.request then
+    if not pinfo.visited then
+      if n_requests >= 65536 then requests, n_requests = {}, 0 end
+      requests[key], n_requests = {here, pinfo.abs_ts}, n_requests + 1
+    end
+    local rsp = answered[here]
+    if rsp then ti_set_generated(ti_add(node, F.response_in, tonumber(string.match(rsp, "^%d+")))) end
+  else
+    if not pinfo.visited then
+      local req = requests[key]
+      if req then
+        requests[key], n_requests = nil, n_requests - 1
+        answered[req[1]], answers[here] = here, {req[1], pinfo.abs_ts - req[2]}
+      end
+    end
+    local a = answers[here]
+    if a then
+      ti_set_generated(ti_add(node, F.response_to, tonumber(string.match(a[1], "^%d+"))))
+      local secs = math.floor(a[2])
+      ti_set_generated(ti_add(node, F.time, NSTime.new(secs, math.floor((a[2] - secs) * 1e9 + 0.5))))
+    end
+  end
 end
 
 -- The connection's negotiation as it was when this frame was first dissected (recorded on
@@ -1735,6 +1801,7 @@ end
 
 function dcp.init()
   info_frame, info_text = nil, nil
+  requests, n_requests, answered, answers = {}, 0, {}, {}
   contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end

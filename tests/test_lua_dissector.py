@@ -140,9 +140,9 @@ def expected_fields(m) -> dict[str, object]:
     exp["dcp.server_opcode" if m.magic in SERVER_MAGICS else "dcp.opcode"] = m.opcode
     exp["dcp.vbucket" if m.is_request else "dcp.status"] = m.vbucket if m.is_request else m.status
     exp["dcp.framing_len"] = m.framing_len if m.magic in (0x08, 0x18) else None
-    # one boolean item per set bit; unset bits are not shown
+    # one boolean item per bit, set (1) or not (0)
     for mask, name in DATATYPE.bits.items():
-        exp[f"dcp.datatype.{name}"] = 1 if m.datatype & mask else None
+        exp[f"dcp.datatype.{name}"] = 1 if m.datatype & mask else 0
     exp["dcp.value_len"] = m.value_len
     names = field_filters(m.spec, m.is_request) if m.spec is not None else {}
     spec: Opcode | None = m.spec
@@ -158,8 +158,10 @@ def expected_fields(m) -> dict[str, object]:
             fd = next((f for f in lay.fields if f.name == name), None)
             if fd is not None and fd.flags is not None:
                 for mask, bit in fd.flags.bits.items():
-                    exp[f"{abbrev}.{bit}"] = 1 if value & mask else None
+                    exp[f"{abbrev}.{bit}"] = 1 if value & mask else 0
                 break
+    # the opcode's seqno, once more under one name for every opcode
+    exp["dcp.by_seqno"] = m.fields.get(spec.seqno_field) if spec and spec.seqno_field else None
     if spec is not None and m.layout is not None and m.opcode in SECTIONS:
         exp[f"dcp.{SECTIONS[m.opcode]}.layout"] = m.layout
     return exp
@@ -508,9 +510,9 @@ def test_installed_plugin_is_loaded_from_home(tmp_path):
     ("dcp.expert.marker_mvs_beyond_end", "violations-marker.pcap", 1),
     ("dcp.stream_id == 7", "clean-replication.pcap", 1),
     ("dcp.opcode == 0x56 && dcp.snapshot.flags.disk == 1", "clean-replication.pcap", 2),
-    ("dcp.opcode == 0x56 && dcp.snapshot.flags.disk", "clean-replication.pcap", 2),
-    ("dcp.opcode == 0x56 && !dcp.snapshot.flags.disk", "clean-replication.pcap", 3),
-    ("dcp.snapshot.flags.disk == 0", "clean-replication.pcap", 0),   # unset bits have no item
+    ("dcp.snapshot.flags.disk == 0", "clean-replication.pcap", 3),   # every bit has an item
+    ("dcp.snapshot.flags.disk", "clean-replication.pcap", 5),        # (present in every marker)
+    ("dcp.by_seqno == 3", "clean-replication.pcap", 4),         # items of four streams
     ('dcp.snapshot.layout == "V2.2"', "clean-replication.pcap", 1),
 ])
 def test_documented_display_filters(flt, sample, count):

@@ -1,4 +1,4 @@
-"""Render ``lua/dcpdissect.lua`` (a Wireshark 4.0 / Lua 5.2 dissector) from the protocol tables.
+"""Render ``lua/dcpdissect.lua`` (a Wireshark 4.0-4.6, Lua 5.2-5.4 dissector) from the protocol tables.
 
 The runtime is Lua source beside this module: ``runtime.lua`` (decoding, desegmentation,
 ports) and ``checks.lua`` (the interpreter of the single-message rules, the connection's
@@ -154,6 +154,10 @@ BODY_FIELDS = (
     ("garbage", "ProtoField.bytes(\"dcp.garbage\", \"Not MCBP (skipped to the end of the segment)\")"),
     ("failover_log.count", "ProtoField.uint32(\"dcp.failover_log.count\", \"Failover log entries\", "
      "base.DEC)"),
+    ("by_seqno", "ProtoField.uint64(\"dcp.by_seqno\", \"Seqno (any opcode)\", base.DEC)"),
+    ("response_in", "ProtoField.framenum(\"dcp.response_in\", \"Response in\", base.NONE)"),
+    ("response_to", "ProtoField.framenum(\"dcp.response_to\", \"Request in\", base.NONE)"),
+    ("time", "ProtoField.relative_time(\"dcp.time\", \"Time since request\")"),
 )
 
 
@@ -290,7 +294,8 @@ def _layout_lua(op: Opcode, lay: Layout, fs: FieldSet, keep: set[str] | None, wh
 
 
 def _kept_fields(op: Opcode, shape: Shape) -> set[str]:
-    keep = {"start_seqno", "end_seqno", "rollback_seqno", "flags", op.seqno_field}
+    keep = {"start_seqno", "end_seqno", "snap_start_seqno", "snap_end_seqno", "vbucket_uuid",
+            "rollback_seqno", "flags", op.seqno_field}
     keep |= {k for lay in shape.extras + shape.values for k, _ in lay.when}
     for c in shape.checks:
         keep |= c.fields
@@ -326,7 +331,8 @@ def shapes(fs: FieldSet) -> list[str]:
         seq = lua_str(op.seqno_field) if op.seqno_field else "nil"
         rejects = lua_str(op.server_rejects) if op.server_rejects else "nil"
         out.append(f"SHAPES[0x{op.code:02x}] = {{name = {lua_str(op.name)}, layout_field = {layout_var}, "
-                   f"seqno = {seq}, server_rejects = {rejects}, document = {lua_value(op.document)},"
+                   f"seqno = {seq}, server_rejects = {rejects}, document = {lua_value(op.document)}, "
+                   f"item = {lua_value(op.item)}, vbucket = {lua_value(op.per_vbucket)},"
                    f"\n  req = {req},\n  rsp = {rsp}}}")
     return out
 

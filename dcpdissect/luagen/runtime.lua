@@ -76,9 +76,10 @@ local function layout_matches(lay, m)
 end
 
 -- Add every field of `lay` read at `base` (the caller checked the bounds); record values.
--- A flags field gets its flag names appended and one boolean item per set bit (every mask
--- is a single bit, tested with arithmetic rather than a bit library call).
-local function add_fields(tvb, tree, base, lay, vals)
+-- A flags field gets its flag names appended and one boolean item per defined bit, set or
+-- not (so that `dcp.snapshot.flags.disk == 0` finds markers without it). The field named
+-- `seqno` (the opcode's seqno) is also shown as dcp.by_seqno.
+local function add_fields(tvb, tree, base, lay, vals, seqno)
   local fields = lay.fields
   for i = 1, #fields do
     local fd = fields[i]
@@ -89,13 +90,10 @@ local function add_fields(tvb, tree, base, lay, vals)
     local item = ti_add(tree, fd.field, r)
     local bits = fd.bits
     if bits then
-      local v = r_uint(r)
-      ti_append_text(item, " (" .. fd.text(v) .. ")")
-      for j = 1, #bits do
-        local mask = bits[j][2]
-        if v % (mask + mask) >= mask then ti_add(item, bits[j][1], r) end
-      end
+      ti_append_text(item, " (" .. fd.text(r_uint(r)) .. ")")
+      for j = 1, #bits do ti_add(item, bits[j][1], r) end
     end
+    if fd.name == seqno then ti_add(tree, F.by_seqno, r) end
   end
 end
 
@@ -148,6 +146,17 @@ end
 
 local prefixes, n_prefixes = {}, 0   -- "DcpMutation vb:3" by magic, opcode, vbucket/status
 
+local function hex_text(v)            -- an 8-byte field in hex, without leading zeros
+  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
+  if hex == "" then return "0" end
+  return hex
+end
+
+local function seqno_text(v)          -- a seqno, "max" for the largest
+  if string.lower(v:tohex()) == "ffffffffffffffff" then return "max" end
+  return int_text(v)
+end
+
 local function summary(m)
   local key = (m.magic * 256 + m.opcode) * 65536 + (m.vbucket or m.status)
   local s = prefixes[key]
@@ -157,7 +166,8 @@ local function summary(m)
     else
       s = OPCODE_NAMES[m.opcode] or fmt("unknown:0x%02x", m.opcode)
     end
-    if m.request then s = s .. " vb:" .. m.vbucket
+    if m.request then
+      if not m.spec or m.spec.vbucket then s = s .. " vb:" .. m.vbucket end
     elseif m.status ~= 0 then s = s .. " " .. (STATUS_NAMES[m.status] or fmt("status:0x%x", m.status))
     else s = s .. " rsp" end
     if n_prefixes >= 4096 then prefixes, n_prefixes = {}, 0 end
@@ -165,7 +175,15 @@ local function summary(m)
   end
   if m.stream_id then s = s .. " sid:" .. int_text(m.stream_id) end
   local f = m.f
-  if m.opcode == 0x56 and f.start_seqno and f.end_seqno then
+  if m.opcode == 0x53 and m.request and f.start_seqno and f.snap_start_seqno then
+    s = s .. " start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
+        .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
+        .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+  elseif m.opcode == 0x50 and m.request and f.flags and m.name_text then
+    local role = "consumer"
+    if band(f.flags, OPEN_PRODUCER) ~= 0 then role = "producer" end
+    s = s .. " " .. m.name_text .. " (" .. role .. ")"
+  elseif m.opcode == 0x56 and f.start_seqno and f.end_seqno then
     s = s .. " [" .. int_text(f.start_seqno) .. ".." .. int_text(f.end_seqno) .. "] " .. (m.layout or "")
   elseif m.spec and m.spec.seqno and f[m.spec.seqno] then
     s = s .. " seqno=" .. int_text(f[m.spec.seqno])
@@ -218,6 +236,7 @@ local NO_INFOS = {}
 -- One message at `off`, of which `cap` bytes are captured (`plen` in all), `head` its first
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
+local link         -- defined below: a request's response, a response's request
 
 -- The key. The key of a document opcode's request on a connection whose HELLO enabled
 -- Collections is shown as its collection id (leb128) and the logical key, so that
@@ -279,13 +298,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   ti_add(node, f_extlen, tvb_range(tvb, off + 4, 1))
   local dtr = tvb_range(tvb, off + 5, 1)
   local dt = ti_add(node, f_datatype, dtr)
-  if datatype ~= 0 then
-    for i = 1, #DATATYPE_BITS do
-      local bit = DATATYPE_BITS[i]
-      local mask = bit[2]
-      if datatype % (mask + mask) >= mask then ti_add(dt, bit[1], dtr) end
-    end
-  end
+  for i = 1, #DATATYPE_BITS do ti_add(dt, DATATYPE_BITS[i][1], dtr) end
   ti_add(node, request and f_vbucket or f_status, tvb_range(tvb, off + 6, 2))
   local r_bodylen = tvb_range(tvb, off + 8, 4)
   ti_add(node, f_bodylen, r_bodylen)
@@ -317,7 +330,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
       local ext_at = body + framing_len
       local lay = shape and shape.extras_by_size[extlen]
       if lay then
-        add_fields(tvb, node, ext_at, lay, m.f)
+        add_fields(tvb, node, ext_at, lay, m.f, spec and spec.seqno)
         m.layout = lay.label
       else
         ti_add(node, f_extras, tvb_range(tvb, ext_at, extlen))
@@ -362,7 +375,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
           elseif n == lay.size then
             local vt = ti_add(node, f_value, tvb_range(tvb, val_at, n))
             ti_set_text(vt, lay.text)
-            add_fields(tvb, vt, val_at, lay, m.f)
+            add_fields(tvb, vt, val_at, lay, m.f, spec and spec.seqno)
             m.layout = lay.label
             decoded = true
             break
@@ -381,8 +394,18 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
     ti_set_generated(ti_add(node, f_value_len, r_bodylen, m.value_len))
   end
 
+  m.name_text = nil
+  if opcode == 0x50 and request then      -- DcpOpen: its name (the key) in the Info column
+    local n = math.min(keylen, off + cap - m.key_at)
+    if n >= 0 then
+      local name = string.gsub(tvb_raw(tvb, m.key_at, n), "[^\32-\126]",
+                               function(c) return fmt("\\x%02x", sbyte(c)) end)
+      m.name_text = '"' .. name .. '"'
+    end
+  end
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
+  link(node, m, pinfo, from_client, off)
   expert_node = node
   -- the negotiation matters for what the client sends and for HELLO / DcpOpen answers
   local conn = nil
@@ -432,6 +455,45 @@ local function connection_key(pinfo, from_client)
     if skey then stream_keys[skey] = key end
   end
   return key
+end
+
+-- Requests and responses linked as Wireshark's request/response protocols show them: a
+-- response names its request's frame and the time since it, a request its response's frame
+-- once that is known (Wireshark's second pass: the GUI, tshark -2). A request is known by its
+-- TCP stream, the side that sent it, its opaque and opcode; stream items are left out (they
+-- are answered only on errors). A message is known by its frame and offset.
+local requests, n_requests = {}, 0   -- request key -> {message, abs_ts}
+local answered, answers = {}, {}     -- request -> response; response -> {request, seconds}
+
+link = function(node, m, pinfo, from_client, off)
+  local stream = last(tcp_stream())
+  if stream == nil or (m.spec and m.spec.item) then return end
+  local here = pinfo.number .. ":" .. off
+  local sender = from_client
+  if not m.request then sender = not from_client end
+  local key = fmt("%d:%s:%d:%d", stream.value, tostring(sender), m.opaque, m.opcode)
+  if m.request then
+    if not pinfo.visited then
+      if n_requests >= 65536 then requests, n_requests = {}, 0 end
+      requests[key], n_requests = {here, pinfo.abs_ts}, n_requests + 1
+    end
+    local rsp = answered[here]
+    if rsp then ti_set_generated(ti_add(node, F.response_in, tonumber(string.match(rsp, "^%d+")))) end
+  else
+    if not pinfo.visited then
+      local req = requests[key]
+      if req then
+        requests[key], n_requests = nil, n_requests - 1
+        answered[req[1]], answers[here] = here, {req[1], pinfo.abs_ts - req[2]}
+      end
+    end
+    local a = answers[here]
+    if a then
+      ti_set_generated(ti_add(node, F.response_to, tonumber(string.match(a[1], "^%d+"))))
+      local secs = math.floor(a[2])
+      ti_set_generated(ti_add(node, F.time, NSTime.new(secs, math.floor((a[2] - secs) * 1e9 + 0.5))))
+    end
+  end
 end
 
 -- The connection's negotiation as it was when this frame was first dissected (recorded on
@@ -505,6 +567,7 @@ end
 
 function dcp.init()
   info_frame, info_text = nil, nil
+  requests, n_requests, answered, answers = {}, 0, {}, {}
   contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end

@@ -273,6 +273,10 @@ class Opcode:
     * ``opens_stream``: the request asks for a vbucket's stream (a stream request:
       DcpProducer::streamRequest; an add stream, which makes a consumer send one:
       DcpConsumer::addStream); evidence keeps it for a finding about its vbucket.
+    * ``per_vbucket``: the header's vbucket names the vbucket the message is about. False
+      for the messages about the connection, whose handlers take no vbucket
+      (dcp_open_executor.cc; DcpProducer::control, bufferAcknowledgement and the noop of
+      DcpProducer::maybeSendNoop / DcpConsumer::handleNoop); displays leave it out.
     """
 
     code: int
@@ -291,3 +295,4 @@ class Opcode:
     reply: Reply | None = None
     negotiates: bool = False
     opens_stream: bool = False
+    per_vbucket: bool = True

@@ -216,7 +216,7 @@ NO_REPLY = Reply(expected=False)    # not in handleResponse's switch: logic_erro
 
 DCP_OPCODES: tuple[Opcode, ...] = (
     Opcode(0x50, "DcpOpen", "DCP Open Connection", section="open", sender=Sender.CONSUMER,
-           negotiates=True,
+           negotiates=True, per_vbucket=False,
            request=request(extras("V1", 8, u32("seqno", 0, "Seqno (reserved)", shown="if_set"),
                                   u32("flags", 4, "Flags", display="hex", flags=DCP_OPEN_FLAGS)),
                            key=R, value=O, datatypes=frozenset({0, 1}), value_kind="json",
@@ -293,7 +293,7 @@ DCP_OPCODES: tuple[Opcode, ...] = (
            request=request(extras("V1", 20, *_ITEM, u32("delete_time", 16, "Delete time",
                                                         shown="if_set")), **_DOC)),
     Opcode(0x5A, "DcpFlush_Unsupported", "DCP Flush (removed)", section="flush",
-           server_rejects="NotSupported"),
+           server_rejects="NotSupported", per_vbucket=False),
     Opcode(0x5B, "DcpSetVbucketState", "DCP Set vBucket State", section="set_vbucket_state",
            stream=True, sender=Sender.PRODUCER, reply=ACK_REPLY,
            request=request(extras("V1", 1, u8("state", 0, "State", names=VBUCKET_STATES)), checks=(
@@ -301,11 +301,12 @@ DCP_OPCODES: tuple[Opcode, ...] = (
                      f"{VALIDATORS} dcp_set_vbucket_state_validator: 'Request body state invalid' "
                      "(1 active, 2 replica, 3 pending, 4 dead), Einval", ("in", "state", (1, 2, 3, 4)),
                      "state {state}"),))),
-    Opcode(0x5C, "DcpNoop", "DCP Noop", section="noop", request=request()),
+    Opcode(0x5C, "DcpNoop", "DCP Noop", section="noop", per_vbucket=False, request=request()),
     Opcode(0x5D, "DcpBufferAcknowledgement", "DCP Buffer Acknowledgement", section="buffer_ack",
-           sender=Sender.CONSUMER,
+           sender=Sender.CONSUMER, per_vbucket=False,
            request=request(extras("V1", 4, u32("bytes_to_ack", 0, "Bytes to ack")))),
     Opcode(0x5E, "DcpControl", "DCP Control", section="control", negotiates=True,
+           per_vbucket=False,
            request=request(key=R, value=R, value_kind="text")),
     Opcode(0x5F, "DcpSystemEvent", "DCP System Event", section="system_event", stream=True, item=True,
            sender=Sender.PRODUCER, seqno_field="by_seqno", reply=SUCCESS_REPLY,

@@ -76,6 +76,12 @@ U64.__lt = function(a, b) return a.hi < b.hi or (a.hi == b.hi and a.lo < b.lo) e
 U64.__le = function(a, b) return a.hi < b.hi or (a.hi == b.hi and a.lo <= b.lo) end
 UInt64 = {new = function(lo, hi) return u64(hi or 0, lo or 0) end}
 
+NSTime = {new = function(secs, nsecs)
+  return setmetatable({secs = secs, nsecs = nsecs}, {__tostring = function(t)
+    return string.format("%d.%09d s", t.secs, t.nsecs)
+  end})
+end}
+
 -- Tvb and TvbRange ---------------------------------------------------------------------------
 local Range = {}
 Range.__index = Range
@@ -264,7 +270,7 @@ local Address = {__tostring = function(a) return a.text end}
 
 function ws.pinfo(frame, src, sport, dst, dport)
   local cols = {info = setmetatable({text = ""}, Column)}
-  return {number = frame, visited = false, can_desegment = 0, desegment_offset = 0,
+  return {number = frame, abs_ts = 1700000000 + frame / 1000, visited = false, can_desegment = 0, desegment_offset = 0,
           desegment_len = 0, src = setmetatable({text = src}, Address),
           dst = setmetatable({text = dst}, Address), src_port = number(sport),
           dst_port = number(dport), cols = cols}
