@@ -1700,8 +1700,9 @@ local requests, n_requests = {}, 0   -- request key -> {message, abs_ts}
 local answered, answers = {}, {}     -- request -> response; response -> {request, seconds}
 
 link = function(node, m, pinfo, from_client, off)
+  if m.spec and m.spec.item then return end
   local stream = last(tcp_stream())
-  if stream == nil or (m.spec and m.spec.item) then return end
+  if stream == nil then return end
   local here = pinfo.number .. ":" .. off
   local sender = from_client
   if not m.request then sender = not from_client end
