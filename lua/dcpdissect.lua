@@ -285,6 +285,9 @@ do local list = {e_truncated, e_internal}
   for _, id in ipairs({"add-stream-response-extras", "cas-invalid", "datatype-invalid", "datatype-not-negotiated", "dcp-not-open", "dcp-open-twice", "document-key-invalid", "durability-level-invalid", "extras-length", "failover-log-empty", "frame-info-invalid", "frame-info-not-supported", "frame-info-unknown", "framing-extras-encoding", "header-invariant", "key-presence", "key-too-long", "marker-hcs-beyond-end", "marker-hcs-without-disk", "marker-hps-beyond-end", "marker-hps-without-disk", "marker-memory-disk", "marker-mvs-beyond-end", "marker-purge-beyond-end", "marker-start-after-end", "marker-unknown-flags", "marker-v22-documented-44", "marker-version", "nmeta-not-zero", "open-flags-combination", "open-flags-invalid", "open-value-datatype", "open-value-invalid", "seqno-zero", "stream-flags-cache-transfer", "stream-flags-no-value", "stream-flags-unknown", "stream-id-on-consumer", "stream-request-snapshot-range", "stream-request-start-after-end", "stream-request-uuid-zero", "system-event-invalid", "unknown-opcode", "unsupported-on-server", "value-length", "value-presence", "vbucket-state-invalid", "xattr-invalid", "unknown-magic", "frame-too-large"}) do list[#list + 1] = EXPERTS[id] end
   dcp.experts = list end
 
+-- The severity of every rule of the analyzer (findings in packet comments)
+local RULE_SEVERITY = {["add-stream-new-opaque-mismatch"] = "error", ["add-stream-response-extras"] = "error", ["add-stream-rollback"] = "error", ["add-stream-status-mismatch"] = "error", ["buffer-ack-exceeds-sent"] = "warning", ["capture-gap"] = "info", ["cas-invalid"] = "error", ["connections-not-mcbp"] = "info", ["consumer-error-response"] = "error", ["consumer-error-response-undecided"] = "info", ["consumer-idle-timeout"] = "warning", ["consumer-noop-opaque-mismatch"] = "error", ["consumer-response-unexpected"] = "error", ["data-after-close"] = "warning", ["data-after-close-undecided"] = "info", ["data-after-seqno-advanced"] = "error", ["data-after-stream-end"] = "warning", ["data-after-takeover"] = "warning", ["data-before-marker"] = "error", ["data-duplicate-key"] = "warning", ["data-for-dropped-collection"] = "error", ["data-outside-snapshot"] = "error", ["data-seqno-not-increasing"] = "error", ["datatype-invalid"] = "error", ["datatype-not-negotiated"] = "error", ["dcp-not-open"] = "error", ["dcp-open-twice"] = "error", ["document-key-invalid"] = "error", ["durability-level-invalid"] = "error", ["expiration-not-negotiated"] = "warning", ["extras-length"] = "error", ["failover-log-empty"] = "error", ["findings-capped"] = "info", ["flow-control-undecided"] = "info", ["flow-control-window-exceeded"] = "warning", ["frame-info-invalid"] = "error", ["frame-info-not-supported"] = "error", ["frame-info-unknown"] = "error", ["frame-too-large"] = "error", ["framing-extras-encoding"] = "error", ["header-invariant"] = "error", ["history-duplicate-key"] = "error", ["key-presence"] = "error", ["key-too-long"] = "error", ["lost-pdu"] = "info", ["marker-hcs-beyond-end"] = "info", ["marker-hcs-without-disk"] = "info", ["marker-hps-beyond-end"] = "error", ["marker-hps-without-disk"] = "info", ["marker-memory-disk"] = "info", ["marker-mvs-beyond-end"] = "error", ["marker-purge-beyond-end"] = "error", ["marker-start-after-end"] = "error", ["marker-unknown-flags"] = "info", ["marker-v22-documented-44"] = "error", ["marker-version"] = "error", ["mid-stream-start"] = "info", ["nmeta-not-zero"] = "error", ["noop-interval-exceeded"] = "warning", ["open-flags-combination"] = "error", ["open-flags-invalid"] = "error", ["open-value-datatype"] = "error", ["open-value-invalid"] = "error", ["oso-contains-marker"] = "error", ["oso-not-negotiated"] = "warning", ["oso-unpaired"] = "error", ["producer-datatype-not-negotiated"] = "warning", ["relay-consumer-message-mismatch"] = "warning", ["relay-message-differs"] = "error", ["relay-message-missing"] = "error", ["relay-message-reordered"] = "error", ["relay-not-confirmed"] = "info", ["relay-window-overflow"] = "info", ["response-without-request"] = "warning", ["resume-beyond-received"] = "error", ["resume-collapsed-snapshot"] = "error", ["resync-after-garbage"] = "warning", ["rollback-loop"] = "error", ["rollback-missed"] = "error", ["rollback-not-applied"] = "warning", ["rollback-prediction-unsure"] = "info", ["rollback-purge-seqno-not-sent"] = "info", ["rollback-seqno-above-start"] = "error", ["rollback-unexpected"] = "warning", ["semantics-suppressed"] = "info", ["seqno-advanced-not-enabled"] = "warning", ["seqno-zero"] = "error", ["snapshot-ack-unexpected"] = "warning", ["snapshot-behind-last-seqno"] = "error", ["snapshot-end-not-increasing"] = "error", ["snapshot-from-client"] = "error", ["snapshot-history-not-negotiated"] = "warning", ["snapshot-incomplete"] = "warning", ["snapshot-start-below-requested"] = "error", ["snapshot-start-inconsistent"] = "warning", ["snapshot-start-overlap"] = "error", ["snapshot-v1-disk-sync-replication"] = "error", ["snapshot-version-not-negotiated"] = "warning", ["stream-flags-cache-transfer"] = "error", ["stream-flags-no-value"] = "error", ["stream-flags-unknown"] = "error", ["stream-id-message-mismatch"] = "warning", ["stream-id-on-consumer"] = "error", ["stream-id-request-mismatch"] = "error", ["stream-opaque-mismatch"] = "warning", ["stream-request-snapshot-range"] = "error", ["stream-request-start-after-end"] = "error", ["stream-request-uuid-zero"] = "error", ["sync-abort-after-commit"] = "error", ["sync-abort-after-commit-disk"] = "warning", ["sync-abort-without-prepare"] = "error", ["sync-commit-without-prepare"] = "error", ["sync-completion-out-of-order"] = "error", ["sync-completion-seqno-mismatch"] = "error", ["sync-hcs-backwards"] = "error", ["sync-mutation-while-pending"] = "error", ["sync-prepare-unseen"] = "info", ["sync-prepare-while-pending"] = "error", ["sync-replica-error-reply"] = "info", ["sync-write-not-negotiated"] = "warning", ["system-event-invalid"] = "error", ["tcp-cap"] = "info", ["tcp-overlap-mismatch"] = "warning", ["tcp-seq-jump"] = "warning", ["tls-auth-failed"] = "warning", ["tls-connection"] = "info", ["tls-gap"] = "info", ["tls-no-key"] = "warning", ["tls-unsupported"] = "warning", ["uncaptured-not-judged"] = "info", ["unknown-magic"] = "error", ["unknown-opcode"] = "warning", ["unsupported-on-server"] = "error", ["value-length"] = "error", ["value-presence"] = "error", ["vbucket-state-invalid"] = "error", ["xattr-invalid"] = "error"}
+
 -- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
 local SHAPES = {}
 SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
@@ -1869,15 +1872,23 @@ function dcp.prefs_changed()
 end
 
 -- Findings in packet comments ----------------------------------------------------------------
--- `dcpdissect analyze --annotate` writes one packet comment "[rule] message" per finding on
--- each of its frames; a postdissector shows them under their own tree with expert info.
+-- `dcpdissect analyze --annotate` and the evidence bundles write one packet comment
+-- "[rule] message" per finding on each of its frames; a postdissector shows them under their
+-- own tree, each as an expert info of the rule's own severity (errors are errors).
 local findings = Proto("dcpfindings", "dcpdissect findings")
 local f_finding = ProtoField.string("dcpfindings.finding", "Finding")
 local f_finding_rule = ProtoField.string("dcpfindings.rule", "Rule")
-local e_finding = ProtoExpert.new("dcpfindings.expert", "dcpdissect finding",
-                                  expert.group.PROTOCOL, expert.severity.WARN)
-findings.fields = {f_finding, f_finding_rule}
-findings.experts = {e_finding}
+local f_finding_severity = ProtoField.string("dcpfindings.severity", "Severity")
+local e_findings = {
+  error = ProtoExpert.new("dcpfindings.error", "dcpdissect finding (error)",
+                          expert.group.PROTOCOL, expert.severity.ERROR),
+  warning = ProtoExpert.new("dcpfindings.warning", "dcpdissect finding (warning)",
+                            expert.group.PROTOCOL, expert.severity.WARN),
+  info = ProtoExpert.new("dcpfindings.info", "dcpdissect finding (info)",
+                         expert.group.PROTOCOL, expert.severity.NOTE),
+}
+findings.fields = {f_finding, f_finding_rule, f_finding_severity}
+findings.experts = {e_findings.error, e_findings.warning, e_findings.info}
 local comment_field
 for _, name in ipairs({"frame.comment", "pkt_comment"}) do
   local ok, field = pcall(Field.new, name)
@@ -1890,11 +1901,13 @@ function findings.dissector(tvb, pinfo, tree)
   for _, c in ipairs({comment_field()}) do
     local text = tostring(c.value)
     local rule = string.match(text, "^%[([%w][%w%-]*)%] ")
-    if rule then
+    local severity = rule and RULE_SEVERITY[rule]
+    if severity then
       node = node or tree:add(findings, tvb(0, 0))
       local item = node:add(f_finding, text)
       item:add(f_finding_rule, rule):set_generated()
-      item:add_proto_expert_info(e_finding, text)
+      item:add(f_finding_severity, severity):set_generated()
+      item:add_proto_expert_info(e_findings[severity], text)
     end
   end
 end

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from dcpdissect.analysis.rules import RULES
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 LUA = ROOT / "lua" / "dcpdissect.lua"
@@ -101,14 +103,34 @@ def test_lua_plugin_shows_the_findings_tree(tmp_path):
     tree = detail[detail.index("dcpdissect findings"):]
     assert "Finding: [resume-collapsed-snapshot] resume of vb 0" in tree
     assert "[Rule: resume-collapsed-snapshot]" in tree
-    # tshark marks the long expert line "[truncated]"
-    assert "Expert Info (Warning/Protocol): [resume-collapsed-snapshot] resume of vb 0" in tree
+    # tshark marks the long expert line "[truncated]"; the rule is an error
+    assert "Expert Info (Error/Protocol): [resume-collapsed-snapshot] resume of vb 0" in tree
+    assert "[Severity: error]" in tree
     experts = tshark(out, *lua, "-Y", "frame.number == 28", "-T", "fields",
                      "-e", "_ws.expert.message")
     assert experts.startswith("[resume-collapsed-snapshot] resume of vb 0 sends snapshot [3,3]")
     assert frames_matching(out, 'dcpfindings.rule == "resume-collapsed-snapshot"', *lua) == [28]
     # frames without a comment have no such tree
     assert "dcpdissect findings" not in tshark(out, *lua, "-V", "-Y", "frame.number == 26")
+
+
+def test_lua_plugin_gives_each_finding_its_rules_severity(tmp_path):
+    out = tmp_path / "annotated.pcapng"
+    analyze(SAMPLES / "controls-violations.pcap", "--annotate", out, check_rc=1)
+    lines = tshark(out, "-X", f"lua_script:{LUA}", "-Y", "dcpfindings", "-T", "fields",
+                   "-e", "dcpfindings.rule", "-e", "dcpfindings.severity",
+                   "-e", "_ws.expert.severity", "-E", "occurrence=a",
+                   "-E", "aggregator=|").splitlines()
+    # Wireshark's expert severities: error 0x00800000, warning 0x00600000, note 0x00400000
+    wireshark = {"error": "8388608", "warning": "6291456", "info": "4194304"}
+    seen = set()
+    for line in lines:
+        rules, severities, experts = (part.split("|") for part in line.split("\t"))
+        assert severities == [RULES[rule].severity for rule in rules], line
+        for severity in severities:
+            assert wireshark[severity] in experts, line
+        seen.update(severities)
+    assert seen == {"error", "warning", "info"}
 
 
 def test_annotate_refuses_stdin_and_redact(tmp_path):

@@ -263,6 +263,15 @@ def experts() -> list[str]:
     return out
 
 
+def rule_severities() -> list[str]:
+    """Every rule's severity, for the findings that packet comments carry."""
+    sev = {ERROR: "error", WARNING: "warning", INFO: "info"}
+    return ["", "-- The severity of every rule of the analyzer (findings in packet comments)",
+            "local RULE_SEVERITY = {" + ", ".join(
+                f"[{lua_str(r.id)}] = {lua_str(sev[r.severity])}"
+                for r in sorted(RULES.values(), key=lambda r: r.id)) + "}"]
+
+
 def _check_lua(c: Check) -> str:
     when = ", ".join(lua_value(cond) for cond in c.when)
     return (f"{{rule = {lua_str(c.rule)}, text = {lua_str(c.text)}, test = {lua_value(c.test)}, "
@@ -367,7 +376,7 @@ def render() -> str:
     for name, ctor in HEADER_FIELDS + BODY_FIELDS:
         fs.add(f"dcp.{name}", ctor)
     shape_lines = shapes(fs)           # registers the table fields, before they are declared
-    tables = (value_strings() + constants() + fields(fs) + experts()
+    tables = (value_strings() + constants() + fields(fs) + experts() + rule_severities()
               + ["", "-- Shapes: layouts (extras by size, value by `when` and size) and "
                  "constraints per opcode", "local SHAPES = {}"] + shape_lines)
     source = resources.files(__package__)

@@ -635,15 +635,23 @@ function dcp.prefs_changed()
 end
 
 -- Findings in packet comments ----------------------------------------------------------------
--- `dcpdissect analyze --annotate` writes one packet comment "[rule] message" per finding on
--- each of its frames; a postdissector shows them under their own tree with expert info.
+-- `dcpdissect analyze --annotate` and the evidence bundles write one packet comment
+-- "[rule] message" per finding on each of its frames; a postdissector shows them under their
+-- own tree, each as an expert info of the rule's own severity (errors are errors).
 local findings = Proto("dcpfindings", "dcpdissect findings")
 local f_finding = ProtoField.string("dcpfindings.finding", "Finding")
 local f_finding_rule = ProtoField.string("dcpfindings.rule", "Rule")
-local e_finding = ProtoExpert.new("dcpfindings.expert", "dcpdissect finding",
-                                  expert.group.PROTOCOL, expert.severity.WARN)
-findings.fields = {f_finding, f_finding_rule}
-findings.experts = {e_finding}
+local f_finding_severity = ProtoField.string("dcpfindings.severity", "Severity")
+local e_findings = {
+  error = ProtoExpert.new("dcpfindings.error", "dcpdissect finding (error)",
+                          expert.group.PROTOCOL, expert.severity.ERROR),
+  warning = ProtoExpert.new("dcpfindings.warning", "dcpdissect finding (warning)",
+                            expert.group.PROTOCOL, expert.severity.WARN),
+  info = ProtoExpert.new("dcpfindings.info", "dcpdissect finding (info)",
+                         expert.group.PROTOCOL, expert.severity.NOTE),
+}
+findings.fields = {f_finding, f_finding_rule, f_finding_severity}
+findings.experts = {e_findings.error, e_findings.warning, e_findings.info}
 local comment_field
 for _, name in ipairs({"frame.comment", "pkt_comment"}) do
   local ok, field = pcall(Field.new, name)
@@ -656,11 +664,13 @@ function findings.dissector(tvb, pinfo, tree)
   for _, c in ipairs({comment_field()}) do
     local text = tostring(c.value)
     local rule = string.match(text, "^%[([%w][%w%-]*)%] ")
-    if rule then
+    local severity = rule and RULE_SEVERITY[rule]
+    if severity then
       node = node or tree:add(findings, tvb(0, 0))
       local item = node:add(f_finding, text)
       item:add(f_finding_rule, rule):set_generated()
-      item:add_proto_expert_info(e_finding, text)
+      item:add(f_finding_severity, severity):set_generated()
+      item:add_proto_expert_info(e_findings[severity], text)
     end
   end
 end
