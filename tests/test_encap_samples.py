@@ -249,9 +249,9 @@ def test_evidence_bundle_keeps_every_fragment(tmp_path, capsys):
         main(["analyze", path, "--evidence", str(out)] + (["--redact"] if redact else []))
         capsys.readouterr()
         assert "Every bundled finding is reproduced" in (out / "README.txt").read_text()
-        found, _ = analyze_file(str(out / "evidence.pcap"))
+        found, _ = analyze_file(str(out / "evidence.pcapng"))
         assert Counter(f.rule for f in found)["resume-collapsed-snapshot"] == 1
-    data = (tmp_path / "bundle-True" / "evidence.pcap").read_bytes()
+    data = (tmp_path / "bundle-True" / "evidence.pcapng").read_bytes()
     assert b'"seq":' not in data and b'"seq":' in Path(path).read_bytes()
 
 

@@ -66,7 +66,7 @@ def test_bundle_reproduces_every_rule_of_its_sample(tmp_path, sample):
     findings, summary = analyze_file(str(path))
     out = write_evidence(str(path), findings, summary, tmp_path)
     fmap = frame_map(out)
-    again, _ = analyze_file(str(out / "evidence.pcap"))
+    again, _ = analyze_file(str(out / "evidence.pcapng"))
     got = {(f.rule, f.frame) for f in again}
     for rule in RULES_BY_SAMPLE[sample]:
         expected = sorted(frame for r, frame in GOLDEN[sample] if r == rule)[:MAX_PER_RULE]
@@ -102,13 +102,13 @@ def test_stdin_is_spooled_into_the_bundle(tmp_path):
     from_file = tmp_path / "from-file"
     cli("analyze", "samples/resume-collapsed.pcap", "--evidence", str(from_file),
         "--fail-on", "never")
-    assert (tmp_path / "evidence.pcap").read_bytes() == (from_file / "evidence.pcap").read_bytes()
+    assert (tmp_path / "evidence.pcapng").read_bytes() == (from_file / "evidence.pcapng").read_bytes()
     assert frame_map(tmp_path) == frame_map(from_file) and len(frame_map(tmp_path)) > 20
     assert "(not in this capture)" not in (tmp_path / "report.md").read_text()
 
 
 def test_no_findings_writes_no_capture(tmp_path):
-    (tmp_path / "evidence.pcap").write_bytes(b"stale")         # from an earlier run
+    (tmp_path / "evidence.pcapng").write_bytes(b"stale")         # from an earlier run
     res = cli("analyze", "samples/resume-correct.pcap", "--evidence", str(tmp_path))
     assert res.returncode == 0
     stderr = res.stderr.decode()
@@ -156,7 +156,7 @@ def test_bundle_keeps_its_frames_bytes_and_order(tmp_path):
     fmap = frame_map(out)
     with open_capture(str(SAMPLES / "stream-markers.pcap")) as r:
         original = {fr.number: fr.data for fr in r}
-    with open_capture(str(out / "evidence.pcap")) as r:
+    with open_capture(str(out / "evidence.pcapng")) as r:
         kept = {fr.number: fr.data for fr in r}
     assert sorted(fmap.values()) == list(range(1, len(kept) + 1))
     for old, new in fmap.items():
@@ -177,9 +177,40 @@ def test_bundle_of_a_decrypted_capture_reproduces_with_its_key_log(tmp_path, sam
     shipped = (tmp_path / "keylog.txt").read_text().splitlines()
     assert set(shipped) <= set(keylog.read_text().splitlines())
     fmap = frame_map(tmp_path)
-    again = cli("analyze", str(tmp_path / "evidence.pcap"), "--tls-keylog",
+    again = cli("analyze", str(tmp_path / "evidence.pcapng"), "--tls-keylog",
                 str(tmp_path / "keylog.txt"), "--format", "jsonl", "--fail-on", "never")
     got = {(r["rule"], r["frame"]) for r in map(json.loads, again.stdout.splitlines())}
     lost = [(r["rule"], r["frame"]) for r in before
             if r["frame"] is not None and (r["rule"], fmap.get(r["frame"])) not in got]
     assert not lost, f"not reproduced by the bundle: {lost}"
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("redact", [False, True])
+def test_bundle_capture_carries_the_findings_as_packet_comments(tmp_path, redact):
+    path = SAMPLES / "controls-violations.pcap"
+    findings, summary = analyze_file(str(path))
+    out = write_evidence(str(path), findings, summary, tmp_path, redact=redact)
+    fmap = frame_map(out)
+    capture = out / "evidence.pcapng"
+    ran = subprocess.run(["tshark", "-r", str(capture), "-X", f"lua_script:{out / 'dcpdissect.lua'}",
+                          "-Y", "frame.comment", "-T", "fields", "-e", "frame.number",
+                          "-e", "frame.comment", "-e", "dcpfindings.severity",
+                          "-E", "occurrence=a", "-E", "aggregator=\x01"],
+                         capture_output=True, text=True, check=True, cwd=out)
+    shown = defaultdict(list)
+    for line in ran.stdout.splitlines():
+        number, comments, severities = line.split("\t")
+        for comment, severity in zip(comments.split("\x01"), severities.split("\x01")):
+            rule = re.match(r"\[([\w-]+)\] ", comment).group(1)
+            assert severity == RULES[rule].severity
+            shown[int(number)].append(rule)
+    # every bundled finding is a comment on each of its frames in the trimmed capture
+    bundled = [f for f in findings if f.frame in fmap][:MAX_PER_RULE * len(RULES)]
+    assert len(bundled) > 20
+    for f in bundled:
+        assert f.rule in shown[fmap[f.frame]], (f.rule, f.frame)
+    # the report words them as the comments do
+    report = (out / "report.md").read_text()
+    for f in bundled[:5]:
+        assert f.rule in report

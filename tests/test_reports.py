@@ -117,10 +117,10 @@ def _cuts(out: Path) -> dict[int, int]:
 
 def test_evidence_bundle_files_and_frame_map(marker_bundle):
     findings, out = marker_bundle
-    assert {p.name for p in out.iterdir()} == {"evidence.pcap", "report.md", "README.txt",
+    assert {p.name for p in out.iterdir()} == {"evidence.pcapng", "report.md", "README.txt",
                                                "frames.tsv", "dcpdissect.lua"}
     original = frame_bytes(SAMPLES / "violations-marker.pcap")
-    kept = frame_bytes(out / "evidence.pcap")
+    kept = frame_bytes(out / "evidence.pcapng")
     fmap = _frame_map(out)
     assert sorted(fmap.values()) == list(range(1, len(kept) + 1))
     assert sorted(fmap) == sorted(fmap, key=fmap.get)      # original order kept
@@ -132,7 +132,7 @@ def test_evidence_bundle_files_and_frame_map(marker_bundle):
         assert f"{fmap[f.frame]} (original frame {f.frame})" in md
         assert f"frame.number in {{{fmap[f.frame]}}}" in md
     readme = (out / "README.txt").read_text()
-    assert "tshark -r evidence.pcap -X lua_script:dcpdissect.lua -o dcp.tcp_ports:" in readme
+    assert "tshark -r evidence.pcapng -X lua_script:dcpdissect.lua -o dcp.tcp_ports:" in readme
     assert "frame.number in {" in readme and "Redaction: none" in readme and "kept whole" in readme
 
 
@@ -140,7 +140,7 @@ def test_evidence_keeps_the_context(marker_bundle):
     findings, out = marker_bundle
     fmap = _frame_map(out)
     assert {1, 2, 3} <= set(fmap)                          # the SYN handshake
-    msgs = [(ev.data[0], ev.data[1], decode(ev.data)) for ev in iter_events(str(out / "evidence.pcap"))
+    msgs = [(ev.data[0], ev.data[1], decode(ev.data)) for ev in iter_events(str(out / "evidence.pcapng"))
             if type(ev) is Pdu]
     assert {(m, op) for m, op, _ in msgs} >= {(0x80, 0x50), (0x81, 0x50)}
     for f in findings:
@@ -152,7 +152,7 @@ def test_garbage_bundle_keeps_the_skipped_bytes(tmp_path):
     from dcpdissect.samples.scenarios_violations import GARBAGE, HUGE
     findings, summary = analyzed("violations-garbage.pcap")
     out = write_evidence(str(SAMPLES / "violations-garbage.pcap"), findings, summary, tmp_path)
-    blob = (out / "evidence.pcap").read_bytes()
+    blob = (out / "evidence.pcapng").read_bytes()
     assert GARBAGE in blob and HUGE in blob
     fmap = _frame_map(out)
     for f in findings:
@@ -164,7 +164,7 @@ def test_evidence_timestamps_and_linktype_kept(marker_bundle):
     _, out = marker_bundle
     with open_capture(str(SAMPLES / "violations-marker.pcap")) as r:
         orig = {fr.data: fr for fr in r}
-    with open_capture(str(out / "evidence.pcap")) as r:
+    with open_capture(str(out / "evidence.pcapng")) as r:
         for fr in r:
             assert fr.ts_ns == orig[fr.data].ts_ns and fr.linktype == orig[fr.data].linktype
             assert fr.wirelen == orig[fr.data].wirelen
@@ -175,12 +175,12 @@ def test_evidence_decodes_in_tshark(marker_bundle):
     findings, out = marker_bundle
     fmap = _frame_map(out)
     frames = sorted(fmap[f.frame] for f in findings)
-    rows = tshark_fields(out / "evidence.pcap", frames, "couchbase.opcode", "couchbase.vbucket")
+    rows = tshark_fields(out / "evidence.pcapng", frames, "couchbase.opcode", "couchbase.vbucket")
     assert [int(r[0]) for r in rows] == frames
     for row, f in zip(rows, sorted(findings, key=lambda f: f.frame)):
         assert "0x56" in row[1].split(",")                 # the offending marker is decoded
         assert str(f.vbucket) in row[2].split(",")
-    handshake = tshark_fields(out / "evidence.pcap", [1, 2, 3], "tcp.flags.syn")
+    handshake = tshark_fields(out / "evidence.pcapng", [1, 2, 3], "tcp.flags.syn")
     assert [r[1] for r in handshake[:2]] == ["1", "1"]
 
 
@@ -193,7 +193,7 @@ def test_other_bundles_decode_in_tshark(tmp_path, name, opcode):
     out = write_evidence(str(SAMPLES / name), findings, summary, tmp_path)
     fmap = _frame_map(out)
     frames = sorted({fmap[f.frame] for f in findings})
-    rows = tshark_fields(out / "evidence.pcap", frames, "couchbase.opcode")
+    rows = tshark_fields(out / "evidence.pcapng", frames, "couchbase.opcode")
     assert any(opcode in r[1].split(",") for r in rows)
     assert len(rows) == len(frames)
 
@@ -290,11 +290,11 @@ def test_cli_evidence_redact(tmp_path):
               "--fail-on", "never")
     assert res.returncode == 0, res.stderr
     assert "Redaction applied" in (out / "report.md").read_text()
-    blob = (out / "evidence.pcap").read_bytes()
+    blob = (out / "evidence.pcapng").read_bytes()
     assert b"key-0" not in blob and b'"seq"' not in blob
     findings, _ = analyzed("violations-marker.pcap")
     fmap = _frame_map(out)
-    rows = tshark_fields(out / "evidence.pcap", [fmap[f.frame] for f in findings],
+    rows = tshark_fields(out / "evidence.pcapng", [fmap[f.frame] for f in findings],
                          "couchbase.opcode")
     assert rows and all("0x57" in r[1] for r in rows)
 
@@ -308,7 +308,7 @@ def test_redaction_scrubs_keys_from_finding_text(tmp_path):
                          redact=True)
     report = (out / "report.md").read_text()
     assert f"'{key}'" not in report and "x" * len(key) in report
-    assert key.encode() not in (out / "evidence.pcap").read_bytes()
+    assert key.encode() not in (out / "evidence.pcapng").read_bytes()
 
 
 @pytest.mark.parametrize("name", ["tcp-mid-stream.pcap", "tcp-loss-header.pcap", "tcp-loss.pcap"])
@@ -317,9 +317,9 @@ def test_redaction_covers_bytes_outside_decoded_messages(tmp_path, name):
     from dcpdissect.reassembly.pdus import Resync
     findings, summary = analyzed(name)
     out = write_evidence(str(SAMPLES / name), findings, summary, tmp_path, redact=True)
-    assert b'"seq"' not in (out / "evidence.pcap").read_bytes()
+    assert b'"seq"' not in (out / "evidence.pcapng").read_bytes()
     fmap = _frame_map(out)
-    kept = frame_bytes(out / "evidence.pcap")
+    kept = frame_bytes(out / "evidence.pcapng")
     with open_capture(str(SAMPLES / name)) as r:
         linktype = next(iter(r)).linktype
     for ev in iter_events(str(SAMPLES / name)):
@@ -357,15 +357,15 @@ def test_kept_stretch_starting_mid_message_is_aligned(tmp_path):
     first = target.frames[0]
     assert first in cuts and 0 < cuts[first]
     original = frame_bytes(SAMPLES / name)[first - 1]
-    kept = frame_bytes(out / "evidence.pcap")[fmap[first] - 1]
+    kept = frame_bytes(out / "evidence.pcapng")[fmap[first] - 1]
     a, b = decode_packet(1, original), decode_packet(1, kept)
     assert b.payload == a.payload[cuts[first]:] and b.seq == a.seq + cuts[first]
     assert "leading payload bytes" in (out / "README.txt").read_text()
-    got = [ev.data for ev in iter_events(str(out / "evidence.pcap")) if type(ev) is Pdu]
+    got = [ev.data for ev in iter_events(str(out / "evidence.pcapng")) if type(ev) is Pdu]
     assert target.data in got
     # tshark 4.0 shows a collection key (leb128 prefix 0x00) as an empty string: its length
     key = decode(target.data).key
-    rows = tshark_fields(out / "evidence.pcap", [fmap[target.frame]], "couchbase.key.length")
+    rows = tshark_fields(out / "evidence.pcapng", [fmap[target.frame]], "couchbase.key.length")
     assert str(len(key)) in rows[0][1].split(",")
 
 

@@ -431,7 +431,7 @@ def test_evidence_bundle_ships_the_key_log_lines_of_its_connections(tmp_path, ca
     assert "**Encrypted capture**" in report and f"`{randoms[60005][:16]}…`" in report
     readme = (out / "README.txt").read_text()
     assert "keylog.txt" in readme and "--tls-keylog keylog.txt" in readme
-    rc, rules, _ = analyze(out / "evidence.pcap", capsys, "--tls-keylog", str(out / "keylog.txt"))
+    rc, rules, _ = analyze(out / "evidence.pcapng", capsys, "--tls-keylog", str(out / "keylog.txt"))
     assert rules == Counter({"tls-no-key": 1, "tls-auth-failed": 2, "tls-unsupported": 1,
                              "tls-gap": 1, "capture-gap": 1, "semantics-suppressed": 1})
     command = next(line.strip() for line in readme.splitlines() if line.strip().startswith("tshark"))
@@ -459,7 +459,7 @@ def test_redacted_evidence_of_a_decrypted_capture_ships_no_key(tmp_path, capsys)
                  str(out), "--redact"]) == 1
     capsys.readouterr()
     assert not (out / "keylog.txt").exists()
-    payloads = [bytes(p[TCP].payload) for p in rdpcap(str(out / "evidence.pcap"))]
+    payloads = [bytes(p[TCP].payload) for p in rdpcap(str(out / "evidence.pcapng"))]
     payloads = [p for p in payloads if p]
     assert payloads and all(p == b"x" * len(p) for p in payloads)
     assert "no key log is shipped" in (out / "report.md").read_text()

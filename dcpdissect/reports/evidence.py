@@ -40,6 +40,7 @@ from ..protocol import DCP_PORTS
 from ..reassembly.pdus import Options
 from ..reassembly.tcp import MASK
 from ..capture.pcapwrite import PcapngWriter, PcapWriter
+from .annotate import finding_comments
 from .capture_index import CaptureIndex, payload_pos
 from .markdown import finding_frames, frame_filter, markdown_report
 from .redact import document_ranges, redact_finding  # noqa: F401  (document_ranges: API)
@@ -166,10 +167,11 @@ def renumber(text: str, frame_map: dict[int, int]) -> str:
     return _FRAME_REF.sub(sub, text)
 
 
-def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool):
-    """Write the kept frames to ``dest`` (pcapng when they use several link types; the
-    suffix follows); the fragments of a kept reassembled packet are kept too. Returns (path,
-    original -> new frame numbers, alignment cuts)."""
+def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool, comments=None):
+    """Write the kept frames to ``dest`` (pcapng when they use several link types or
+    ``comments`` is given; the suffix follows); the fragments of a kept reassembled packet are
+    kept too. ``comments(frame_map)`` gives the packet comments by original frame number.
+    Returns (path, original -> new frame numbers, alignment cuts)."""
     keep = cap.with_fragments(keep)
     cuts = cap.alignment_cuts(keep)
     frames = []
@@ -179,19 +181,21 @@ def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool):
     except CaptureError:
         pass
     linktypes = sorted({fr.linktype for fr in frames}) or [1]
-    pcap = dest.with_suffix(".pcap" if len(linktypes) == 1 else ".pcapng")
-    frame_map: dict[int, int] = {}
+    frame_map = {fr.number: new for new, fr in enumerate(frames, 1)}
+    notes = comments(frame_map) if comments else {}
+    pcap = dest.with_suffix(".pcap" if len(linktypes) == 1 and comments is None else ".pcapng")
     snaplen = max([262144] + [len(fr.data) for fr in frames])
     with open(pcap, "wb") as fh:
-        if len(linktypes) == 1:
+        if pcap.suffix == ".pcap":
             writer = PcapWriter(fh, linktype=linktypes[0], nanosecond=True, snaplen=snaplen)
             write = lambda fr, data, wl: writer.write(fr.ts_ns, data, wirelen=max(wl, len(data)))
         else:
             writer = PcapngWriter(fh)
             iface = {lt: writer.add_interface(lt, tsresol=9, snaplen=snaplen) for lt in linktypes}
             write = lambda fr, data, wl: writer.write(iface[fr.linktype], fr.ts_ns, data,
-                                                      wirelen=max(wl, len(data)))
-        for new, fr in enumerate(frames, 1):
+                                                      wirelen=max(wl, len(data)),
+                                                      comment=notes.get(fr.number))
+        for fr in frames:
             data = cap.redacted(fr) if redact else fr.data
             wirelen = fr.wirelen
             if fr.number in cuts:
@@ -202,7 +206,6 @@ def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool):
                     wirelen -= len(data) - len(shorter)
                     data = shorter
             write(fr, data, wirelen)
-            frame_map[fr.number] = new
         writer.close()
     return pcap, frame_map, cuts
 
@@ -249,9 +252,9 @@ def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool
 
 def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool = False,
                  options: Options | None = None, widen: bool = True) -> Bundle:
-    """Write ``evidence.pcap`` (``evidence.pcapng`` when the kept frames use several link
-    types), ``report.md``, ``frames.tsv``, ``README.txt`` and the Lua plugin into
-    ``out_dir``. Without findings only ``report.md`` and ``README.txt`` are written.
+    """Write ``evidence.pcapng`` (the kept frames, each finding as a packet comment
+    ``[rule] message`` on its frames), ``report.md``, ``frames.tsv``, ``README.txt`` and the
+    Lua plugin into ``out_dir``. Without findings only ``report.md`` and ``README.txt`` are written.
     ``widen=False`` keeps the context step whatever the trimmed capture reproduces."""
     path = str(path)
     out = Path(out_dir)
@@ -264,7 +267,11 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     cap = CaptureIndex(path, chosen, options, redact)
     with tempfile.TemporaryDirectory(prefix="dcpdissect-evidence-") as work:
         keep, step, missing = _select(cap, chosen, Path(work), widen)
-    pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact)
+    def comments(frame_map):        # the findings as packet comments, as the report words them
+        shown = [dataclasses.replace(f, message=renumber(f.message, frame_map)) for f in chosen]
+        return finding_comments([redact_finding(f) for f in shown] if redact else shown)
+
+    pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact, comments)
     name = pcap.name
     from ..luagen.render import render
     (out / PLUGIN).write_text(render(), encoding="utf-8")
@@ -285,6 +292,9 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
              "messages too, refer to it; the original numbers are given alongside.",
              f"Show the offending PDUs with the bundled Wireshark plugin (`{PLUGIN}`), in "
              f"this directory:\n\n```\n{command}\n```",
+             "Each finding is also a packet comment `[rule] message` on its frames of "
+             f"`{name}` (`frame.comment`); with the plugin loaded it is an expert info of the "
+             "rule's severity (Analyze → Expert Information).",
              f"Analyse the trimmed capture again:\n\n```\n{reanalyze}\n```",
              "TCP sequence analysis is switched off in that command because the trimmed "
              "capture has holes in each stream."]
@@ -324,7 +334,8 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     readme = [
         f"Evidence bundle for {Path(path).name} (written by dcpdissect analyze --evidence)",
         "",
-        f"{name:<16} {len(frame_map)} frames, SHA-256 {digest}",
+        f"{name:<16} {len(frame_map)} frames, SHA-256 {digest}; each finding a packet "
+        "comment on its frames",
         "report.md        findings, decoded fields, hexdumps, Wireshark filters",
         "frames.tsv       evidence frame number -> frame number in the original capture",
         f"{PLUGIN:<16} the Wireshark plugin (Lua dissector) the command below loads",
