@@ -290,7 +290,7 @@ local RULE_SEVERITY = {["add-stream-new-opaque-mismatch"] = "error", ["add-strea
 
 -- Shapes: layouts (extras by size, value by `when` and size) and constraints per opcode
 local SHAPES = {}
-SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
+SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = false,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "seqno", offset = 0, width = 4, field = F.open_seqno, bits = nil, kept = false, text = nil},
@@ -306,7 +306,7 @@ SHAPES[0x50] = {name = "DcpOpen", layout_field = F.open_layout, seqno = nil, ser
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = true,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.add_stream_flags, bits = {{F.add_stream_flags_takeover, 0x1}, {F.add_stream_flags_disk_only, 0x2}, {F.add_stream_flags_to_latest, 0x4}, {F.add_stream_flags_no_value, 0x8}, {F.add_stream_flags_active_vb_only, 0x10}, {F.add_stream_flags_strict_vbuuid, 0x20}, {F.add_stream_flags_from_latest, 0x40}, {F.add_stream_flags_ignore_purged_tombstones, 0x80}, {F.add_stream_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags}}}},
@@ -319,7 +319,7 @@ SHAPES[0x51] = {name = "DcpAddStream", layout_field = F.add_stream_layout, seqno
       fields = {{name = "new_opaque", offset = 0, width = 4, field = F.add_stream_new_opaque, bits = nil, kept = false, text = nil}}}},
     values = {},
     checks = {{rule = "add-stream-response-extras", text = "success with {extlen} bytes of extras, not the 4-byte stream opaque", test = {"in", "extlen", {4}}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -328,7 +328,7 @@ SHAPES[0x52] = {name = "DcpCloseStream", layout_field = F.close_stream_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = true,
   req = {extras_sizes = "(48,)", size_set = {[48] = true}, sizes_text = "48", extras_context = false, validated = true, key = "forbidden", value = "optional", value_context = "collections", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = true,
     extras = {{label = "V1", size = 48, when = {}, rep = nil, text = "Extras (V1, 48 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.stream_req_flags, bits = {{F.stream_req_flags_takeover, 0x1}, {F.stream_req_flags_disk_only, 0x2}, {F.stream_req_flags_to_latest, 0x4}, {F.stream_req_flags_no_value, 0x8}, {F.stream_req_flags_active_vb_only, 0x10}, {F.stream_req_flags_strict_vbuuid, 0x20}, {F.stream_req_flags_from_latest, 0x40}, {F.stream_req_flags_ignore_purged_tombstones, 0x80}, {F.stream_req_flags_cache_transfer, 0x100}}, kept = true, text = flagtext_stream_flags},
@@ -353,7 +353,7 @@ SHAPES[0x53] = {name = "DcpStreamReq", layout_field = F.stream_req_layout, seqno
     {label = "rollback", size = 8, when = {{"status", 35}}, rep = nil, text = "Value (rollback, 8 bytes)",
       fields = {{name = "rollback_seqno", offset = 0, width = 8, field = F.rollback_seqno, bits = nil, kept = true, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -364,17 +364,17 @@ SHAPES[0x54] = {name = "DcpGetFailoverLog", layout_field = F.get_failover_log_la
       fields = {{name = "vbucket_uuid", offset = 0, width = 8, field = F.failover_log_vbucket_uuid, bits = nil, kept = true, text = nil},
         {name = "seqno", offset = 8, width = 8, field = F.failover_log_seqno, bits = nil, kept = false, text = nil}}}},
     checks = {{rule = "failover-log-empty", text = "success with an empty failover log", test = {"ne", "value_len", 0}, when = {{"eq", "status", 0}}}}}}
-SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x55] = {name = "DcpStreamEnd", layout_field = F.stream_end_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
-      fields = {{name = "reason", offset = 0, width = 4, field = F.stream_end_reason, bits = nil, kept = false, text = nil}}}},
+      fields = {{name = "reason", offset = 0, width = 4, field = F.stream_end_reason, bits = nil, kept = true, text = nil}}}},
     values = {},
     checks = {}},
   rsp = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(20, 1)", size_set = {[1] = true, [20] = true}, sizes_text = "1 or 20", extras_context = false, validated = true, key = "forbidden", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)", value = "forbidden",
       fields = {{name = "start_seqno", offset = 0, width = 8, field = F.snapshot_start_seqno, bits = nil, kept = true, text = nil},
@@ -417,7 +417,7 @@ SHAPES[0x56] = {name = "DcpSnapshotMarker", layout_field = F.snapshot_layout, se
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
+SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.mutation_by_seqno, bits = nil, kept = true, text = nil},
@@ -434,7 +434,7 @@ SHAPES[0x57] = {name = "DcpMutation", layout_field = F.mutation_layout, seqno = 
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
+SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(18, 21)", size_set = {[18] = true, [21] = true}, sizes_text = "18 or 21", extras_context = true, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [2] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 18, when = {}, rep = nil, text = "Extras (V1, 18 bytes)", context = "!delete_v2",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.deletion_by_seqno, bits = nil, kept = true, text = nil},
@@ -451,7 +451,7 @@ SHAPES[0x58] = {name = "DcpDeletion", layout_field = F.deletion_layout, seqno = 
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
+SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(20,)", size_set = {[20] = true}, sizes_text = "20", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 20, when = {}, rep = nil, text = "Extras (V1, 20 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.expiration_by_seqno, bits = nil, kept = true, text = nil},
@@ -463,7 +463,7 @@ SHAPES[0x59] = {name = "DcpExpiration", layout_field = F.expiration_layout, seqn
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported", document = false, item = false, vbucket = false,
+SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, seqno = nil, server_rejects = "NotSupported", document = false, item = false, stream = false, vbucket = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -472,7 +472,7 @@ SHAPES[0x5a] = {name = "DcpFlush_Unsupported", layout_field = F.flush_layout, se
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(1,)", size_set = {[1] = true}, sizes_text = "1", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 1, when = {}, rep = nil, text = "Extras (V1, 1 bytes)",
       fields = {{name = "state", offset = 0, width = 1, field = F.set_vbucket_state_state, bits = nil, kept = true, text = nil}}}},
@@ -482,7 +482,7 @@ SHAPES[0x5b] = {name = "DcpSetVbucketState", layout_field = F.set_vbucket_state_
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
+SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -491,7 +491,7 @@ SHAPES[0x5c] = {name = "DcpNoop", layout_field = F.noop_layout, seqno = nil, ser
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
+SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = false,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "bytes_to_ack", offset = 0, width = 4, field = F.buffer_ack_bytes_to_ack, bits = nil, kept = false, text = nil}}}},
@@ -501,7 +501,7 @@ SHAPES[0x5d] = {name = "DcpBufferAcknowledgement", layout_field = F.buffer_ack_l
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = false,
+SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = false,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "required", value = "required", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -510,7 +510,7 @@ SHAPES[0x5e] = {name = "DcpControl", layout_field = F.control_layout, seqno = ni
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil, document = false, item = true, vbucket = true,
+SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, seqno = "by_seqno", server_rejects = nil, document = false, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(13,)", size_set = {[13] = true}, sizes_text = "13", extras_context = false, validated = true, key = "optional", value = "optional", value_min = 0, cas = "optional", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 13, when = {}, rep = nil, text = "Extras (V1, 13 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.system_event_by_seqno, bits = nil, kept = true, text = nil},
@@ -523,7 +523,7 @@ SHAPES[0x5f] = {name = "DcpSystemEvent", layout_field = F.system_event_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
+SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "by_seqno", server_rejects = nil, document = true, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(31,)", size_set = {[31] = true}, sizes_text = "31", extras_context = false, validated = true, key = "required", value = "optional", value_min = 0, cas = "required", datatypes = {[0] = true, [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true}, document_key = true, keep_value = false,
     extras = {{label = "V1", size = 31, when = {}, rep = nil, text = "Extras (V1, 31 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.prepare_by_seqno, bits = nil, kept = true, text = nil},
@@ -541,7 +541,7 @@ SHAPES[0x60] = {name = "DcpPrepare", layout_field = F.prepare_layout, seqno = "b
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = true,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.seqno_ack_prepared_seqno, bits = nil, kept = false, text = nil}}}},
@@ -551,7 +551,7 @@ SHAPES[0x61] = {name = "DcpSeqnoAcknowledged", layout_field = F.seqno_ack_layout
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
+SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "commit_seqno", server_rejects = nil, document = true, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.commit_prepared_seqno, bits = nil, kept = false, text = nil},
@@ -562,7 +562,7 @@ SHAPES[0x62] = {name = "DcpCommit", layout_field = F.commit_layout, seqno = "com
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil, document = true, item = true, vbucket = true,
+SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort_seqno", server_rejects = nil, document = true, item = true, stream = true, vbucket = true,
   req = {extras_sizes = "(16,)", size_set = {[16] = true}, sizes_text = "16", extras_context = false, validated = true, key = "required", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 16, when = {}, rep = nil, text = "Extras (V1, 16 bytes)",
       fields = {{name = "prepared_seqno", offset = 0, width = 8, field = F.abort_prepared_seqno, bits = nil, kept = false, text = nil},
@@ -573,7 +573,7 @@ SHAPES[0x63] = {name = "DcpAbort", layout_field = F.abort_layout, seqno = "abort
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand", document = false, item = false, vbucket = true,
+SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layout, seqno = "by_seqno", server_rejects = "UnknownCommand", document = false, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(8,)", size_set = {[8] = true}, sizes_text = "8", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 8, when = {}, rep = nil, text = "Extras (V1, 8 bytes)",
       fields = {{name = "by_seqno", offset = 0, width = 8, field = F.seqno_advanced_by_seqno, bits = nil, kept = true, text = nil}}}},
@@ -583,7 +583,7 @@ SHAPES[0x64] = {name = "DcpSeqnoAdvanced", layout_field = F.seqno_advanced_layou
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand", document = false, item = false, vbucket = true,
+SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, seqno = nil, server_rejects = "UnknownCommand", document = false, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(4,)", size_set = {[4] = true}, sizes_text = "4", extras_context = false, validated = false, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {{label = "V1", size = 4, when = {}, rep = nil, text = "Extras (V1, 4 bytes)",
       fields = {{name = "flags", offset = 0, width = 4, field = F.oso_snapshot_flags, bits = {{F.oso_snapshot_flags_start, 0x1}, {F.oso_snapshot_flags_end, 0x2}}, kept = true, text = flagtext_oso_flags}}}},
@@ -593,7 +593,7 @@ SHAPES[0x65] = {name = "DcpOsoSnapshot", layout_field = F.oso_snapshot_layout, s
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil, document = true, item = false, vbucket = true,
+SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layout, seqno = nil, server_rejects = nil, document = true, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "required", value_min = 42, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -602,7 +602,7 @@ SHAPES[0x66] = {name = "DcpCacheTransfer", layout_field = F.cache_transfer_layou
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_end_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = true, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "forbidden", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -611,7 +611,7 @@ SHAPES[0x67] = {name = "DcpCacheTransferEnd", layout_field = F.cache_transfer_en
     extras = {},
     values = {},
     checks = {}}}
-SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false, item = false, vbucket = true,
+SHAPES[0x96] = {name = "GetFailoverLog", layout_field = F.get_failover_log_layout, seqno = nil, server_rejects = nil, document = false, item = false, stream = false, vbucket = true,
   req = {extras_sizes = "(0,)", size_set = {[0] = true}, sizes_text = "0", extras_context = false, validated = true, key = "forbidden", value = "forbidden", value_min = 0, cas = "optional", datatypes = {[0] = true}, document_key = false, keep_value = false,
     extras = {},
     values = {},
@@ -1383,6 +1383,12 @@ local function seqno_text(v)          -- a seqno, "max" for the largest
   return int_text(v)
 end
 
+local function stream_request_text(f)
+  return "start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
+      .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
+      .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+end
+
 local function summary(m)
   local key = (m.magic * 256 + m.opcode) * 65536 + (m.vbucket or m.status)
   local s = prefixes[key]
@@ -1402,9 +1408,7 @@ local function summary(m)
   if m.stream_id then s = s .. " sid:" .. int_text(m.stream_id) end
   local f = m.f
   if m.opcode == 0x53 and m.request and f.start_seqno and f.snap_start_seqno then
-    s = s .. " start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
-        .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
-        .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+    s = s .. " " .. stream_request_text(f)
   elseif m.opcode == 0x50 and m.request and f.flags and m.name_text then
     local role = "consumer"
     if band(f.flags, OPEN_PRODUCER) ~= 0 then role = "producer" end
@@ -1463,6 +1467,7 @@ local NO_INFOS = {}
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
 local link         -- defined below: a request's response, a response's request
+local account      -- defined below: the DCP streams statistics
 
 -- The key. The key of a document opcode's request on a connection whose HELLO enabled
 -- Collections is shown as its collection id (leb128) and the logical key, so that
@@ -1643,6 +1648,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
   link(node, m, pinfo, from_client, off)
+  account(m, pinfo, from_client)
   expert_node = node
   -- the negotiation matters for what the client sends and for HELLO / DcpOpen answers
   local conn = nil
@@ -1734,6 +1740,109 @@ link = function(node, m, pinfo, from_client, off)
   end
 end
 
+-- DCP streams (Statistics > DCP Streams; tshark -z dcp,streams) -------------------------------
+-- Per stream (TCP connection, vbucket, stream id) what the first pass saw: its request and
+-- answer, markers, items, first and last seqno, last snapshot and end; `dcpdissect streams`
+-- gives the same per stream, with the analyzer's findings.
+local streams, stream_list, opened = {}, {}, {}   -- opened: connection opaque -> stream
+
+-- The stream of (connection, vbucket, stream id); a new one from each stream request.
+local function stream_at(conn, vb, sid, new)
+  local key = conn .. "|" .. vb .. "|" .. (sid or "-")
+  local s = streams[key]
+  if s == nil or new then
+    s = {conn = conn, vb = vb, sid = sid, requested = "-", answer = "-", markers = 0,
+         items = 0, first = nil, last = nil, snapshot = "-", ended = "-"}
+    streams[key] = s
+    stream_list[#stream_list + 1] = s
+  end
+  return s
+end
+
+-- A stream request names its stream id in its JSON value ({"sid": 7}).
+local function requested_sid(m)
+  if m.stream_id or not m.value_bytes then return m.stream_id end
+  local doc = json_value(m.value_bytes, 1)
+  if type(doc) ~= "table" or doc.is_array then return nil end
+  for n = 1, #doc do         -- an object: {key, value} pairs in order
+    if doc[n][1] == "sid" and type(doc[n][2]) == "number" then return doc[n][2] end
+  end
+  return nil
+end
+
+account = function(m, pinfo, from_client)
+  local spec = m.spec
+  if pinfo.visited or not spec or not spec.vbucket then return end
+  local f, conn = m.f, connection_key(pinfo, from_client)
+  if m.request and m.opcode == 0x53 then
+    local s = stream_at(conn, m.vbucket, requested_sid(m), true)
+    if f.start_seqno and f.snap_start_seqno then s.requested = stream_request_text(f) end
+    opened[conn .. "|" .. m.opaque] = s
+  elseif not m.request and m.opcode == 0x53 then
+    local s = opened[conn .. "|" .. m.opaque]
+    if s == nil then return end
+    if m.status == 0 then
+      s.answer = "success"
+      if f.failover_log then s.answer = s.answer .. ", failover log of " .. #f.failover_log end
+    elseif f.rollback_seqno then
+      s.answer = "rollback to " .. int_text(f.rollback_seqno)
+    else
+      s.answer = STATUS_NAMES[m.status] or fmt("status 0x%x", m.status)
+    end
+  elseif m.request and spec.stream then
+    local s = stream_at(conn, m.vbucket, m.stream_id)
+    if m.opcode == 0x56 and f.start_seqno then
+      s.markers = s.markers + 1
+      s.snapshot = "[" .. int_text(f.start_seqno) .. "," .. int_text(f.end_seqno) .. "]"
+    elseif m.opcode == 0x55 then
+      s.ended = VS_STREAM_END_REASON[f.reason] or (f.reason and int_text(f.reason)) or "yes"
+    elseif spec.item then
+      s.items = s.items + 1
+    end
+    local seqno = spec.seqno and f[spec.seqno]
+    if seqno then
+      s.first = s.first or seqno
+      s.last = seqno
+    end
+  end
+end
+
+-- The streams as a text table, in the order they were first seen.
+local function streams_text()
+  local rows = {{"connection", "vb", "sid", "requested", "answer", "markers", "items", "seqnos",
+                 "last snapshot", "end"}}
+  for _, s in ipairs(stream_list) do
+    local seqnos = "-"
+    if s.first then seqnos = int_text(s.first) .. ".." .. int_text(s.last) end
+    rows[#rows + 1] = {(string.gsub(s.conn, "%-", " -> ")), int_text(s.vb),
+                       s.sid and int_text(s.sid) or "-", s.requested, s.answer,
+                       int_text(s.markers), int_text(s.items), seqnos, s.snapshot, s.ended}
+  end
+  local widths = {}
+  for _, row in ipairs(rows) do
+    for i, cell in ipairs(row) do widths[i] = math.max(widths[i] or 0, #cell) end
+  end
+  local out = {}
+  for _, row in ipairs(rows) do
+    local cells = {}
+    for i, cell in ipairs(row) do cells[i] = cell .. string.rep(" ", widths[i] - #cell) end
+    out[#out + 1] = (string.gsub(table.concat(cells, "  "), "%s+$", ""))
+  end
+  return "DCP streams: " .. #stream_list .. "\n" .. table.concat(out, "\n") .. "\n"
+end
+
+if register_stat_cmd_arg then       -- tshark -z dcp,streams (printed at the end)
+  register_stat_cmd_arg("dcp,streams", function()
+    local tap = Listener.new("frame", "dcp")
+    function tap.draw() io.write(streams_text()) end
+  end)
+end
+if gui_enabled and gui_enabled() then
+  register_menu("DCP Streams", function()
+    TextWindow.new("DCP streams"):set(streams_text())
+  end, MENU_STAT_GENERIC)
+end
+
 -- The connection's negotiation as it was when this frame was first dissected (recorded on
 -- the first pass, replayed when Wireshark dissects the frame again).
 connection = function(pinfo, from_client)
@@ -1806,6 +1915,7 @@ end
 function dcp.init()
   info_frame, info_text = nil, nil
   requests, n_requests, answered, answers = {}, 0, {}, {}
+  streams, stream_list, opened = {}, {}, {}
   contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end

@@ -304,7 +304,7 @@ def _layout_lua(op: Opcode, lay: Layout, fs: FieldSet, keep: set[str] | None, wh
 
 def _kept_fields(op: Opcode, shape: Shape) -> set[str]:
     keep = {"start_seqno", "end_seqno", "snap_start_seqno", "snap_end_seqno", "vbucket_uuid",
-            "rollback_seqno", "flags", op.seqno_field}
+            "rollback_seqno", "flags", "reason", op.seqno_field}
     keep |= {k for lay in shape.extras + shape.values for k, _ in lay.when}
     for c in shape.checks:
         keep |= c.fields
@@ -341,7 +341,8 @@ def shapes(fs: FieldSet) -> list[str]:
         rejects = lua_str(op.server_rejects) if op.server_rejects else "nil"
         out.append(f"SHAPES[0x{op.code:02x}] = {{name = {lua_str(op.name)}, layout_field = {layout_var}, "
                    f"seqno = {seq}, server_rejects = {rejects}, document = {lua_value(op.document)}, "
-                   f"item = {lua_value(op.item)}, vbucket = {lua_value(op.per_vbucket)},"
+                   f"item = {lua_value(op.item)}, stream = {lua_value(op.stream)}, "
+                   f"vbucket = {lua_value(op.per_vbucket)},"
                    f"\n  req = {req},\n  rsp = {rsp}}}")
     return out
 

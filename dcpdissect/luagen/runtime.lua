@@ -157,6 +157,12 @@ local function seqno_text(v)          -- a seqno, "max" for the largest
   return int_text(v)
 end
 
+local function stream_request_text(f)
+  return "start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
+      .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
+      .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+end
+
 local function summary(m)
   local key = (m.magic * 256 + m.opcode) * 65536 + (m.vbucket or m.status)
   local s = prefixes[key]
@@ -176,9 +182,7 @@ local function summary(m)
   if m.stream_id then s = s .. " sid:" .. int_text(m.stream_id) end
   local f = m.f
   if m.opcode == 0x53 and m.request and f.start_seqno and f.snap_start_seqno then
-    s = s .. " start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
-        .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
-        .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+    s = s .. " " .. stream_request_text(f)
   elseif m.opcode == 0x50 and m.request and f.flags and m.name_text then
     local role = "consumer"
     if band(f.flags, OPEN_PRODUCER) ~= 0 then role = "producer" end
@@ -237,6 +241,7 @@ local NO_INFOS = {}
 -- 12 bytes; returns its Info text. Extras fields go straight into the message's subtree.
 local connection   -- defined below: the negotiation of the frame's connection
 local link         -- defined below: a request's response, a response's request
+local account      -- defined below: the DCP streams statistics
 
 -- The key. The key of a document opcode's request on a connection whose HELLO enabled
 -- Collections is shown as its collection id (leb128) and the logical key, so that
@@ -406,6 +411,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   local text = summary(m)
   ti_set_text(node, "Couchbase DCP, " .. text)
   link(node, m, pinfo, from_client, off)
+  account(m, pinfo, from_client)
   expert_node = node
   -- the negotiation matters for what the client sends and for HELLO / DcpOpen answers
   local conn = nil
@@ -497,6 +503,109 @@ link = function(node, m, pinfo, from_client, off)
   end
 end
 
+-- DCP streams (Statistics > DCP Streams; tshark -z dcp,streams) -------------------------------
+-- Per stream (TCP connection, vbucket, stream id) what the first pass saw: its request and
+-- answer, markers, items, first and last seqno, last snapshot and end; `dcpdissect streams`
+-- gives the same per stream, with the analyzer's findings.
+local streams, stream_list, opened = {}, {}, {}   -- opened: connection opaque -> stream
+
+-- The stream of (connection, vbucket, stream id); a new one from each stream request.
+local function stream_at(conn, vb, sid, new)
+  local key = conn .. "|" .. vb .. "|" .. (sid or "-")
+  local s = streams[key]
+  if s == nil or new then
+    s = {conn = conn, vb = vb, sid = sid, requested = "-", answer = "-", markers = 0,
+         items = 0, first = nil, last = nil, snapshot = "-", ended = "-"}
+    streams[key] = s
+    stream_list[#stream_list + 1] = s
+  end
+  return s
+end
+
+-- A stream request names its stream id in its JSON value ({"sid": 7}).
+local function requested_sid(m)
+  if m.stream_id or not m.value_bytes then return m.stream_id end
+  local doc = json_value(m.value_bytes, 1)
+  if type(doc) ~= "table" or doc.is_array then return nil end
+  for n = 1, #doc do         -- an object: {key, value} pairs in order
+    if doc[n][1] == "sid" and type(doc[n][2]) == "number" then return doc[n][2] end
+  end
+  return nil
+end
+
+account = function(m, pinfo, from_client)
+  local spec = m.spec
+  if pinfo.visited or not spec or not spec.vbucket then return end
+  local f, conn = m.f, connection_key(pinfo, from_client)
+  if m.request and m.opcode == 0x53 then
+    local s = stream_at(conn, m.vbucket, requested_sid(m), true)
+    if f.start_seqno and f.snap_start_seqno then s.requested = stream_request_text(f) end
+    opened[conn .. "|" .. m.opaque] = s
+  elseif not m.request and m.opcode == 0x53 then
+    local s = opened[conn .. "|" .. m.opaque]
+    if s == nil then return end
+    if m.status == 0 then
+      s.answer = "success"
+      if f.failover_log then s.answer = s.answer .. ", failover log of " .. #f.failover_log end
+    elseif f.rollback_seqno then
+      s.answer = "rollback to " .. int_text(f.rollback_seqno)
+    else
+      s.answer = STATUS_NAMES[m.status] or fmt("status 0x%x", m.status)
+    end
+  elseif m.request and spec.stream then
+    local s = stream_at(conn, m.vbucket, m.stream_id)
+    if m.opcode == 0x56 and f.start_seqno then
+      s.markers = s.markers + 1
+      s.snapshot = "[" .. int_text(f.start_seqno) .. "," .. int_text(f.end_seqno) .. "]"
+    elseif m.opcode == 0x55 then
+      s.ended = VS_STREAM_END_REASON[f.reason] or (f.reason and int_text(f.reason)) or "yes"
+    elseif spec.item then
+      s.items = s.items + 1
+    end
+    local seqno = spec.seqno and f[spec.seqno]
+    if seqno then
+      s.first = s.first or seqno
+      s.last = seqno
+    end
+  end
+end
+
+-- The streams as a text table, in the order they were first seen.
+local function streams_text()
+  local rows = {{"connection", "vb", "sid", "requested", "answer", "markers", "items", "seqnos",
+                 "last snapshot", "end"}}
+  for _, s in ipairs(stream_list) do
+    local seqnos = "-"
+    if s.first then seqnos = int_text(s.first) .. ".." .. int_text(s.last) end
+    rows[#rows + 1] = {(string.gsub(s.conn, "%-", " -> ")), int_text(s.vb),
+                       s.sid and int_text(s.sid) or "-", s.requested, s.answer,
+                       int_text(s.markers), int_text(s.items), seqnos, s.snapshot, s.ended}
+  end
+  local widths = {}
+  for _, row in ipairs(rows) do
+    for i, cell in ipairs(row) do widths[i] = math.max(widths[i] or 0, #cell) end
+  end
+  local out = {}
+  for _, row in ipairs(rows) do
+    local cells = {}
+    for i, cell in ipairs(row) do cells[i] = cell .. string.rep(" ", widths[i] - #cell) end
+    out[#out + 1] = (string.gsub(table.concat(cells, "  "), "%s+$", ""))
+  end
+  return "DCP streams: " .. #stream_list .. "\n" .. table.concat(out, "\n") .. "\n"
+end
+
+if register_stat_cmd_arg then       -- tshark -z dcp,streams (printed at the end)
+  register_stat_cmd_arg("dcp,streams", function()
+    local tap = Listener.new("frame", "dcp")
+    function tap.draw() io.write(streams_text()) end
+  end)
+end
+if gui_enabled and gui_enabled() then
+  register_menu("DCP Streams", function()
+    TextWindow.new("DCP streams"):set(streams_text())
+  end, MENU_STAT_GENERIC)
+end
+
 -- The connection's negotiation as it was when this frame was first dissected (recorded on
 -- the first pass, replayed when Wireshark dissects the frame again).
 connection = function(pinfo, from_client)
@@ -569,6 +678,7 @@ end
 function dcp.init()
   info_frame, info_text = nil, nil
   requests, n_requests, answered, answers = {}, 0, {}, {}
+  streams, stream_list, opened = {}, {}, {}
   contexts, stream_keys = {}, {}
   scope_names, collection_names = {}, {}
 end
