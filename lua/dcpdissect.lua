@@ -1831,16 +1831,25 @@ local function streams_text()
   return "DCP streams: " .. #stream_list .. "\n" .. table.concat(out, "\n") .. "\n"
 end
 
-if register_stat_cmd_arg then       -- tshark -z dcp,streams (printed at the end)
+local function streams_window()
+  TextWindow.new("DCP streams"):set(streams_text())
+end
+
+if register_stat_cmd_arg then       -- -z dcp,streams: printed by tshark, a window in the GUI
   register_stat_cmd_arg("dcp,streams", function()
-    local tap = Listener.new("frame", "dcp")
-    function tap.draw() io.write(streams_text()) end
+    local tap, shown = Listener.new("frame", "dcp"), false
+    function tap.draw()
+      if not gui_enabled() then
+        io.write(streams_text())
+      elseif not shown then
+        shown = true
+        streams_window()
+      end
+    end
   end)
 end
 if gui_enabled and gui_enabled() then
-  register_menu("DCP Streams", function()
-    TextWindow.new("DCP streams"):set(streams_text())
-  end, MENU_STAT_GENERIC)
+  register_menu("DCP Streams", streams_window, MENU_STAT_GENERIC)
 end
 
 -- The connection's negotiation as it was when this frame was first dissected (recorded on

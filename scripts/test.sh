@@ -11,4 +11,15 @@ if ! command -v chromium >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
 fi
+# Wireshark's Qt GUI on a virtual screen (Debian packages) for the plugin's GUI test
+if ! command -v wireshark >/dev/null 2>&1 || ! command -v Xvfb >/dev/null 2>&1 \
+        || ! command -v xdotool >/dev/null 2>&1 || ! command -v import >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "installing wireshark-qt, xvfb, xdotool and imagemagick (Debian packages)..." >&2
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wireshark-qt xvfb xdotool \
+        imagemagick >&2
+fi
 .venv/bin/python -m pytest -q "$@"
