@@ -323,7 +323,8 @@ def _shape_lua(op: Opcode, request: bool, fs: FieldSet) -> str:
              "validated": shape.validated, "key": shape.key.value, "value": shape.value.value,
              "value_context": shape.value_context, "value_min": shape.value_min,
              "cas": shape.cas.value, "datatypes": shape.datatypes,
-             "document_key": shape.document_key, "keep_value": shape.value_kind == "json"}
+             "document_key": shape.document_key, "keep_value": shape.value_kind == "json",
+             "text_value": shape.value_kind in ("json", "text")}
     props_lua = ", ".join(f"{k} = {lua_value(v)}" for k, v in props.items() if v is not None)
     return (f"{{extras_sizes = {lua_str(repr(shape.extras_sizes))}, {props_lua},\n"
             f"    extras = {{{ext}}},\n    values = {{{val}}},\n    checks = {{{checks}}}}}")

@@ -152,6 +152,10 @@ local function hex_text(v)            -- an 8-byte field in hex, without leading
   return hex
 end
 
+local function printable(text)        -- bytes outside printable ASCII as \xNN
+  return (string.gsub(text, "[^\32-\126]", function(c) return fmt("\\x%02x", sbyte(c)) end))
+end
+
 local function seqno_text(v)          -- a seqno, "max" for the largest
   if string.lower(v:tohex()) == "ffffffffffffffff" then return "max" end
   return int_text(v)
@@ -388,7 +392,15 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
         end
       end
     end
-    if not decoded and n > 0 then ti_add(node, f_value, tvb_range(tvb, val_at, n)) end
+    if not decoded and n > 0 then
+      local item = ti_add(node, f_value, tvb_range(tvb, val_at, n))
+      -- The text values of DcpControl, DcpOpen and stream requests as text, as the built-in
+      -- dissector shows them (not documents: a text label per document costs 15% of the CPU).
+      if shape and shape.text_value then
+        ti_set_text(item, "Value: " .. printable(tvb_raw(tvb, val_at, math.min(n, 256)))
+                    .. (n > 256 and "..." or ""))
+      end
+    end
     if not decoded and wanted and complete then
       m.value_problem = fmt("value length %d does not match %s", n, wanted)
     end
@@ -403,9 +415,7 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
   if opcode == 0x50 and request then      -- DcpOpen: its name (the key) in the Info column
     local n = math.min(keylen, off + cap - m.key_at)
     if n >= 0 then
-      local name = string.gsub(tvb_raw(tvb, m.key_at, n), "[^\32-\126]",
-                               function(c) return fmt("\\x%02x", sbyte(c)) end)
-      m.name_text = '"' .. name .. '"'
+      m.name_text = '"' .. printable(tvb_raw(tvb, m.key_at, n)) .. '"'
     end
   end
   local text = summary(m)
@@ -508,15 +518,18 @@ end
 -- answer, markers, items, first and last seqno, last snapshot and end; `dcpdissect streams`
 -- gives the same per stream, with the analyzer's findings.
 local streams, stream_list, opened = {}, {}, {}   -- opened: connection opaque -> stream
+local call_key = nil     -- the connection of the current dissector call, once looked up
 
 -- The stream of (connection, vbucket, stream id); a new one from each stream request.
 local function stream_at(conn, vb, sid, new)
-  local key = conn .. "|" .. vb .. "|" .. (sid or "-")
-  local s = streams[key]
+  local of_conn = streams[conn]
+  if of_conn == nil then of_conn = {} streams[conn] = of_conn end
+  local key = vb * 65536 + (sid or 65535)
+  local s = of_conn[key]
   if s == nil or new then
     s = {conn = conn, vb = vb, sid = sid, requested = "-", answer = "-", markers = 0,
          items = 0, first = nil, last = nil, snapshot = "-", ended = "-"}
-    streams[key] = s
+    of_conn[key] = s
     stream_list[#stream_list + 1] = s
   end
   return s
@@ -536,7 +549,8 @@ end
 account = function(m, pinfo, from_client)
   local spec = m.spec
   if pinfo.visited or not spec or not spec.vbucket then return end
-  local f, conn = m.f, connection_key(pinfo, from_client)
+  call_key = call_key or connection_key(pinfo, from_client)
+  local f, conn = m.f, call_key
   if m.request and m.opcode == 0x53 then
     local s = stream_at(conn, m.vbucket, requested_sid(m), true)
     if f.start_seqno and f.snap_start_seqno then s.requested = stream_request_text(f) end
@@ -647,7 +661,7 @@ function dcp.dissector(tvb, pinfo, tree)
   local can_desegment = pinfo.can_desegment > 0
   local n_texts, off, dcp_seen = 0, 0, false
   local from_client = owned[pinfo.dst_port] ~= nil and owned[pinfo.src_port] == nil
-  call_conn = nil
+  call_conn, call_key = nil, nil
   while off < reported do
     local avail = captured - off
     if avail < 0 then break end
