@@ -1282,6 +1282,7 @@ local f_magic, f_opcode, f_server_opcode, f_keylen, f_framing_len = F.magic, F.o
 local f_extlen, f_datatype, f_vbucket, f_status, f_bodylen = F.extlen, F.datatype, F.vbucket, F.status, F.bodylen
 local f_opaque, f_cas, f_extras, f_key, f_value_len, f_value = F.opaque, F.cas, F.extras, F.key, F.value_len, F.value
 local tcp_completeness = Field.new("tcp.completeness")
+local DOCUMENT_TEXT = gui_enabled ~= nil and gui_enabled()   -- JSON documents as text
 -- Wireshark's built-in Couchbase dissector: every message that is not DCP (HELLO, SASL,
 -- Get/Set, error maps, server pushes, ...) is also handed to it, so that it shows what it
 -- always showed there and `couchbase.*` filters and colouring rules keep matching.
@@ -1631,9 +1632,11 @@ local function dissect_message(tvb, tree, off, cap, plen, head, pinfo, from_clie
     end
     if not decoded and n > 0 then
       local item = ti_add(node, f_value, tvb_range(tvb, val_at, n))
-      -- The text values of DcpControl, DcpOpen and stream requests as text, as the built-in
-      -- dissector shows them (not documents: a text label per document costs 15% of the CPU).
-      if shape and shape.text_value then
+      -- Text values as text, as the built-in dissector shows them: DcpControl's, DcpOpen's
+      -- and stream requests', and in the GUI documents whose datatype says JSON (in tshark a
+      -- text label on every document would cost 15% of the CPU).
+      if (shape and shape.text_value) or (DOCUMENT_TEXT and spec and spec.document
+                                          and datatype % 4 == 1) then
         ti_set_text(item, "Value: " .. printable(tvb_raw(tvb, val_at, math.min(n, 256)))
                     .. (n > 256 and "..." or ""))
       end
