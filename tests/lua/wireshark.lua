@@ -105,24 +105,17 @@ TvbRange = Range
 local TvbMeta = {}
 TvbMeta.__index = TvbMeta
 function TvbMeta:range(offset, length)
-  offset = offset or 0
-  length = length or (#self.data - offset)
-  if offset < 0 or length < 0 or offset + length > #self.data then
+  local r = setmetatable({parent = self, offset = offset or 0}, Range)
+  r.length = length or (#self.data - r.offset)
+  if r.offset < 0 or r.length < 0 or r.offset + r.length > #self.data then
     error("Range is out of bounds", 2)
   end
-  return setmetatable({parent = self, offset = offset, length = length}, Range)
+  return r
 end
 TvbMeta.__call = TvbMeta.range
 function TvbMeta:len() return number(#self.data) end
 function TvbMeta:reported_len() return number(self.reported) end
-function TvbMeta:raw(offset, length)
-  offset = offset or 0
-  length = length or (#self.data - offset)
-  if offset < 0 or length < 0 or offset + length > #self.data then
-    error("Range is out of bounds", 2)
-  end
-  return string.sub(self.data, offset + 1, offset + length)
-end
+function TvbMeta:raw(offset, length) return self:range(offset, length):raw() end
 Tvb = TvbMeta
 function ws.tvb(data, reported)
   return setmetatable({data = data, reported = reported or #data}, TvbMeta)
