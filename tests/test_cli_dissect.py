@@ -76,12 +76,15 @@ def test_extra_port_and_tls_port(samples_dir, tmp_path):
     ns.write_pcap(str(path), [moved.conv, tls.conv])
     code, out, err = run("dissect", str(path), "--format", "jsonl")
     # one DcpOpen and no answer: nothing confirms it as MCBP (exit 2, name --port)
-    assert code == 2 and out == "" and "1 TLS connections skipped" in err and "--port" in err
+    assert code == 2 and "1 TLS connection not decoded" in err and "--port" in err
+    assert err.count("\n") == 1 and json.loads(out) == {
+        "type": "error", "file": str(path),
+        "error": err.strip().removeprefix("dcpdissect: error: ")}
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--port", "12000")
     assert code == 0 and json.loads(out)["fields"]["flags"] == 1
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--any-port")
     # --any-port asks the same proof: a lone DcpOpen is not enough
-    assert code == 2 and out == "" and "1 not MCBP" in err and "--port" in err
+    assert code == 2 and json.loads(out)["type"] == "error" and "--port" in err
 
 
 def _cut(samples_dir, tmp_path, n):
@@ -132,7 +135,12 @@ def test_bad_input_exits_2_with_one_clear_message(case, samples_dir, tmp_path):
         # everything decoded before the fault is still printed
         _, full, _ = run("dissect", str(samples_dir / "clean-replication.pcap"), "--format", "jsonl")
         before = [json.loads(x) for x in full.splitlines() if json.loads(x)["frame"] <= 40]
-        assert [json.loads(x) for x in out.splitlines()] == before and len(before) > 20
+        *records, fault = [json.loads(x) for x in out.splitlines()]
+        assert records == before and len(before) > 20
+        assert fault == {"type": "error", "file": str(path),
+                         "error": errors[0].removeprefix("dcpdissect: error: ")}
+    else:       # nothing decoded: the error record alone
+        assert [json.loads(x)["type"] for x in out.splitlines()] == ["error"]
 
 
 def test_usage_errors_exit_2():

@@ -205,14 +205,20 @@ def test_damaged_file_exits_2_and_keeps_findings_before_the_fault(sample, how, t
     errors = [line for line in err.splitlines() if line.startswith("dcpdissect: error:")]
     assert len(errors) == 1 and f"{path}: frame {fault}: " in errors[0], err
     _, want, _ = analyze_jsonl(prefix, capsys)
+    # every record of the frames before the fault, then the fault as a typed record
     # (a flow_control record, the unacked bytes of a connection with a window, has no frame)
+    *got, fault_record = got
     assert got == want and all(f.get("frame") is None or f["frame"] < fault for f in got)
+    assert fault_record == {"type": "error", "file": str(path),
+                            "error": errors[0].removeprefix("dcpdissect: error: ")}
     # dissect: the same exit, message, and every message before the fault
     assert main(["dissect", str(path), "--format", "jsonl"]) == 2
     out, err = capsys.readouterr()
     assert f"dcpdissect: error: {path}: frame {fault}: " in err
+    *lines, last = out.splitlines(keepends=True)
+    assert json.loads(last)["type"] == "error"
     assert main(["dissect", str(prefix), "--format", "jsonl"]) == 0
-    assert out == capsys.readouterr().out
+    assert "".join(lines) == capsys.readouterr().out
     if how != "cut-gzip":
         assert len(want) > 0 or sample.startswith(("clean", "tcp", "pcapng"))
 
@@ -226,7 +232,9 @@ def test_truncated_file_via_the_cli_process(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"dcpdissect: error: {path}: frame " in proc.stderr
     assert "file cut mid-record" in proc.stderr
-    assert {json.loads(x)["rule"] for x in proc.stdout.splitlines()} >= {"unknown-magic"}
+    records = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert {r["rule"] for r in records if "rule" in r} >= {"unknown-magic"}
+    assert records[-1]["type"] == "error" and "file cut mid-record" in records[-1]["error"]
 
 
 SAMPLE_FILES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))

@@ -15,7 +15,8 @@ from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
                      add_capture_options, add_fail_on_option, add_progress_option,
                      add_time_option, capture_options, capture_notes, fails, live_output,
-                     os_error, ports_report, run_pass, with_examples)
+                     error_record, not_decoded, os_error, ports_report, run_pass,
+                     with_examples)
 
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="find spec violations in a capture", **with_examples(
@@ -99,6 +100,9 @@ def _analyze(args, capture_copy: str) -> int:
     shown = _Shown(args, out, legend, clock)
     observers = [o for o in (legend, timeline, streams or analyzer, shown) if o is not None]
     run = run_pass(args, observers, summary, f"analyzing {args.file}", args.progress)
+    failed = not_decoded(args, summary, args.format == "jsonl", out)
+    if failed is not None:
+        return failed
     findings = sorted(shown.findings, key=Finding.sort_key)
     _write_report(args, out, findings, summary, legend, timeline, streams, analyzer, shown)
     out.flush()
@@ -158,6 +162,8 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
                 out.write(jsonl_line(finding_record(f, legend.record(f.connection))))
         for rec in flow_control_records(analyzer.streams.flow.timelines()):
             out.write(jsonl_line(rec))
+        if summary.error:
+            error_record(args, summary.error, out)
     elif args.format == "html":
         from ..reports.html import html_report
         from ..reports.streams import TABLE_HEADERS, stream_records, table_rows

@@ -175,6 +175,25 @@ def run_pass(args, observers, summary, label: str = "", progress: bool | None = 
     return run
 
 
+def error_record(args, text: str, out=None) -> None:
+    """The jsonl record of a capture that could not be read (wholly or from a frame on)."""
+    from ..reports.messages import jsonl_line
+    (out or sys.stdout).write(jsonl_line({"type": "error", "file": args.file, "error": text}))
+
+
+def not_decoded(args, summary, jsonl: bool, out=None) -> int | None:
+    """When nothing of the capture was decoded (a fault before its first message, or no
+    MCBP in it): no result, since none was computed: in jsonl one ``error`` record on
+    stdout, otherwise nothing; one line on stderr; exit 2. None when messages were decoded."""
+    if summary.pdus or not (summary.error or summary.no_mcbp):
+        return None
+    text = summary.error or summary.no_mcbp_hint().removeprefix("dcpdissect: ")
+    if jsonl:
+        error_record(args, text, out)
+    print(f"dcpdissect: error: {text}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
 def capture_notes(summary) -> None:
     """What the capture held that was not used as it stands, on stderr."""
     for line in summary.notes():

@@ -15,7 +15,7 @@ from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_jso
 from ..reports.redact import redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, TimeWindow,
                      add_capture_options, add_progress_option, add_time_option, capture_notes,
-                     checked_opcode, live_output, parse_connection,
+                     checked_opcode, error_record, live_output, not_decoded, parse_connection,
                      parse_follow, parse_instant, parse_vbucket, ports_report, run_pass,
                      with_examples)
 
@@ -80,7 +80,12 @@ def cmd_dissect(args) -> int:
     # The rows go to stdout: by default no bar when they scroll on the same terminal.
     progress = args.progress if args.progress is not None or not sys.stdout.isatty() else False
     run = run_pass(args, observers, summary, f"dissecting {args.file}", progress)
+    failed = not_decoded(args, summary, args.format == "jsonl")
+    if failed is not None:
+        return failed
     writer.flush()
+    if summary.error and args.format == "jsonl":
+        error_record(args, summary.error)
     if args.format == "table" and writer.shown:
         sys.stdout.write("\n" + legend.table(writer.shown))
     sys.stdout.flush()

@@ -8,7 +8,7 @@ import sys
 from ..reassembly.pdus import Summary
 from ..reports.messages import jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options, capture_notes,
-                     ports_report, run_pass)
+                     error_record, not_decoded, ports_report, run_pass)
 
 EXAMPLES = """\
 examples:
@@ -40,11 +40,16 @@ def cmd_streams(args) -> int:
     summary = Summary()
     streams = StreamSummary(Analyzer())
     run = run_pass(args, [streams], summary)
+    failed = not_decoded(args, summary, args.format == "jsonl")
+    if failed is not None:
+        return failed
     records = stream_records(streams.streams, run.findings)
     out = sys.stdout
     if args.format == "jsonl":
         for r in records:
             out.write(jsonl_line(r))
+        if summary.error:
+            error_record(args, summary.error)
     else:
         out.write(streams_table(records))
     out.flush()
