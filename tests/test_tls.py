@@ -127,8 +127,10 @@ def test_committed_sample_and_key_log():
 
 def test_without_key_log_the_connections_are_reported_not_decoded(capsys):
     rc, rules, err = analyze(SAMPLE, capsys)
-    assert rules == Counter({"tls-connection": 2}) and rc == 2
-    assert "no MCBP found" in err and "--tls-keylog" in err
+    # nothing decoded: no result but the error, which names the TLS connections
+    assert rules == Counter() and rc == 2
+    assert "no MCBP found" in err and "2 TLS connections not decoded" in err
+    assert "--tls-keylog" in err
 
 
 def test_missing_key_gives_tls_no_key_and_no_message(tmp_path, capsys):
@@ -136,8 +138,8 @@ def test_missing_key_gives_tls_no_key_and_no_message(tmp_path, capsys):
     other.write_text("CLIENT_RANDOM " + "ab" * 32 + " " + "cd" * 48 + "\n")
     assert messages(SAMPLE, other) == []
     rc, rules, err = analyze(SAMPLE, capsys, "--tls-keylog", str(other))
-    assert rules == Counter({"tls-no-key": 2}) and rc == 2     # nothing decoded at all
-    assert "no MCBP found" in err
+    assert rules == Counter() and rc == 2           # nothing decoded at all: the error alone
+    assert "no MCBP found" in err and "2 TLS connections not decoded" in err
 
 
 def test_wrong_key_gives_tls_auth_failed_and_no_garbage(tmp_path, capsys):

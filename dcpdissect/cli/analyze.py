@@ -106,7 +106,8 @@ def _analyze(args, capture_copy: str) -> int:
     findings = sorted(shown.findings, key=Finding.sort_key)
     _write_report(args, out, findings, summary, legend, timeline, streams, analyzer, shown)
     out.flush()
-    if args.evidence and _write_evidence(args, capture_copy, findings, summary):
+    if args.evidence and _write_evidence(args, capture_copy,
+                                         sorted(shown.kept, key=Finding.sort_key), summary):
         return EXIT_BAD_INPUT
     if out is not sys.stdout:
         out.close()
@@ -127,20 +128,25 @@ class _Shown:
     def __init__(self, args, out, legend, clock):
         self.rules, self.excluded = args.rule, args.exclude_rule or ()
         self.redact = args.redact
+        if args.redact:         # keys as same-length stand-ins, equal keys equal
+            from ..reports.redact import Pseudonyms
+            self.pseudonyms = Pseudonyms()
         self.out, self.legend, self.clock = out, legend, clock
         live = args.file == "-"
         self.jsonl = live and args.format == "jsonl"
         self.table = (LiveTable(out, FINDING_HEADERS)
                       if live and args.format == "table" else None)
-        self.findings: list = []
+        self.findings: list = []        # as reported (redacted with --redact)
+        self.kept: list = []            # as found (the evidence bundle redacts its own way)
 
     def on_findings(self, new: list) -> None:
         if self.rules or self.excluded:
             new = [f for f in new if (not self.rules or f.rule in self.rules)
                    and f.rule not in self.excluded]
+        self.kept.extend(new)
         if self.redact:
             from ..reports.redact import redact_finding
-            new = [redact_finding(f) for f in new]
+            new = [redact_finding(f, self.pseudonyms) for f in new]
         self.findings.extend(new)
         if self.jsonl:
             for f in new:

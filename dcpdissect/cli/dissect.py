@@ -12,7 +12,7 @@ from ..reassembly.pdus import Summary
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
                                 message_record, table_row)
-from ..reports.redact import redact_record
+from ..reports.redact import Pseudonyms, redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, TimeWindow,
                      add_capture_options, add_progress_option, add_time_option, capture_notes,
                      checked_opcode, error_record, live_output, not_decoded, parse_connection,
@@ -154,6 +154,7 @@ class _Writer:
     def __init__(self, args, out, clock, live: bool):
         self.out, self.clock = out, clock
         self.jsonl, self.redact = args.format == "jsonl", args.redact
+        self.pseudonyms = Pseudonyms() if args.redact else None
         # unredacted JSON lines are written straight from the message, without a record
         self.as_text = self.jsonl and not self.redact
         self.table = (LiveTable(out, TABLE_HEADERS)
@@ -170,7 +171,7 @@ class _Writer:
                 self.flush()
             return
         if self.redact:
-            record = redact_record(record)
+            record = redact_record(record, self.pseudonyms)
         self.shown.add(record["connection"])
         if self.jsonl:
             self.lines.append(message_line(record))

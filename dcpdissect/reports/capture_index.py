@@ -34,7 +34,7 @@ from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, Summary, iter_events
 from ..reassembly.tcp import ACK, FIN, MASK, RST, SYN
 from .markdown import finding_frames
-from .redact import PLACEHOLDER, document_ranges
+from .redact import PLACEHOLDER, Pseudonyms, document_ranges, key_range
 
 WHOLE_CAPTURE_LIMIT = 20_000   # frames: a larger capture is never copied whole into a bundle
 
@@ -58,11 +58,13 @@ _MARKER = opcode_code("DcpSnapshotMarker")
 
 class CaptureIndex:
     """What the bundle needs to know about the capture: messages, connections, frames;
-    with ``redact`` the stream bytes that are clear of customer data too."""
+    with ``redact`` the stream bytes that are clear of customer data too, and the document
+    keys with the pseudonyms that stand for them (``pseudonyms``)."""
 
     def __init__(self, path: str, findings: list[Finding], options: Options | None,
-                 redact: bool = False):
+                 redact: bool = False, pseudonyms: Pseudonyms | None = None):
         self.path, self.options, self.redact = path, options, redact
+        self.pseudonyms = pseudonyms if redact else None
         self.vxlan_ports = options.vxlan_ports if options else ()
         self.decoder = Decoder(self.vxlan_ports)      # one frame at a time: no reassembly
         needed = {n for f in findings for n in finding_frames(f) + list(f.context)}
@@ -76,8 +78,9 @@ class CaptureIndex:
         self.conns = conns
         self.opened: dict[int, ConnectionOpened] = {}
         self.msgs: dict[tuple[int, int], list[_Msg]] = defaultdict(list)
-        # stream bytes that may stay when redacting: (start, end, the bytes or None)
-        self.clear: dict[tuple[int, int], list[tuple[int, int, bytes | None]]] = defaultdict(list)
+        # stream bytes that may stay when redacting: (start, end, the bytes or None), and for
+        # a document key (start, end, its bytes, its pseudonym)
+        self.clear: dict[tuple[int, int], list[tuple]] = defaultdict(list)
         self.resyncs: dict[tuple[int, int], list[Resync]] = defaultdict(list)
         self.handshake: dict[int, list[int]] = defaultdict(list)
         self.frame_ranges: dict[int, tuple[int, int, int, int]] = {}   # frame -> conn, dir, off, len
@@ -135,9 +138,14 @@ class CaptureIndex:
         if not self.redact:
             return
         pos = 0
+        kr = key_range(d) if self.pseudonyms is not None else None
         for a, b in document_ranges(d) + [(len(d), len(d))]:
             if a > pos:
                 self.clear[key].append((ev.offset + pos, ev.offset + a, d[pos:a]))
+            if kr is not None and a == kr[0]:       # the key: its pseudonym
+                k_end = min(kr[1], b)
+                self.clear[key].append((ev.offset + a, ev.offset + k_end, d[a:k_end],
+                                        self.pseudonyms(d[kr[0]:kr[1]])[:k_end - a]))
             pos = b
 
     def _frames(self, needed: set[int]) -> None:
@@ -370,12 +378,12 @@ class CaptureIndex:
             # spans do not overlap: only the last one starting before the frame can reach it
             i = max(0, bisect.bisect_right(spans, off, key=lambda s: s[0]) - 1)
             while i < len(spans) and spans[i][0] < off + length:
-                a, b, expected = spans[i]
+                a, b, expected, *stand_in = spans[i]
                 lo, hi = max(a, off), min(b, off + length)
                 if hi > lo:
                     got = payload[lo - off:hi - off]
                     if expected is None or expected[lo - a:hi - a] == got:
-                        out[lo - off:hi - off] = got
+                        out[lo - off:hi - off] = stand_in[0][lo - a:hi - a] if stand_in else got
                 i += 1
         return bytes(out)
 

@@ -43,7 +43,7 @@ from ..capture.pcapwrite import PcapngWriter, PcapWriter
 from .annotate import finding_comments
 from .capture_index import CaptureIndex, payload_pos
 from .markdown import finding_frames, frame_filter, markdown_report
-from .redact import document_ranges, redact_finding  # noqa: F401  (document_ranges: API)
+from .redact import Pseudonyms, document_ranges, redact_finding  # noqa: F401  (document_ranges: API)
 from .tls_evidence import KEYLOG, tls_bundle
 
 MAX_PER_RULE = 25          # findings of one rule carried into a bundle
@@ -264,14 +264,21 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     chosen = select_findings(findings)
     if not chosen:
         return _write_empty(path, summary, out)
-    cap = CaptureIndex(path, chosen, options, redact)
+    pseudonyms = Pseudonyms() if redact else None      # one key per bundle, never written
+    cap = CaptureIndex(path, chosen, options, redact, pseudonyms)
     with tempfile.TemporaryDirectory(prefix="dcpdissect-evidence-") as work:
         keep, step, missing = _select(cap, chosen, Path(work), widen)
     def comments(frame_map):        # the findings as packet comments, as the report words them
         shown = [dataclasses.replace(f, message=renumber(f.message, frame_map)) for f in chosen]
-        return finding_comments([redact_finding(f) for f in shown] if redact else shown)
+        return finding_comments([redact_finding(f, pseudonyms) for f in shown] if redact
+                                else shown)
 
     pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact, comments)
+    if redact:              # "reproduced" says what the redacted capture itself gives back
+        from ..analysis.run import analyze_file
+        found, _ = analyze_file(str(pcap), cap.options)
+        got = {(g.rule, g.frame) for g in found}
+        missing = [f for f in chosen if not reproduces(f, got, frame_map)]
     name = pcap.name
     from ..luagen.render import render
     (out / PLUGIN).write_text(render(), encoding="utf-8")
@@ -309,11 +316,13 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
                      "starts on a message boundary; their TCP sequence number and IP length "
                      f"were adjusted: {shown_cuts}. All other frames are as captured.")
     if redact:
-        notes.append("**Redaction applied**: document keys and values (and every byte not "
-                     "known to be free of them) are replaced by `x` bytes of the same length "
-                     "in the capture, the messages and the hexdumps below; headers, extras "
+        notes.append("**Redaction applied**: document keys are replaced by pseudonyms of "
+                     "the same length (from a keyed hash whose key was not kept: equal keys "
+                     "stay equal, distinct keys distinct, collection prefixes kept), values "
+                     "(and every byte not known to be free of customer data) by `x` bytes, in "
+                     "the capture, the messages and the hexdumps below; headers, extras "
                      "(seqnos, CAS) and lengths are unchanged; TCP/IP checksums were not "
-                     "recomputed.")
+                     "recomputed. The findings were checked again on the redacted capture.")
     notes += tls.notes(connections)
     omitted = len(findings) - len(chosen)
     if omitted:
@@ -321,7 +330,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
                      "included; run dcpdissect on the original capture to see them.")
     shown = [dataclasses.replace(f, message=renumber(f.message, frame_map)) for f in chosen]
     if redact:
-        shown = [redact_finding(f) for f in shown]
+        shown = [redact_finding(f, pseudonyms) for f in shown]
     report = markdown_report(path, shown, summary, frame_map,
                              title=f"dcpdissect evidence: {Path(path).name}",
                              notes=notes, connections=connections)
@@ -356,9 +365,10 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         (f"{len(cuts)} frames start in the middle of a message whose start is not kept: those "
          "leading payload bytes were removed (TCP seq and IP length adjusted; see cut_bytes "
          "in frames.tsv)." if cuts else "Every frame is kept whole."),
-        "Redaction: " + ("applied (document keys and values replaced by 'x' bytes; headers, "
-                         "lengths and seqnos unchanged; TCP/IP checksums not recomputed)."
-                         if redact else "none."),
+        "Redaction: " + ("applied (document keys replaced by same-length pseudonyms, equal "
+                         "keys staying equal; values by 'x' bytes; headers, lengths and seqnos "
+                         "unchanged; TCP/IP checksums not recomputed; the findings checked "
+                         "again on the redacted capture)." if redact else "none."),
         "",
     ]
     (out / "README.txt").write_text("\n".join(readme), encoding="utf-8")
