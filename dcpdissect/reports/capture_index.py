@@ -34,7 +34,7 @@ from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import Options, Summary, iter_events
 from ..reassembly.tcp import ACK, FIN, MASK, RST, SYN
 from .markdown import finding_frames
-from .redact import PLACEHOLDER, Pseudonyms, document_ranges, key_range
+from .redact import PLACEHOLDER, Pseudonyms, document_ranges, key_range, value_stand_in
 
 WHOLE_CAPTURE_LIMIT = 20_000   # frames: a larger capture is never copied whole into a bundle
 
@@ -73,6 +73,11 @@ class CaptureIndex:
         cited = set(self.conn_of.values()) - conns
         if cited:                       # findings cite other connections: read them too
             self._read(conns | cited, needed)
+
+    def read_every_connection(self, needed: set[int]) -> None:
+        """Index every connection of the capture (a selection of the whole capture keeps
+        frames of connections no finding names)."""
+        self._read(set(self.opened), needed)
 
     def _read(self, conns: set[int], needed: set[int]) -> None:
         self.conns = conns
@@ -139,6 +144,7 @@ class CaptureIndex:
             return
         pos = 0
         kr = key_range(d) if self.pseudonyms is not None else None
+        stand_in = value_stand_in(d)
         for a, b in document_ranges(d) + [(len(d), len(d))]:
             if a > pos:
                 self.clear[key].append((ev.offset + pos, ev.offset + a, d[pos:a]))
@@ -146,6 +152,9 @@ class CaptureIndex:
                 k_end = min(kr[1], b)
                 self.clear[key].append((ev.offset + a, ev.offset + k_end, d[a:k_end],
                                         self.pseudonyms(d[kr[0]:kr[1]])[:k_end - a]))
+            if stand_in is not None and a == stand_in[0]:   # an xattr blob: its skeleton
+                self.clear[key].append((ev.offset + a, ev.offset + stand_in[1], d[a:b],
+                                        stand_in[2]))
             pos = b
 
     def _frames(self, needed: set[int]) -> None:

@@ -268,6 +268,9 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     cap = CaptureIndex(path, chosen, options, redact, pseudonyms)
     with tempfile.TemporaryDirectory(prefix="dcpdissect-evidence-") as work:
         keep, step, missing = _select(cap, chosen, Path(work), widen)
+    if redact and step == len(STEPS) - 1:
+        cap.read_every_connection(keep)     # what of the others' bytes is clear, too
+
     def comments(frame_map):        # the findings as packet comments, as the report words them
         shown = [dataclasses.replace(f, message=renumber(f.message, frame_map)) for f in chosen]
         return finding_comments([redact_finding(f, pseudonyms) for f in shown] if redact

@@ -24,6 +24,7 @@ import re
 
 from ..analysis.findings import Finding
 from ..codec.header import peek
+from ..codec.xattr import xattr_problem
 from ..protocol import (CLEAR_CLIENT_OPCODES, DOCUMENT_OPCODES, HEADER_SIZE, OPCODES,
                         REQUEST_MAGICS, RESPONSE_MAGICS, SERVER_MAGICS)
 
@@ -127,6 +128,46 @@ def key_range(data: bytes) -> tuple[int, int] | None:
     return start, start + h.keylen
 
 
+def _xattr_skeleton(value: bytes) -> bytes | None:
+    """A value whose datatype says XATTR and whose blob kv_engine accepts, with the blob's
+    lengths kept and its names and values replaced (distinct names of ``x``s ending in a
+    letter count, a system name keeping its ``_`` or ``$``; a JSON string of the same length),
+    the body after it as ``x``s: the blob stays valid, so the redacted capture is judged as
+    the original. None for a blob kv_engine refuses (``x``s keep it refused)."""
+    if xattr_problem(value) is not None:
+        return None
+    size = int.from_bytes(value[:4], "big")
+    out, pos, count = bytearray(value[:4]), 4, 0
+    while pos < 4 + size:
+        n = int.from_bytes(value[pos:pos + 4], "big")
+        name, val, _ = value[pos + 4:pos + 4 + n].split(b"\0")
+        keep = 1 if name[:1] in (b"_", b"$") else 0
+        tag, i = b"", count
+        while True:                 # the pair's number in letters: names stay distinct
+            tag, i = bytes([97 + i % 26]) + tag, i // 26
+            if not i:
+                break
+        name = name[:keep] + (b"x" * (len(name) - keep) + tag)[-(len(name) - keep):]
+        val = b'"' + b"x" * (len(val) - 2) + b'"' if len(val) >= 2 else b"0" * len(val)
+        out += value[pos:pos + 4] + name + b"\0" + val + b"\0"
+        pos, count = pos + 4 + n, count + 1
+    return bytes(out) + PLACEHOLDER * (len(value) - len(out))
+
+
+def value_stand_in(data: bytes) -> tuple[int, int, bytes] | None:
+    """(start, end, stand-in) for the value of a whole document message whose datatype says
+    XATTR (uncompressed): see :func:`_xattr_skeleton`. None otherwise."""
+    if len(data) < HEADER_SIZE:
+        return None
+    h = peek(data)
+    end = HEADER_SIZE + h.bodylen
+    if (h.datatype & 0x06) != 0x04 or len(data) < end or not document_parts(h.magic, h.opcode)[1]:
+        return None
+    start = HEADER_SIZE + h.framing_len + h.extlen + h.keylen
+    skeleton = _xattr_skeleton(data[start:end]) if start < end else None
+    return (start, end, skeleton) if skeleton is not None else None
+
+
 def redact_pdu(data: bytes | None, pseudonyms: Pseudonyms | None = None) -> bytes | None:
     """The message with its customer data replaced by placeholders (its key by its
     pseudonym, given ``pseudonyms``); bytes after the header of a message with an unknown
@@ -142,6 +183,10 @@ def redact_pdu(data: bytes | None, pseudonyms: Pseudonyms | None = None) -> byte
     kr = key_range(data) if pseudonyms is not None else None
     if kr is not None and ranges and ranges[0][0] == kr[0]:
         out[kr[0]:kr[1]] = pseudonyms(data[kr[0]:kr[1]])
+    stand_in = value_stand_in(data)
+    if stand_in is not None:
+        a, b, value = stand_in
+        out[a:b] = value
     return bytes(out)
 
 
