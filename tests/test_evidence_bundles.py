@@ -244,3 +244,32 @@ def test_redacted_bundles_give_the_findings_of_the_unredacted_ones(tmp_path):
         assert {f.rule for f in redacted.unreproduced} == lost, path.name
         compared += 1
     assert compared >= 50
+
+
+@pytest.mark.parametrize("archive", ["bug-1234.zip", "bug-1234.tar.gz"])
+def test_a_bundle_can_be_one_archive_to_attach(tmp_path, archive):
+    import tarfile
+    import zipfile
+    target = tmp_path / "out" / archive
+    res = cli("analyze", "samples/resume-collapsed.pcap", "--evidence", str(target), "--redact",
+              "--fail-on", "never")
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in target.parent.iterdir()) == [archive]    # no leftovers
+    unpacked = tmp_path / "unpacked"
+    if archive.endswith(".zip"):
+        with zipfile.ZipFile(target) as z:
+            z.extractall(unpacked)
+    else:
+        with tarfile.open(target) as t:
+            t.extractall(unpacked, filter="data")
+    bundle = unpacked / "bug-1234"
+    assert {p.name for p in bundle.iterdir()} == {"evidence.pcapng", "report.md", "frames.tsv",
+                                                  "README.txt", "dcpdissect.lua"}
+    again, _ = analyze_file(str(bundle / "evidence.pcapng"))
+    assert [(f.rule, f.frame) for f in again] == [("resume-collapsed-snapshot",
+                                                   frame_map(bundle)[28])]
+    # a directory where the archive would go is refused before the capture is read
+    target.unlink()
+    target.mkdir()
+    res = cli("analyze", "samples/resume-collapsed.pcap", "--evidence", str(target))
+    assert res.returncode == 2 and b"is a directory" in res.stderr

@@ -37,11 +37,13 @@ def register(sub) -> None:
                    help="write a copy of the capture with a packet comment '[rule] message' "
                         "on every frame of every finding")
     add_fail_on_option(p)
-    p.add_argument("--evidence", metavar="DIR",
-                   help="write a bug-report bundle: trimmed pcap, Markdown report, tshark command")
+    p.add_argument("--evidence", metavar="DIR|FILE.zip|FILE.tar.gz",
+                   help="write a bug-report bundle: trimmed capture, Markdown report, tshark "
+                        "command; into a directory, or as one archive to attach")
     p.add_argument("--redact", action="store_true",
-                   help="replace document keys and values by placeholders of the same length "
-                        "in every output (table, jsonl, markdown, html, --evidence bundle)")
+                   help="replace document keys by same-length pseudonyms (equal keys stay "
+                        "equal) and values by placeholders in every output (table, jsonl, "
+                        "markdown, html, --evidence bundle)")
     add_progress_option(p)
     p.add_argument("--rule", action="append", metavar="ID",
                    help="report only this rule (repeatable; ids in docs/rules.md)")
@@ -197,10 +199,11 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
 
 def _write_evidence(args, capture_copy: str, findings, summary) -> int:
     """``--evidence DIR``: the bundle, said on stderr. Exit code."""
-    from ..reports.evidence import write_bundle
+    from ..reports.evidence import is_archive, write_archive, write_bundle
+    write = write_archive if is_archive(args.evidence) else write_bundle
     try:
-        bundle = write_bundle(capture_copy, findings, summary, args.evidence,
-                              redact=args.redact, options=capture_options(args))
+        bundle = write(capture_copy, findings, summary, args.evidence,
+                       redact=args.redact, options=capture_options(args))
     except OSError as exc:
         print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -135,10 +135,23 @@ def select_findings(findings: list[Finding], per_rule: int = MAX_PER_RULE) -> li
     return out
 
 
+ARCHIVES = (".zip", ".tar.gz", ".tgz")
+
+
+def is_archive(target) -> bool:
+    """Whether ``--evidence`` names one archive file rather than a directory."""
+    return str(target).endswith(ARCHIVES)
+
+
 def check_evidence_dir(out_dir) -> str | None:
     """Why ``out_dir`` cannot take an evidence bundle (``"PATH: reason"``), or None; the
-    directory is created when missing. Called before the capture is read."""
+    directory (an archive's: the one it goes in) is created when missing. Called before the
+    capture is read."""
     out = Path(out_dir)
+    if is_archive(out):
+        if out.is_dir():
+            return f"{out}: is a directory"
+        out = out.parent
     if out.exists() and not out.is_dir():
         return f"{out}: exists and is not a directory"
     try:
@@ -242,6 +255,40 @@ def _select(cap: CaptureIndex, chosen: list[Finding], work: Path, widen: bool = 
         if wider == keep:
             return keep, step, missing
         keep = wider
+
+
+def _anonymous(info):
+    """A tar member without the writer's user and group."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_archive(path, findings: list[Finding], summary, archive, redact: bool = False,
+                  options: Options | None = None) -> Bundle:
+    """:func:`write_bundle` as one file to attach, ``.zip`` or ``.tar.gz`` (``.tgz``), its
+    files in a folder named after it. The returned bundle's ``path`` is the archive."""
+    import shutil
+    import tarfile
+    import zipfile
+    archive = Path(archive)
+    name = re.sub(r"(\.zip|\.tar\.gz|\.tgz)$", "", archive.name) or "evidence"
+    with tempfile.TemporaryDirectory(prefix="dcpdissect-bundle-") as work:
+        bundle = write_bundle(path, findings, summary, Path(work) / name, redact, options)
+        part = archive.with_name(archive.name + ".part")
+        try:
+            if archive.name.endswith(".zip"):
+                with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
+                    for f in sorted(bundle.path.iterdir()):
+                        z.write(f, f"{name}/{f.name}")
+            else:
+                with tarfile.open(part, "w:gz") as t:
+                    t.add(bundle.path, name, filter=_anonymous)
+            shutil.move(part, archive)
+        finally:
+            part.unlink(missing_ok=True)
+    return dataclasses.replace(bundle, path=archive,
+                               pcap=Path(name) / bundle.pcap.name if bundle.pcap else None)
 
 
 def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool = False,
