@@ -157,3 +157,16 @@ def test_markers_show_their_start_seqno_convention(samples_dir, capsys):
     rows, _ = jsonl(samples_dir, "clean-replication.pcap", "--opcode", "0x56",
                     "--no-conventions", capsys=capsys)
     assert all(r["convention"] is None for r in rows)
+
+
+def test_filters_that_match_nothing_say_so_with_what_is_close(samples_dir):
+    sample = str(samples_dir / "resume-collapsed.pcap")
+    code, out, err = run("dissect", sample, "--opcode", "DcpExpiration")
+    assert code == 0 and out.strip() == ""
+    [line] = [x for x in err.splitlines() if "no message matches" in x]
+    assert "not in the capture: DcpExpiration (did you mean " in line
+    assert "opcodes present: DcpDeletion, DcpGetFailoverLog, DcpMutation, DcpOpen," in line
+    code, out, err = run("dissect", sample, "--vbucket", "7")
+    assert "vbuckets of its requests: 0" in err
+    code, out, err = run("dissect", sample, "--opcode", "DcpMutation")
+    assert "no message matches" not in err and out.strip()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 
 from tabulate import tabulate
 
 from ..analysis.collections import CollectionsView
-from ..protocol import opcode_code
+from ..protocol import OPCODE_NAMES, opcode_code
 from ..reassembly.pdus import Summary
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
@@ -90,6 +91,8 @@ def cmd_dissect(args) -> int:
         sys.stdout.write("\n" + legend.table(writer.shown))
     sys.stdout.flush()
     print(summary.line(), file=sys.stderr)
+    if note := rows.nothing_matched(args):
+        print(note, file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
         print(INTERRUPTED, file=sys.stderr)
@@ -120,13 +123,20 @@ class _Rows:
         self.writer = writer
         self.make_record = message_json if writer.as_text else message_record
         self.ordered = None
+        self.kept = 0
+        self.opcodes_seen: set[int] = set()     # what the capture has, to say what did match
+        self.vbuckets_seen: set[int] = set()
 
     def on_message(self, pdu, msg) -> None:
         doc_key = self.collections.feed(pdu, msg)
         record = None
+        self.opcodes_seen.add(msg.opcode)
+        if msg.is_request:
+            self.vbuckets_seen.add(msg.vbucket)
         if ((not self.by_stream or self.streams.wants(pdu, msg))
                 and (not self.opcodes or msg.opcode in self.opcodes)
                 and (not self.by_time or self.window.contains(pdu.ts_ns))):
+            self.kept += 1
             record = self.make_record(pdu, msg, doc_key,
                                       self.collections.stream_filter(pdu.conn, msg))
         if self.ordered is not None:
@@ -141,6 +151,26 @@ class _Rows:
 
     def on_event(self, ev) -> None:
         self.collections.feed(ev)
+
+    def nothing_matched(self, args) -> str | None:
+        """When filters kept no message: one line that says so, and what the capture has
+        that comes closest (the opcodes present, the vbuckets of the requests)."""
+        if self.kept or not (self.opcodes or self.by_stream or self.by_time):
+            return None
+        present = sorted(OPCODE_NAMES.get(c, f"0x{c:02x}") for c in self.opcodes_seen)
+        text = "dcpdissect: no message matches the filters"
+        missing = sorted(OPCODE_NAMES.get(c, f"0x{c:02x}") for c in self.opcodes
+                         if c not in self.opcodes_seen)
+        if missing:
+            close = {m: difflib.get_close_matches(m, present, n=2, cutoff=0.5) for m in missing}
+            text += "; not in the capture: " + ", ".join(
+                m + (f" (did you mean {' or '.join(c)}?)" if c else "") for m, c in close.items())
+        text += f"; opcodes present: {', '.join(present) or 'none'}"
+        if self.by_stream and self.vbuckets_seen:
+            vbs = sorted(self.vbuckets_seen)
+            text += f"; vbuckets of its requests: {', '.join(map(str, vbs[:20]))}" + (
+                ", ..." if len(vbs) > 20 else "")
+        return text
 
     def on_finish(self) -> None:
         if self.ordered is not None:
