@@ -13,7 +13,8 @@ from ..reports.findings import (FINDING_HEADERS, finding_record, finding_row, fi
                                 summary_rows)
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
-                     add_capture_options, add_fail_on_option, add_progress_option,
+                     add_capture_options, add_fail_on_option, add_min_severity_option,
+                     add_progress_option, at_least,
                      add_time_option, capture_options, capture_notes, fails, live_output,
                      error_record, not_decoded, os_error, ports_report, run_pass,
                      with_examples)
@@ -37,6 +38,7 @@ def register(sub) -> None:
                    help="write a copy of the capture with a packet comment '[rule] message' "
                         "on every frame of every finding")
     add_fail_on_option(p)
+    add_min_severity_option(p)
     p.add_argument("--evidence", metavar="DIR|FILE.zip|FILE.tar.gz",
                    help="write a bug-report bundle: trimmed capture, Markdown report, tshark "
                         "command; into a directory, or as one archive to attach")
@@ -129,6 +131,7 @@ class _Shown:
 
     def __init__(self, args, out, legend, clock):
         self.rules, self.excluded = args.rule, args.exclude_rule or ()
+        self.min_severity = args.min_severity
         self.redact = args.redact
         if args.redact:         # keys as same-length stand-ins, equal keys equal
             from ..reports.redact import Pseudonyms
@@ -145,6 +148,8 @@ class _Shown:
         if self.rules or self.excluded:
             new = [f for f in new if (not self.rules or f.rule in self.rules)
                    and f.rule not in self.excluded]
+        if self.min_severity != "info":
+            new = at_least(new, self.min_severity)
         self.kept.extend(new)
         if self.redact:
             from ..reports.redact import redact_finding

@@ -90,6 +90,22 @@ def add_fail_on_option(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when a finding at or above this severity exists (default: error)")
 
 
+SEVERITIES = ("info", "warning", "error")
+
+
+def add_min_severity_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-severity", choices=SEVERITIES, default="info",
+                   help="report only findings at or above this severity, in every format "
+                        "(default: info, all)")
+
+
+def at_least(findings, min_severity: str) -> list:
+    """The findings at or above ``min_severity``."""
+    from ..analysis.rules import SEVERITY_RANK
+    threshold = SEVERITY_RANK[min_severity]
+    return [f for f in findings if SEVERITY_RANK[f.severity] >= threshold]
+
+
 def fails(findings, fail_on: str) -> bool:
     """Whether a finding is at or above the ``--fail-on`` severity."""
     if fail_on == "never":

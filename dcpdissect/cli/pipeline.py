@@ -8,7 +8,8 @@ import os
 import sys
 
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, add_capture_options,
-                     add_fail_on_option, capture_options, fails, with_examples)
+                     add_fail_on_option, add_min_severity_option, at_least, capture_options,
+                     fails, with_examples)
 
 
 def _size(text: str) -> int:
@@ -38,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--chunk-size", type=_size, default="256MB", metavar="SIZE",
                    help="split uncompressed captures into record-aligned chunks of about SIZE")
     p.add_argument("--report", metavar="FILE", help="also write the Markdown report to FILE")
+    add_min_severity_option(p)
     add_fail_on_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_pipeline)
@@ -103,28 +105,28 @@ def _report(args, result) -> int:
     from ..reports.markdown import markdown_report
     out, err = sys.stdout, sys.stderr
     many = len(result.paths) > 1
+    shown = {p: at_least(result.findings[p], args.min_severity) for p in result.paths}
     for path in result.paths:
         if many:
             out.write(f"== {path}\n")
-        out.write(findings_table(result.findings[path]))
+        out.write(findings_table(shown[path]))
         if many:
             out.write("\n")
     out.flush()
     status = EXIT_OK
     for path in result.paths:
         s = result.summaries[path]
-        print(s.line() + f", {len(result.findings[path])} findings", file=err)
+        print(s.line() + f", {len(shown[path])} findings", file=err)
         for line in s.notes():
             print(line, file=err)
         if s.error:
             _error(s.error)
             status = EXIT_BAD_INPUT
     if args.report:
-        parts = [markdown_report(p, result.findings[p], result.summaries[p]) for p in result.paths]
+        parts = [markdown_report(p, shown[p], result.summaries[p]) for p in result.paths]
         with open(args.report, "w", encoding="utf-8") as fh:
             fh.write("\n\n".join(parts))
         print(f"report written to {args.report}", file=err)
-    if status == EXIT_OK and fails([f for fs in result.findings.values() for f in fs],
-                                   args.fail_on):
+    if status == EXIT_OK and fails([f for fs in shown.values() for f in fs], args.fail_on):
         status = EXIT_FINDINGS
     return status
