@@ -108,11 +108,7 @@ def at_least(findings, min_severity: str) -> list:
 
 def fails(findings, fail_on: str) -> bool:
     """Whether a finding is at or above the ``--fail-on`` severity."""
-    if fail_on == "never":
-        return False
-    from ..analysis.rules import SEVERITY_RANK
-    threshold = SEVERITY_RANK[fail_on]
-    return any(SEVERITY_RANK[f.severity] >= threshold for f in findings)
+    return fail_on != "never" and bool(at_least(findings, fail_on))
 
 
 def add_capture_options(p: argparse.ArgumentParser) -> None:

@@ -272,7 +272,8 @@ def write_archive(path, findings: list[Finding], summary, archive, redact: bool 
     import tarfile
     import zipfile
     archive = Path(archive)
-    name = re.sub(r"(\.zip|\.tar\.gz|\.tgz)$", "", archive.name) or "evidence"
+    suffix = next(a for a in ARCHIVES if archive.name.endswith(a))
+    name = archive.name[:-len(suffix)] or "evidence"
     with tempfile.TemporaryDirectory(prefix="dcpdissect-bundle-") as work:
         bundle = write_bundle(path, findings, summary, Path(work) / name, redact, options)
         part = archive.with_name(archive.name + ".part")
