@@ -20,6 +20,12 @@ local function int_text(v)
   if type(v) == "number" then return fmt("%d", v) end
   return tostring(v)
 end
+-- A UInt64 in hex, without leading zeros.
+local function hex_text(v)
+  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
+  if hex == "" then return "0" end
+  return hex
+end
 
 local function flagtext(bits, mask, v)
   local out = {}
@@ -1145,8 +1151,7 @@ local function verify_header(m, shape, ctx, add)
   if shape.cas == "required" and m.cas_zero then
     add("cas-invalid", name .. ": CAS 0, the request must carry one")
   elseif shape.cas == "forbidden" and not m.cas_zero then
-    local hex = string.gsub(string.lower(m.cas_range:uint64():tohex()), "^0+", "")
-    add("cas-invalid", fmt("%s: CAS 0x%s, must be 0", name, hex))
+    add("cas-invalid", fmt("%s: CAS 0x%s, must be 0", name, hex_text(m.cas_range:uint64())))
   end
   -- datatype
   if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then
@@ -1372,12 +1377,6 @@ local function dissect_frame_infos(tvb, tree, m, start, stop)
 end
 
 local prefixes, n_prefixes = {}, 0   -- "DcpMutation vb:3" by magic, opcode, vbucket/status
-
-local function hex_text(v)            -- an 8-byte field in hex, without leading zeros
-  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
-  if hex == "" then return "0" end
-  return hex
-end
 
 local function printable(text)        -- bytes outside printable ASCII as \xNN
   return (string.gsub(text, "[^\32-\126]", function(c) return fmt("\\x%02x", sbyte(c)) end))

@@ -20,6 +20,12 @@ local function int_text(v)
   if type(v) == "number" then return fmt("%d", v) end
   return tostring(v)
 end
+-- A UInt64 in hex, without leading zeros.
+local function hex_text(v)
+  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
+  if hex == "" then return "0" end
+  return hex
+end
 
 local function flagtext(bits, mask, v)
   local out = {}
@@ -146,12 +152,6 @@ local function dissect_frame_infos(tvb, tree, m, start, stop)
 end
 
 local prefixes, n_prefixes = {}, 0   -- "DcpMutation vb:3" by magic, opcode, vbucket/status
-
-local function hex_text(v)            -- an 8-byte field in hex, without leading zeros
-  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
-  if hex == "" then return "0" end
-  return hex
-end
 
 local function printable(text)        -- bytes outside printable ASCII as \xNN
   return (string.gsub(text, "[^\32-\126]", function(c) return fmt("\\x%02x", sbyte(c)) end))
