@@ -231,20 +231,25 @@ def reproduces(f: Finding, found: set[tuple[str, int | None]], frame_map) -> boo
     return (f.rule, frame_map.get(f.frame)) in found
 
 
+def _unreproduced(cap: CaptureIndex, pcap: Path, findings: list[Finding], frame_map) -> list:
+    """The ``findings`` that ``analyze`` of the trimmed capture ``pcap`` does not give back."""
+    from ..analysis.run import analyze_file
+    found, _ = analyze_file(str(pcap), cap.options)
+    got = {(g.rule, g.frame) for g in found}
+    return [f for f in findings if not reproduces(f, got, frame_map)]
+
+
 def _select(cap: CaptureIndex, chosen: list[Finding], work: Path, widen: bool = True):
     """Widen the selection step by step (:data:`STEPS`) until the trimmed capture
     reproduces every chosen finding. Returns (frames kept, widest step, not reproduced)."""
-    from ..analysis.run import analyze_file
     keep: set[int] = set()
     for f in chosen:
         keep |= cap.context_of(f)
     missing, step = list(chosen), 0
     while True:
         pcap, frame_map, _ = _write_pcap(cap, keep, work / "trial", redact=False)
-        found, _ = analyze_file(str(pcap), cap.options)
+        missing = _unreproduced(cap, pcap, missing, frame_map)
         pcap.unlink()
-        got = {(g.rule, g.frame) for g in found}
-        missing = [f for f in missing if not reproduces(f, got, frame_map)]
         if not missing or not widen or step == len(STEPS) - 1:
             return keep, step, missing
         step += 1
@@ -326,10 +331,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
 
     pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact, comments)
     if redact:              # "reproduced" says what the redacted capture itself gives back
-        from ..analysis.run import analyze_file
-        found, _ = analyze_file(str(pcap), cap.options)
-        got = {(g.rule, g.frame) for g in found}
-        missing = [f for f in chosen if not reproduces(f, got, frame_map)]
+        missing = _unreproduced(cap, pcap, chosen, frame_map)
     name = pcap.name
     from ..luagen.render import render
     (out / PLUGIN).write_text(render(), encoding="utf-8")
