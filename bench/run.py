@@ -114,6 +114,12 @@ def _frames(path: Path) -> int:
         return sum(1 for _ in reader)
 
 
+def analyze_cmd(path: Path) -> list[str]:
+    """``dcpdissect analyze`` as every row measures it (all rules, jsonl)."""
+    return [*CLI, "analyze", str(path), "--format", "jsonl", "--fail-on", "never",
+            "--no-progress"]
+
+
 def per_capture(path: Path, lua: bool, scapy: bool) -> list[dict]:
     mb = path.stat().st_size / 1e6
     lua_file = ROOT / "lua" / "dcpdissect.lua"
@@ -122,11 +128,9 @@ def per_capture(path: Path, lua: bool, scapy: bool) -> list[dict]:
                                        "-e", "couchbase.opcode", "-e", "couchbase.extras.by_seqno",
                                        "-e", "couchbase.extras.start_seqno",
                                        "-e", "couchbase.extras.end_seqno"]),
-        ("dcpdissect analyze", [*CLI, "analyze", str(path), "--format", "jsonl",
-                                "--fail-on", "never", "--no-progress"]),
+        ("dcpdissect analyze", analyze_cmd(path)),
         ("dcpdissect dissect --format jsonl", [*CLI, "dissect", str(path), "--format", "jsonl"]),
-        (PURE + "dcpdissect analyze", [*CLI, "analyze", str(path), "--format", "jsonl",
-                                       "--fail-on", "never", "--no-progress"]),
+        (PURE + "dcpdissect analyze", analyze_cmd(path)),
         (PURE + "dcpdissect dissect --format jsonl", [*CLI, "dissect", str(path), "--format",
                                                       "jsonl"]),
     ]
@@ -223,6 +227,8 @@ def report_time(path: Path, rows: list[dict], workdir: Path) -> dict:
 # -- the pipeline ---------------------------------------------------------------------------
 
 def pipeline_chunked(path: Path, workdir: Path, analyze_wall: float) -> dict:
+    """The chunked pipeline on ``path`` against ``analyze``'s wall time on it."""
+    print(f"  pipeline chunked on {path.name} ...", file=sys.stderr)
     out = workdir / "pipeline-chunked"
     shutil.rmtree(out, ignore_errors=True)
     r = measure([*CLI, "pipeline", str(path), "--out", str(out), "--master", "local[2]",
@@ -231,7 +237,8 @@ def pipeline_chunked(path: Path, workdir: Path, analyze_wall: float) -> dict:
     job = float(m.group(1)) if m else float("nan")
     stages = re.findall(r"pipeline: .*", r["stderr"])
     shutil.rmtree(out, ignore_errors=True)
-    return {**r, "job": job, "efficiency": analyze_wall / (job * 2), "stages": stages}
+    return {**r, "job": job, "efficiency": analyze_wall / (job * 2), "stages": stages,
+            "analyze": analyze_wall, "capture": path.name}
 
 
 def corpus(workdir: Path, size_each: int, files: int = 4) -> list[str]:
@@ -304,16 +311,12 @@ def targets(rows: list[dict], sizes_paths: list[Path], many: Path | None, chunke
         d = _find(rows, p.name, "dcpdissect dissect --format jsonl")
         out.append(f"| `dissect --format jsonl` ≥ 2x tshark -T fields ({p.name}) | "
                    f"{d['vs_tshark']:.2f}x | {verdict(d['vs_tshark'] >= 2)} |")
-    if chunked is not None:
-        out.append(f"| pipeline chunked (64 MB chunks, local[2]) efficiency ≥ 0.6 | "
-                   f"{chunked['efficiency']:.2f} (analyze {chunked['analyze']:.1f} s / "
-                   f"({chunked['job']:.1f} s after session start x 2)) | "
-                   f"{verdict(chunked['efficiency'] >= 0.6)} |")
-    if shared is not None:
-        out.append(f"| the same, 4 consumers of one vbucket ({shared['capture']}) ≥ 0.6 | "
-                   f"{shared['efficiency']:.2f} (analyze {shared['analyze']:.1f} s / "
-                   f"({shared['job']:.1f} s after session start x 2)) | "
-                   f"{verdict(shared['efficiency'] >= 0.6)} |")
+    for run, target in ((chunked, "pipeline chunked (64 MB chunks, local[2]) efficiency ≥ 0.6"),
+                        (shared, "the same, 4 consumers of one vbucket ({capture}) ≥ 0.6")):
+        if run is not None:
+            out.append(f"| {target.format(capture=run['capture'])} | {run['efficiency']:.2f} "
+                       f"(analyze {run['analyze']:.1f} s / ({run['job']:.1f} s after session "
+                       f"start x 2)) | {verdict(run['efficiency'] >= 0.6)} |")
     if html is not None:
         out.append(f"| `analyze --format html` ≤ 2x the table's time ({html['capture']}) | "
                    f"{html['ratio']:.2f}x ({html['seconds']:.1f} s vs {html['table']:.1f} s; "
@@ -372,8 +375,7 @@ def main(argv=None) -> int:
     if rss_size:
         path = capture(args.workdir, rss_size, "replication")
         print(f"  {path.name}: dcpdissect analyze (peak RSS) ...", file=sys.stderr)
-        r = measure([*CLI, "analyze", str(path), "--format", "jsonl", "--fail-on", "never",
-                     "--no-progress"])
+        r = measure(analyze_cmd(path))
         m = re.search(r"(\d+) PDUs", r["stderr"])
         rows.append({**r, "capture": path.name, "MB": path.stat().st_size / 1e6,
                      "tool": "dcpdissect analyze", "msgs": int(m.group(1)) if m else 0,
@@ -387,21 +389,12 @@ def main(argv=None) -> int:
         size = parse_size(args.shared)
         if size:
             path = capture(args.workdir, size, "shared-vbuckets")
-            a = measure([*CLI, "analyze", str(path), "--format", "jsonl", "--fail-on", "never",
-                         "--no-progress"])
-            print(f"  pipeline chunked on {path.name} ...", file=sys.stderr)
-            shared = pipeline_chunked(path, args.workdir, a["seconds"])
-            shared["analyze"] = a["seconds"]
-            shared["capture"] = path.name
+            shared = pipeline_chunked(path, args.workdir, measure(analyze_cmd(path))["seconds"])
         size = parse_size(args.chunked)
         if size:
             path = capture(args.workdir, size, "replication")
-            a = _find(rows, path.name, "dcpdissect analyze") or measure(
-                [*CLI, "analyze", str(path), "--format", "jsonl", "--fail-on", "never"])
-            print(f"  pipeline chunked on {path.name} ...", file=sys.stderr)
+            a = _find(rows, path.name, "dcpdissect analyze") or measure(analyze_cmd(path))
             chunked = pipeline_chunked(path, args.workdir, a["seconds"])
-            chunked["analyze"] = a["seconds"]
-            chunked["capture"] = path.name
         print("  pipeline on the corpus ...", file=sys.stderr)
         corpus_lines = corpus(args.workdir, args.corpus_file_size)
     minutes = (time.monotonic() - started) / 60
