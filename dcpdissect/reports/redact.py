@@ -51,7 +51,7 @@ class Pseudonyms:
         got = self._given.get(key)
         if got is None:
             got = self._make(key)
-            self._given[key], got = got, got
+            self._given[key] = got
             self._taken.add(got)
         return got
 
