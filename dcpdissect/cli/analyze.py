@@ -108,15 +108,20 @@ def _analyze(args, capture_copy: str) -> int:
     if failed is not None:
         return failed
     findings = sorted(shown.findings, key=Finding.sort_key)
+    if args.format != "jsonl":
+        run.progress.step(f"writing the {args.format}")
     _write_report(args, out, findings, summary, legend, timeline, streams, analyzer, shown)
     out.flush()
-    if args.evidence and _write_evidence(args, capture_copy,
-                                         sorted(shown.kept, key=Finding.sort_key), summary):
-        return EXIT_BAD_INPUT
+    if args.evidence:
+        run.progress.step(f"writing the evidence bundle {args.evidence}")
+        if _write_evidence(args, capture_copy, sorted(shown.kept, key=Finding.sort_key),
+                           summary):
+            return EXIT_BAD_INPUT
     if out is not sys.stdout:
         out.close()
-    if _extra_files(args, findings, legend, timeline):
+    if _extra_files(args, findings, legend, timeline, run.progress):
         return EXIT_BAD_INPUT
+    run.progress.close()
     print(summary.line() + f", {len(findings)} findings", file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
@@ -127,7 +132,8 @@ def _analyze(args, capture_copy: str) -> int:
 class _Shown:
     """The findings ``analyze`` reports, as a pass finds them: those ``--rule`` and
     ``--exclude-rule`` keep, redacted with ``--redact``; from live input each leaves at
-    once (jsonl, table), otherwise they are written sorted by frame at the end."""
+    once (table); in jsonl each batch's findings leave as they are found, a table from a
+    file is written sorted by frame at the end."""
 
     def __init__(self, args, out, legend, clock):
         self.rules, self.excluded = args.rule, args.exclude_rule or ()
@@ -138,7 +144,7 @@ class _Shown:
             self.pseudonyms = Pseudonyms()
         self.out, self.legend, self.clock = out, legend, clock
         live = args.file == "-"
-        self.jsonl = live and args.format == "jsonl"
+        self.jsonl = args.format == "jsonl"
         self.table = (LiveTable(out, FINDING_HEADERS)
                       if live and args.format == "table" else None)
         self.findings: list = []        # as reported (redacted with --redact)
@@ -156,8 +162,10 @@ class _Shown:
             new = [redact_finding(f, self.pseudonyms) for f in new]
         self.findings.extend(new)
         if self.jsonl:
-            for f in new:
+            from ..analysis.findings import Finding
+            for f in sorted(new, key=Finding.sort_key):
                 self.out.write(jsonl_line(finding_record(f, self.legend.record(f.connection))))
+            self.out.flush()
         elif self.table is not None:
             for f in new:
                 self.table.row(finding_row(f, self.clock))
@@ -170,9 +178,6 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
              for c in (f.connection, f.fields.get("previous_connection")) if type(c) is int}
     if args.format == "jsonl":
         from ..reports.findings import flow_control_records
-        if not shown.jsonl:
-            for f in findings:
-                out.write(jsonl_line(finding_record(f, legend.record(f.connection))))
         for rec in flow_control_records(analyzer.streams.flow.timelines()):
             out.write(jsonl_line(rec))
         if summary.error:
@@ -279,14 +284,16 @@ def _output_problem(args) -> str | None:
     return None
 
 
-def _extra_files(args, findings, legend, timeline) -> int:
+def _extra_files(args, findings, legend, timeline, progress) -> int:
     """--plot and --annotate; each file written is named on stderr. Exit code."""
     try:
         if args.plot:
+            progress.step(f"plotting the timelines into {args.plot}")
             from ..reports.timeline import write_plots
             written = write_plots(args.plot, timeline, findings, legend)
             print(f"{len(written)} timeline files written to {args.plot}", file=sys.stderr)
         if args.annotate:
+            progress.step(f"writing the annotated capture {args.annotate}")
             from ..reports.annotate import write_annotated
             frames, commented = write_annotated(args.file, args.annotate, findings)
             print(f"annotated capture written to {args.annotate}: {frames} frames, "

@@ -59,10 +59,20 @@ class Progress:
         self.stream.flush()
         self.drawn = True
 
+    def step(self, text: str) -> None:
+        """After the capture is read: say what is being done now (``writing the report``)
+        in the bar's place; :meth:`close` clears it."""
+        if not self.enabled or self.reader is None:
+            return
+        self.stream.write(f"\r\033[K{self.label}: {text}")
+        self.stream.flush()
+        self.drawn = True
+
     def close(self) -> None:
         if self.drawn:
             self.stream.write("\r\033[K")
             self.stream.flush()
+            self.drawn = False
 
 
 def spark_stage_progress(stream=None) -> dict:
