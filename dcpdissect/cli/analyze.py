@@ -9,8 +9,8 @@ from tabulate import tabulate
 
 from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary
-from ..reports.findings import (FINDING_HEADERS, finding_record, finding_row, findings_table,
-                                summary_rows)
+from ..reports.findings import (FINDING_HEADERS, INFO_ROWS, finding_record, finding_row,
+                                findings_table, fold, summary_rows)
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
                      add_capture_options, add_fail_on_option, add_min_severity_option,
@@ -101,12 +101,13 @@ def _analyze(args, capture_copy: str) -> int:
     if args.format in ("markdown", "html"):
         from ..analysis.stream_summary import StreamSummary
         streams = StreamSummary(analyzer)
-    shown = _Shown(args, out, legend, clock)
+    shown = _Shown(args, out, legend, clock, summary)
     observers = [o for o in (legend, timeline, streams or analyzer, shown) if o is not None]
     run = run_pass(args, observers, summary, f"analyzing {args.file}", args.progress)
     failed = not_decoded(args, summary, args.format == "jsonl", out)
     if failed is not None:
         return failed
+    shown.write_waiting()
     findings = sorted(shown.findings, key=Finding.sort_key)
     if args.format != "jsonl":
         run.progress.step(f"writing the {args.format}")
@@ -131,22 +132,26 @@ def _analyze(args, capture_copy: str) -> int:
 
 class _Shown:
     """The findings ``analyze`` reports, as a pass finds them: those ``--rule`` and
-    ``--exclude-rule`` keep, redacted with ``--redact``; from live input each leaves at
-    once (table); in jsonl each batch's findings leave as they are found, a table from a
-    file is written sorted by frame at the end."""
+    ``--exclude-rule`` keep, redacted with ``--redact``. In jsonl, and in the table of
+    live input, they leave as they are found once a message has been decoded (before that,
+    the capture may hold no MCBP and have no result); otherwise they are written sorted by
+    frame at the end."""
 
-    def __init__(self, args, out, legend, clock):
+    def __init__(self, args, out, legend, clock, summary):
         self.rules, self.excluded = args.rule, args.exclude_rule or ()
         self.min_severity = args.min_severity
         self.redact = args.redact
         if args.redact:         # keys as same-length stand-ins, equal keys equal
             from ..reports.redact import Pseudonyms
             self.pseudonyms = Pseudonyms()
-        self.out, self.legend, self.clock = out, legend, clock
+        self.out, self.legend, self.clock, self.summary = out, legend, clock, summary
         live = args.file == "-"
         self.jsonl = args.format == "jsonl"
         self.table = (LiveTable(out, FINDING_HEADERS)
                       if live and args.format == "table" else None)
+        self.live_counts: dict[str, int] = {}
+        self.held: dict[str, list] = {}  # live table: rule -> findings waiting to be folded
+        self.waiting: list = []         # found, not yet written (jsonl, live table)
         self.findings: list = []        # as reported (redacted with --redact)
         self.kept: list = []            # as found (the evidence bundle redacts its own way)
 
@@ -161,13 +166,38 @@ class _Shown:
             from ..reports.redact import redact_finding
             new = [redact_finding(f, self.pseudonyms) for f in new]
         self.findings.extend(new)
+        self.waiting.extend(new)
+        if self.summary.pdus:       # not before a message is decoded: it may never be
+            self.write_waiting()
+
+    def write_waiting(self) -> None:
+        """Write the findings that wait (jsonl, live table), in frame order."""
+        from ..analysis.findings import Finding
+        waiting, self.waiting = sorted(self.waiting, key=Finding.sort_key), []
         if self.jsonl:
-            from ..analysis.findings import Finding
-            for f in sorted(new, key=Finding.sort_key):
+            for f in waiting:
                 self.out.write(jsonl_line(finding_record(f, self.legend.record(f.connection))))
             self.out.flush()
         elif self.table is not None:
-            for f in new:
+            for f in waiting:
+                if not self._held_back(f):
+                    self.table.row(finding_row(f, self.clock))
+
+    def _held_back(self, f) -> bool:
+        """Live table: an info rule's findings beyond its first rows wait for one folded row
+        at the end (:func:`~dcpdissect.reports.findings.folded`)."""
+        if f.severity != "info" or f.rule in (self.rules or ()):
+            return False
+        self.live_counts[f.rule] = n = self.live_counts.get(f.rule, 0) + 1
+        if n <= INFO_ROWS:
+            return False
+        self.held.setdefault(f.rule, []).append(f)
+        return True
+
+    def write_held(self) -> None:
+        """The folded rows of the findings :meth:`_held_back` kept."""
+        for rid, rest in self.held.items():
+            for f in rest if len(rest) == 1 else [fold(rid, rest)]:
                 self.table.row(finding_row(f, self.clock))
 
 
@@ -197,12 +227,13 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
                                   streams=stream_records(streams.streams, findings),
                                   notes=[REDACTED_NOTE] if args.redact else ()))
     elif shown.table is not None:
+        shown.write_held()
         out.write("\n" + (tabulate(summary_rows(findings),
                                    headers=("rule", "severity", "count", "title"),
                                    disable_numparse=True) + "\n" if findings
                           else "no findings\n"))
     else:
-        out.write(findings_table(findings, shown.clock))
+        out.write(findings_table(findings, shown.clock, whole=args.rule or ()))
     if args.format == "table" and findings:
         out.write("\n" + legend.table(cited))
 

@@ -7,7 +7,7 @@ from collections import Counter
 from tabulate import tabulate
 
 from ..analysis.findings import Finding
-from ..analysis.rules import RULES, SEVERITY_RANK
+from ..analysis.rules import INFO, RULES, SEVERITY_RANK
 from .messages import Clock, iso_time
 
 FINDING_HEADERS = ("frame", "time", "conn", "vb", "rule", "message")
@@ -60,12 +60,51 @@ def finding_row(f: Finding, clock: Clock | None = None) -> list:
             f.vbucket if f.vbucket is not None else "-", f.rule, f.message]
 
 
-def findings_table(findings: list[Finding], clock: Clock | None = None) -> str:
+INFO_ROWS = 3       # an info rule's findings shown one a row; the others fold into one
+
+
+def folded(findings: list[Finding], whole=()) -> list[Finding]:
+    """``findings`` (in frame order) one a row for a reader: beyond its first
+    :data:`INFO_ROWS`, the findings of an info rule (a TLS connection on another port, a
+    stream judged no further, ...) fold into one row that counts them and names their
+    connections and frames. Rules in ``whole`` (asked for by name) are never folded."""
+    by_rule: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_rule.setdefault(f.rule, []).append(f)
+    rows = []
+    for rid, items in by_rule.items():
+        if RULES[rid].severity != INFO or rid in whole or len(items) <= INFO_ROWS + 1:
+            rows += items
+        else:
+            rows += items[:INFO_ROWS] + [fold(rid, items[INFO_ROWS:])]
+    return sorted(rows, key=Finding.sort_key)
+
+
+def fold(rid: str, rest: list[Finding]) -> Finding:
+    """One row standing for the findings ``rest`` of rule ``rid``."""
+    conns = sorted({f.connection for f in rest if f.connection is not None})
+    frames = [f.frame for f in rest if f.frame is not None]
+    where = (f" on connection {conns[0]}" if len(conns) == 1
+             else f" on {len(conns)} connections ({_listed(conns)})" if conns else "")
+    span = f", frames {frames[0]}–{frames[-1]}" if frames else ""
+    return Finding(rid, f"{len(rest)} more {rid} findings{where}{span}: --rule {rid} or "
+                   "--format jsonl lists each", rest[0].frame, (), rest[0].ts_ns,
+                   fields={"more": len(rest), "connections": conns})
+
+
+def _listed(numbers: list[int], shown: int = 8) -> str:
+    text = ", ".join(map(str, numbers[:shown]))
+    return text + (f", … {numbers[-1]}" if len(numbers) > shown else "")
+
+
+def findings_table(findings: list[Finding], clock: Clock | None = None, whole=()) -> str:
+    """The per-rule counts, then the findings a row each (info rules :func:`folded`)."""
     if not findings:
         return "no findings\n"
     head = tabulate(summary_rows(findings), headers=("rule", "severity", "count", "title"),
                     disable_numparse=True)
     clock = clock or Clock()
-    body = tabulate([finding_row(f, clock) for f in findings], headers=FINDING_HEADERS,
-                    disable_numparse=True, maxcolwidths=[None, None, None, None, None, 100])
+    body = tabulate([finding_row(f, clock) for f in folded(findings, whole)],
+                    headers=FINDING_HEADERS, disable_numparse=True,
+                    maxcolwidths=[None, None, None, None, None, 100])
     return head + "\n\n" + body + "\n"

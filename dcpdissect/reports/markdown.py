@@ -8,8 +8,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ..analysis.findings import Finding
-from ..analysis.rules import RULES, SEVERITY_RANK
-from .findings import finding_record
+from ..analysis.rules import INFO, RULES, SEVERITY_RANK
+from .findings import INFO_ROWS, finding_record
 from .messages import iso_time
 
 HEXDUMP_BYTES = 64
@@ -88,7 +88,8 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
 
     With ``frame_map`` (original frame number -> frame number in a trimmed capture) frame
     numbers and filters refer to the trimmed capture. At most ``max_per_rule`` findings
-    of one rule are detailed; the others are listed by frame.
+    of one rule (:data:`~.findings.INFO_ROWS` of an info rule) are detailed; the others are
+    listed by frame.
     """
     name = Path(str(path)).name
     out = [f"# {title or 'dcpdissect findings: ' + name}", ""]
@@ -138,8 +139,9 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
                 f"Rationale: {r.rationale}", ""]
         if mapped_all:
             out += [f"All frames of this rule: `{frame_filter(mapped_all)}`", ""]
+        limit = INFO_ROWS if r.severity == INFO else max_per_rule
         for i, f in enumerate(items):
-            if i == max_per_rule:
+            if i == limit and len(items) > limit + 1:
                 rest = [_frame_text(g.frame, frame_map) for g in items[i:]]
                 out += [f"{len(rest)} more at frames: " + ", ".join(rest), ""]
                 break
