@@ -107,3 +107,17 @@ def test_tunnel_column_csv_and_output_file(capsys, tmp_path):
     assert main(["connections", str(SAMPLES / "encap" / "vxlan.pcap")]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert header.split()[-1] == "tunnel"
+
+
+def test_records_match_the_schema(capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "jsonl-schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    seen = 0
+    for sample in ("lifecycle-legal.pcap", "encap/vxlan.pcap", "tcp-mid-stream.pcap",
+                   "identity-half-close-correct.pcap", "ports-heuristic.pcap"):
+        for r in records(capsys, SAMPLES / sample):
+            errors = list(validator.iter_errors(r))
+            assert not errors, f"{sample}: {errors[0].message}"
+            seen += 1
+    assert seen >= 7

@@ -52,6 +52,18 @@ parse_vbucket = _int_in(0, 65535, "vbucket")
 parse_connection = _int_in(1, (1 << 31) - 1, "connection")
 
 
+def _list_of(parse):
+    """``N[,M...]`` -> [N, M, ...], each through ``parse`` (for ``action="extend"``)."""
+    def parse_list(text: str) -> list[int]:
+        return [parse(part.strip()) for part in text.split(",")]
+    parse_list.__name__ = parse.__name__
+    return parse_list
+
+
+vbucket_list = _list_of(parse_vbucket)
+connection_list = _list_of(parse_connection)
+
+
 def live_output(path: str) -> None:
     """Live input (stdin): every line of output leaves at once."""
     if path == "-":
