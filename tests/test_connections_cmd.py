@@ -104,6 +104,7 @@ def test_tunnel_column_csv_and_output_file(capsys, tmp_path):
     [row] = list(csv.DictReader(io.StringIO(out.read_text())))
     assert (row["type"], row["tcp_stream"], row["tunnel"]) == \
         ("connection", "0", "VXLAN vni 42 10.9.0.1→10.9.0.2")
+    assert (row["duration"], row["closed_by"], row["bucket"]) == ("0.001993000", "client", "")
     assert main(["connections", str(SAMPLES / "encap" / "vxlan.pcap")]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert header.split()[-1] == "tunnel"

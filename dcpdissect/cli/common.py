@@ -190,10 +190,10 @@ def add_progress_option(p: argparse.ArgumentParser) -> None:
                         "capture is 20 MB or more)")
 
 
-def capture_options(args) -> Options:
+def capture_options(args, tcp_streams=None) -> Options:
     return Options(ports=tuple(args.port), any_port=args.any_port,
                    tls_keylog=getattr(args, "tls_keylog", None) or "",
-                   vxlan_ports=tuple(args.vxlan_port))
+                   vxlan_ports=tuple(args.vxlan_port), tcp_streams=tcp_streams)
 
 
 
@@ -204,7 +204,6 @@ def run_pass(args, observers, summary, label: str = "", progress: bool | None = 
     ``progress`` (``--[no-]progress``) asks; ``tcp_streams`` (a
     :class:`~dcpdissect.reassembly.tcp_streams.TcpStreams`) fed every TCP segment. Returns
     the finished :class:`Pass`."""
-    import dataclasses
     from ..analysis.findings import MAX_FINDINGS_PER_RULE
     from ..analysis.session import Pass
     from ..reassembly.batches import BATCH
@@ -215,8 +214,8 @@ def run_pass(args, observers, summary, label: str = "", progress: bool | None = 
     try:
         run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if args.file == "-" else BATCH,
                    progress=bar, interruptible=True)
-        options = dataclasses.replace(capture_options(args), tcp_streams=tcp_streams)
-        run.run(iter_events(args.file, options, summary, bar.attach))
+        run.run(iter_events(args.file, capture_options(args, tcp_streams), summary,
+                            bar.attach))
     finally:
         bar.close()
     return run

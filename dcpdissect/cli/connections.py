@@ -73,11 +73,11 @@ def cmd_connections(args) -> int:
 
 def _write_csv(out, records: list[dict]) -> None:
     """The records as CSV: one column per key (``tunnel`` when a record has one), empty
-    cells for None."""
+    cells for None, the duration in seconds with nanosecond digits."""
     if not records:
         return
     columns = list(records[0]) + (["tunnel"] if any("tunnel" in r for r in records)
                                   and "tunnel" not in records[0] else [])
     writer = csv.DictWriter(out, columns, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(records)
+    writer.writerows({**r, "duration": f"{r['duration']:.9f}"} for r in records)
