@@ -45,15 +45,16 @@ def tshark_streams(path) -> dict:
 
 @pytest.mark.tshark
 @pytest.mark.parametrize("sample", [
-    "identity-restart-correct.pcap",            # two connections, one reconnect
-    "ports-heuristic.pcap",                     # non-MCBP conversations take numbers too
-    "pcapng/tls13-late-dsb.pcapng",             # conn 1 is tcp.stream 1 (TLS before it)
-    "encap/vxlan-8472.pcap",                    # inside VXLAN (UDP 8472)
-    "real/replication-vxlan-any.pcap",          # -i any: each segment plain and in VXLAN
-    "real/two-interfaces.pcapng",               # file order is not time order
+    "samples/identity-restart-correct.pcap",    # two connections, one reconnect
+    "samples/ports-heuristic.pcap",             # non-MCBP conversations take numbers too
+    "samples/pcapng/tls13-late-dsb.pcapng",     # conn 1 is tcp.stream 1 (TLS before it)
+    "samples/encap/vxlan-8472.pcap",            # inside VXLAN (UDP 8472)
+    "samples/real/replication-vxlan-any.pcap",  # -i any: each segment plain and in VXLAN
+    "samples/real/two-interfaces.pcapng",       # file order is not time order
+    "tests/tcp_streams/port-reuse-lo.pcap",     # a new SYN on the same ports: a new stream
 ])
 def test_tcp_stream_frames_and_bytes_are_tsharks(capsys, sample):
-    path = SAMPLES / sample
+    path = ROOT / sample
     theirs = tshark_streams(path)
     ours = records(capsys, path, "--vxlan-port", "8472")
     assert ours and theirs
