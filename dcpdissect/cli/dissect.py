@@ -104,7 +104,7 @@ def _dissect(args, out) -> int:
         out.write("\n" + legend.table(writer.shown))
     out.flush()
     print(summary.line(), file=sys.stderr)
-    if note := rows.nothing_matched(args):
+    if note := rows.nothing_matched(args, legend.opened):
         print(note, file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
@@ -165,9 +165,10 @@ class _Rows:
     def on_event(self, ev) -> None:
         self.collections.feed(ev)
 
-    def nothing_matched(self, args) -> str | None:
+    def nothing_matched(self, args, connections=()) -> str | None:
         """When filters kept no message: one line that says so, and what the capture has
-        that comes closest (the opcodes present, the vbuckets of the requests)."""
+        that comes closest (the opcodes present, the vbuckets of the requests, the
+        ``connections`` when a connection was asked for)."""
         if self.kept or not (self.opcodes or self.by_stream or self.by_time):
             return None
         present = sorted(OPCODE_NAMES.get(c, f"0x{c:02x}") for c in self.opcodes_seen)
@@ -183,6 +184,10 @@ class _Rows:
             vbs = sorted(self.vbuckets_seen)
             text += f"; vbuckets of its requests: {', '.join(map(str, vbs[:20]))}" + (
                 ", ..." if len(vbs) > 20 else "")
+        if self.streams.conns and connections:
+            conns = sorted(connections)
+            text += f"; connections: {', '.join(map(str, conns[:20]))}" + (
+                ", ..." if len(conns) > 20 else "")
         return text
 
     def on_finish(self) -> None:
