@@ -3,8 +3,9 @@ frames, bytes and times of each conversation as ``tshark -z conv,tcp`` counts th
 
 Wireshark numbers every TCP conversation of a capture, MCBP or not, from 0 in order of
 first appearance in the file (frame order, not time order: :attr:`Conversation.number` is
-known once the capture is read); a conversation is a pair of endpoints, whatever its segments came through
-(a segment captured twice, plain and inside a tunnel, is counted twice in one conversation).
+known once the capture is read); a conversation is a pair of endpoints, whatever its
+segments came through (a segment captured twice, plain and inside a tunnel, is counted
+twice in one conversation).
 A SYN without ACK whose sequence number differs from the first one its sender used in the
 conversation starts a new conversation on the same endpoints (port reuse).
 """
@@ -15,9 +16,10 @@ from .tcp import ACK, SYN
 
 
 class Conversation:
-    """One ``tcp.stream``: ``index`` its place in :attr:`TcpStreams.conversations`, ``ends`` its two endpoints, lower first (Wireshark's A and B);
-    frames and bytes (on the wire) sent by each; its first frame number, first and last
-    frame times; ``number`` Wireshark's, once :meth:`TcpStreams.finish` gave it."""
+    """One ``tcp.stream``: ``index`` its place in :attr:`TcpStreams.conversations`, ``ends``
+    its two endpoints, lower first (Wireshark's A and B); frames and bytes (on the wire)
+    sent by each; its first frame number, first and last frame times; ``number``
+    Wireshark's, once :meth:`TcpStreams.finish` gave it."""
 
     __slots__ = ("index", "number", "ends", "base_seq", "frames", "bytes", "first_frame",
                  "first_ts_ns", "last_ts_ns")
@@ -44,7 +46,9 @@ class TcpStreams:
         self.conversations: list[Conversation] = []
         self._by_ends: dict[tuple, Conversation] = {}
 
-    def feed(self, seg, frame: int, ts_ns: int, wirelen: int) -> Conversation:
+    def feed(self, seg, frame: int, ts_ns: int, wirelen: int) -> None:
+        """Count segment ``seg`` of frame ``frame`` (``wirelen`` bytes on the wire) in its
+        conversation, which it opens when new or when a SYN starts one again."""
         src, dst = (seg.src, seg.sport), (seg.dst, seg.dport)
         ends = (src, dst) if src <= dst else (dst, src)
         i = 0 if src == ends[0] else 1
@@ -61,7 +65,6 @@ class TcpStreams:
         conv.first_frame = min(conv.first_frame, frame)
         conv.first_ts_ns = min(conv.first_ts_ns, ts_ns)
         conv.last_ts_ns = max(conv.last_ts_ns, ts_ns)
-        return conv
 
     def finish(self) -> None:
         """Number the conversations as Wireshark does: by first frame in the file."""

@@ -3,7 +3,8 @@
 :func:`stream_records` turns the accounting of :mod:`dcpdissect.analysis.stream_summary`
 (and the capture's findings) into one dict per stream, keys :data:`STREAM_COLUMNS` after
 ``type`` (``ts_ns``: the stream's first frame); seqnos and uuids stay Python ints
-(``jsonl_line`` writes them as decimal strings). :func:`table_rows` gives the short human view under :data:`TABLE_HEADERS`.
+(``jsonl_line`` writes them as decimal strings). :func:`table_rows` gives the short human
+view under :data:`TABLE_HEADERS`.
 """
 
 from __future__ import annotations
