@@ -37,7 +37,7 @@ def _inputs(tmp: Path) -> dict[str, tuple[str, bytes | None, str]]:
 
 COMMANDS = [("analyze", "table"), ("analyze", "jsonl"), ("analyze", "markdown"),
             ("dissect", "table"), ("dissect", "jsonl"), ("streams", "table"),
-            ("streams", "jsonl")]
+            ("streams", "jsonl"), ("connections", "table"), ("connections", "jsonl")]
 
 
 @pytest.mark.parametrize("command, fmt", COMMANDS)

@@ -167,6 +167,23 @@ def test_filters_that_match_nothing_say_so_with_what_is_close(samples_dir):
     assert "not in the capture: DcpExpiration (did you mean " in line
     assert "opcodes present: DcpDeletion, DcpGetFailoverLog, DcpMutation, DcpOpen," in line
     code, out, err = run("dissect", sample, "--vbucket", "7")
-    assert "vbuckets of its requests: 0" in err
+    assert "vbuckets of its requests: 0" in err and "connections:" not in err
+    code, out, err = run("dissect", sample, "--follow", "vb:0,conn:5")
+    assert err.splitlines()[-1].endswith("vbuckets of its requests: 0; connections: 1, 2")
     code, out, err = run("dissect", sample, "--opcode", "DcpMutation")
     assert "no message matches" not in err and out.strip()
+
+
+def test_output_file_takes_the_rows_and_stdout_stays_empty(samples_dir, tmp_path, capsys):
+    """-o FILE: the same lines as stdout gives, a table's legend included; the summary
+    stays on stderr."""
+    sample = str(samples_dir / "resume-collapsed.pcap")
+    for fmt in ("jsonl", "table"):
+        assert main(["dissect", sample, "--format", fmt, "--vbucket", "0,1"]) == 0
+        want = capsys.readouterr().out
+        out = tmp_path / f"rows.{fmt}"
+        assert main(["dissect", sample, "--format", fmt, "--vbucket", "0,1", "-o",
+                     str(out)]) == 0
+        got, err = capsys.readouterr()
+        assert got == "" and out.read_text() == want and "16 PDUs" in err
+    assert "connections" in want

@@ -143,3 +143,41 @@ def test_pipeline_streams_table_equals_streams_on_every_sample(spark, tmp_path, 
         assert table.get(path, []) == want, path
         streams += len(want)
     assert streams > 100
+
+
+def test_filters_keep_what_they_name(capsys):
+    """lifecycle-legal: 11 streams on connections 1..3, vbuckets 0..9 (vbuckets 6 and 7 on
+    connection 2); resume-collapsed: only connection 2's stream has a finding (1 error)."""
+    path = ROOT / "samples" / "lifecycle-legal.pcap"
+    assert {(r["connection"], r["vbucket"]) for r in records(capsys, path)} >= {(2, 6), (2, 7)}
+    assert main(["streams", str(path), "--format", "jsonl", "--vbucket", "6,7",
+                 "--vbucket", "0", "--conn", "2"]) == 0
+    kept = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((r["connection"], r["vbucket"]) for r in kept) == [(2, 6), (2, 7)]
+    assert main(["streams", str(ROOT / "samples" / "resume-collapsed.pcap"), "--format",
+                 "jsonl", "--with-findings"]) == 0
+    [kept] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (kept["connection"], kept["errors"]) == (2, 1)
+
+
+def test_a_filter_that_matches_nothing_says_what_is_there(capsys):
+    assert main(["streams", str(ROOT / "samples" / "lifecycle-legal.pcap"), "--vbucket", "9",
+                 "--conn", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "no streams\n"
+    assert err.splitlines()[-1] == ("dcpdissect: no stream matches the filters; vbuckets "
+                                    "present on connection 2: 6, 7; connections: 1, 2, 3")
+
+
+def test_request_frame_start_time_and_output_file(capsys, tmp_path):
+    """rollback-correct (tshark: the stream requests are frames 12 and 16, at 0.000011 and
+    0.000015 s after the first frame)."""
+    out = tmp_path / "streams.txt"
+    assert main(["streams", str(ROOT / "samples" / "rollback-correct.pcap"), "--time",
+                 "relative", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    rows = out.read_text().splitlines()
+    header = rows.index(next(r for r in rows if r.startswith("conn    vb")))
+    assert rows[header].split()[:5] == ["conn", "vb", "sid", "req", "frame"]
+    assert [r.split()[3:5] for r in rows[header + 2:]] == [["12", "0.000011"],
+                                                           ["16", "0.000015"]]

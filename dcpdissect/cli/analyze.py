@@ -14,10 +14,10 @@ from ..reports.findings import (FINDING_HEADERS, INFO_ROWS, finding_record, find
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
                      add_capture_options, add_fail_on_option, add_min_severity_option,
-                     add_progress_option, at_least,
+                     add_output_option, add_progress_option, at_least,
                      add_time_option, capture_options, capture_notes, fails, live_output,
-                     error_record, not_decoded, os_error, ports_report, run_pass,
-                     with_examples)
+                     error_record, not_decoded, open_output, os_error, ports_report,
+                     run_pass, with_examples)
 
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="find spec violations in a capture", **with_examples(
@@ -30,8 +30,7 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
                    help="html: one self-contained page (summary, connections, findings, a "
                         "timeline per vbucket)")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the report to FILE instead of stdout")
+    add_output_option(p, "the report")
     p.add_argument("--plot", metavar="DIR",
                    help="write the timeline of every vbucket to DIR as SVG and PNG")
     p.add_argument("--annotate", metavar="OUT.pcapng",
@@ -86,7 +85,7 @@ def _analyze(args, capture_copy: str) -> int:
     if _argument_problem(args):
         return EXIT_BAD_INPUT
     live_output(args.file)
-    out = _output(args.output)
+    out = open_output(args.output)
     if out is None:
         return EXIT_BAD_INPUT
     summary = Summary()
@@ -289,17 +288,6 @@ def _unknown_rule(ids) -> str | None:
                     else "the rule ids are listed in docs/rules.md")
             return f"unknown rule {rid!r} ({hint})"
     return None
-
-
-def _output(path: str | None):
-    """Where the report goes: stdout, or the file of ``-o`` (None: it cannot be opened)."""
-    if not path or path == "-":
-        return sys.stdout
-    try:
-        return open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        print(f"dcpdissect: error: --output {os_error(exc)}", file=sys.stderr)
-        return None
 
 
 def _output_problem(args) -> str | None:

@@ -52,6 +52,18 @@ parse_vbucket = _int_in(0, 65535, "vbucket")
 parse_connection = _int_in(1, (1 << 31) - 1, "connection")
 
 
+def _list_of(parse):
+    """``N[,M...]`` -> [N, M, ...], each through ``parse`` (for ``action="extend"``)."""
+    def parse_list(text: str) -> list[int]:
+        return [parse(part.strip()) for part in text.split(",")]
+    parse_list.__name__ = parse.__name__
+    return parse_list
+
+
+vbucket_list = _list_of(parse_vbucket)
+connection_list = _list_of(parse_connection)
+
+
 def live_output(path: str) -> None:
     """Live input (stdin): every line of output leaves at once."""
     if path == "-":
@@ -136,6 +148,24 @@ def add_time_option(p: argparse.ArgumentParser) -> None:
                         "since the capture's first frame) or delta (since the previous row)")
 
 
+def add_output_option(p: argparse.ArgumentParser, what: str = "the results") -> None:
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help=f"write {what} to FILE instead of stdout (progress and notes stay "
+                        "on stderr)")
+
+
+def open_output(path: str | None):
+    """Where the results go: stdout, or the file of ``-o`` (None: it cannot be opened,
+    said on stderr)."""
+    if not path or path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        print(f"dcpdissect: error: --output {os_error(exc)}", file=sys.stderr)
+        return None
+
+
 def keylog_text(path: str) -> str:
     """``--tls-keylog FILE``: the key log's text (it travels with the options)."""
     from ..capture.keylog import read_keylog
@@ -160,17 +190,20 @@ def add_progress_option(p: argparse.ArgumentParser) -> None:
                         "capture is 20 MB or more)")
 
 
-def capture_options(args) -> Options:
+def capture_options(args, tcp_streams=None) -> Options:
     return Options(ports=tuple(args.port), any_port=args.any_port,
                    tls_keylog=getattr(args, "tls_keylog", None) or "",
-                   vxlan_ports=tuple(args.vxlan_port))
+                   vxlan_ports=tuple(args.vxlan_port), tcp_streams=tcp_streams)
 
 
 
-def run_pass(args, observers, summary, label: str = "", progress: bool | None = False):
+def run_pass(args, observers, summary, label: str = "", progress: bool | None = False,
+             tcp_streams=None):
     """One analysis pass of ``observers`` over ``args.file``, interruptible by SIGINT: in
     batches, or message by message from stdin; a progress bar labelled ``label`` on stderr as
-    ``progress`` (``--[no-]progress``) asks. Returns the finished :class:`Pass`."""
+    ``progress`` (``--[no-]progress``) asks; ``tcp_streams`` (a
+    :class:`~dcpdissect.reassembly.tcp_streams.TcpStreams`) fed every TCP segment. Returns
+    the finished :class:`Pass`."""
     from ..analysis.findings import MAX_FINDINGS_PER_RULE
     from ..analysis.session import Pass
     from ..reassembly.batches import BATCH
@@ -181,7 +214,8 @@ def run_pass(args, observers, summary, label: str = "", progress: bool | None = 
     try:
         run = Pass(observers, MAX_FINDINGS_PER_RULE, batch=1 if args.file == "-" else BATCH,
                    progress=bar, interruptible=True)
-        run.run(iter_events(args.file, capture_options(args), summary, bar.attach))
+        run.run(iter_events(args.file, capture_options(args, tcp_streams), summary,
+                            bar.attach))
     finally:
         bar.close()
     return run

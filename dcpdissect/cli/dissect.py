@@ -15,9 +15,10 @@ from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_jso
                                 message_record, table_row)
 from ..reports.redact import Pseudonyms, redact_record
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, TimeWindow,
-                     add_capture_options, add_progress_option, add_time_option, capture_notes,
-                     checked_opcode, error_record, live_output, not_decoded, parse_connection,
-                     parse_follow, parse_instant, parse_vbucket, ports_report, run_pass,
+                     add_capture_options, add_output_option, add_progress_option,
+                     add_time_option, capture_notes, checked_opcode, connection_list,
+                     error_record, live_output, not_decoded, open_output, parse_follow,
+                     parse_instant, parse_vbucket, ports_report, run_pass, vbucket_list,
                      with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
@@ -34,16 +35,16 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.add_argument("--opcode", type=checked_opcode, action="append",
                    help="only this opcode (number or name, e.g. 0x56 or DcpSnapshotMarker)")
-    p.add_argument("--vbucket", type=parse_vbucket, action="append",
-                   help="only the requests of this vbucket and the responses to them "
+    p.add_argument("--vbucket", type=vbucket_list, action="extend", metavar="N[,M]",
+                   help="only the requests of these vbuckets and the responses to them "
                         "(responses carry no vbucket: matched by opaque on their connection), "
                         "e.g. the failover log and rollback answers of its stream requests")
     p.add_argument("--follow", type=parse_follow, metavar="vb:N[,sid:M][,conn:K]",
                    help="every message of one stream in both directions: Add Stream, stream "
                         "request, failover log, rollback or error answers, markers and items, "
                         "their acks, buffer acks, StreamEnd, CloseStream and their responses")
-    p.add_argument("--conn", type=parse_connection, action="append", metavar="K",
-                   help="only connection K (the numbers of the conn column)")
+    p.add_argument("--conn", type=connection_list, action="extend", metavar="K[,L]",
+                   help="only these connections (the numbers of the conn column)")
     p.add_argument("--stream-id", type=parse_vbucket, action="append", metavar="M",
                    help="only the requests of stream id M and the responses to them")
     p.add_argument("--from", dest="time_from", type=parse_instant, metavar="TIME",
@@ -56,6 +57,7 @@ def register(sub) -> None:
                         "running the analyzer; never computed for stdin)")
     p.add_argument("--redact", action="store_true",
                    help="replace document keys by placeholders of the same length")
+    add_output_option(p)
     add_time_option(p)
     add_progress_option(p)
     add_capture_options(p)
@@ -63,11 +65,22 @@ def register(sub) -> None:
 
 
 def cmd_dissect(args) -> int:
+    out = open_output(args.output)
+    if out is None:
+        return EXIT_BAD_INPUT
+    try:
+        return _dissect(args, out)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def _dissect(args, out) -> int:
     summary = Summary()
     legend = ConnectionLegend()
     live = args.file == "-"
     live_output(args.file)
-    writer = _Writer(args, sys.stdout, Clock(args.time, summary), live)
+    writer = _Writer(args, out, Clock(args.time, summary), live)
     rows = _Rows(args, writer, summary)
     observers = [legend, rows]
     # The analyzer, fed as we go, labels each snapshot marker with its start-seqno
@@ -78,20 +91,20 @@ def cmd_dissect(args) -> int:
         rows.ordered = InCaptureOrder(writer.emit,
                                       labelled=labelled_json if writer.as_text else None)
         observers.insert(1, Analyzer(on_marker=rows.ordered.label, conventions_only=True))
-    # The rows go to stdout: by default no bar when they scroll on the same terminal.
-    progress = args.progress if args.progress is not None or not sys.stdout.isatty() else False
+    # By default no bar when the rows scroll on the same terminal.
+    progress = args.progress if args.progress is not None or not out.isatty() else False
     run = run_pass(args, observers, summary, f"dissecting {args.file}", progress)
-    failed = not_decoded(args, summary, args.format == "jsonl")
+    failed = not_decoded(args, summary, args.format == "jsonl", out)
     if failed is not None:
         return failed
     writer.flush()
     if summary.error and args.format == "jsonl":
-        error_record(args, summary.error)
+        error_record(args, summary.error, out)
     if args.format == "table" and writer.shown:
-        sys.stdout.write("\n" + legend.table(writer.shown))
-    sys.stdout.flush()
+        out.write("\n" + legend.table(writer.shown))
+    out.flush()
     print(summary.line(), file=sys.stderr)
-    if note := rows.nothing_matched(args):
+    if note := rows.nothing_matched(args, legend.opened):
         print(note, file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
@@ -152,9 +165,10 @@ class _Rows:
     def on_event(self, ev) -> None:
         self.collections.feed(ev)
 
-    def nothing_matched(self, args) -> str | None:
+    def nothing_matched(self, args, connections=()) -> str | None:
         """When filters kept no message: one line that says so, and what the capture has
-        that comes closest (the opcodes present, the vbuckets of the requests)."""
+        that comes closest (the opcodes present, the vbuckets of the requests, the
+        ``connections`` when a connection was asked for)."""
         if self.kept or not (self.opcodes or self.by_stream or self.by_time):
             return None
         present = sorted(OPCODE_NAMES.get(c, f"0x{c:02x}") for c in self.opcodes_seen)
@@ -170,6 +184,10 @@ class _Rows:
             vbs = sorted(self.vbuckets_seen)
             text += f"; vbuckets of its requests: {', '.join(map(str, vbs[:20]))}" + (
                 ", ..." if len(vbs) > 20 else "")
+        if self.streams.conns and connections:
+            conns = sorted(connections)
+            text += f"; connections: {', '.join(map(str, conns[:20]))}" + (
+                ", ..." if len(conns) > 20 else "")
         return text
 
     def on_finish(self) -> None:

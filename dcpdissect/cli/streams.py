@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from ..reassembly.pdus import Summary
-from ..reports.messages import jsonl_line
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options, capture_notes,
-                     error_record, not_decoded, ports_report, run_pass)
-
-EXAMPLES = """\
-examples:
-  dcpdissect streams samples/rollback-correct.pcap
-  dcpdissect streams samples/rollback-correct.pcap --format jsonl
-"""
+from ..reports.messages import Clock, jsonl_line
+from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options,
+                     add_output_option, add_time_option, capture_notes, connection_list,
+                     error_record, not_decoded, open_output, ports_report, run_pass,
+                     vbucket_list, with_examples)
 
 
 def register(sub) -> None:
@@ -22,12 +17,24 @@ def register(sub) -> None:
         "streams", help="one row per DCP stream: request, answer, items, how it ended",
         description="One row per DCP stream (a stream request, or a producer's first message "
                     "for a stream whose request was not captured): its connection, vbucket "
-                    "and stream id, the requested range, the answer, markers and items by "
-                    "opcode, seqnos, the last snapshot, how it ended, its duration and the "
-                    "findings on it by severity.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                    "and stream id, the request's frame, when it started, the requested range, "
+                    "the answer, markers and items by opcode, seqnos, the last snapshot, how it "
+                    "ended, its duration and the findings on it by severity.",
+        **with_examples("dcpdissect streams samples/rollback-correct.pcap",
+                        "dcpdissect streams samples/resume-collapsed.pcap --with-findings",
+                        "dcpdissect streams samples/lifecycle-legal.pcap --vbucket 0,2 "
+                        "--format jsonl"))
     p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--vbucket", type=vbucket_list, action="extend", metavar="N[,M]",
+                   help="only the streams of these vbuckets (repeatable)")
+    p.add_argument("--conn", type=connection_list, action="extend", metavar="K[,L]",
+                   help="only the streams of these connections (the numbers of the conn "
+                        "column; repeatable)")
+    p.add_argument("--with-findings", action="store_true",
+                   help="only the streams with a finding on them")
+    add_output_option(p)
+    add_time_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_streams)
 
@@ -37,23 +44,30 @@ def cmd_streams(args) -> int:
     from ..analysis.stream_summary import StreamSummary
     from ..reports.streams import stream_records, streams_table
 
+    out = open_output(args.output)
+    if out is None:
+        return EXIT_BAD_INPUT
     summary = Summary()
     streams = StreamSummary(Analyzer())
     run = run_pass(args, [streams], summary)
-    failed = not_decoded(args, summary, args.format == "jsonl")
+    failed = not_decoded(args, summary, args.format == "jsonl", out)
     if failed is not None:
         return failed
-    records = stream_records(streams.streams, run.findings)
-    out = sys.stdout
+    every = stream_records(streams.streams, run.findings)
+    records = [r for r in every if _wanted(args, r)]
     if args.format == "jsonl":
         for r in records:
             out.write(jsonl_line(r))
         if summary.error:
-            error_record(args, summary.error)
+            error_record(args, summary.error, out)
     else:
-        out.write(streams_table(records))
+        out.write(streams_table(records, Clock(args.time, summary)))
     out.flush()
-    print(summary.line() + f", {len(records)} streams", file=sys.stderr)
+    if out is not sys.stdout:
+        out.close()
+    print(summary.line() + f", {len(every)} streams", file=sys.stderr)
+    if every and not records:
+        print(_nothing_matched(args, every), file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
         print(INTERRUPTED, file=sys.stderr)
@@ -61,3 +75,30 @@ def cmd_streams(args) -> int:
         print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return ports_report(summary) or EXIT_OK
+
+
+def _wanted(args, r: dict) -> bool:
+    """Whether ``--vbucket``, ``--conn`` and ``--with-findings`` keep stream record ``r``."""
+    return ((not args.vbucket or r["vbucket"] in args.vbucket)
+            and (not args.conn or r["connection"] in args.conn)
+            and (not args.with_findings or r["errors"] + r["warnings"] + r["infos"] > 0))
+
+
+def _nothing_matched(args, records: list[dict]) -> str:
+    """One line: no stream matches the filters, and what the capture has: the vbuckets
+    (of the ``--conn`` connections when given), the connections, the streams with
+    findings (with ``--with-findings``)."""
+    def listed(values) -> str:
+        values = sorted(set(values))
+        return ", ".join(map(str, values[:20])) + (", ..." if len(values) > 20 else "") \
+            or "none"
+    on_conns = [r for r in records if not args.conn or r["connection"] in args.conn]
+    text = "dcpdissect: no stream matches the filters; vbuckets present" + (
+        f" on connection {listed(args.conn)}" if args.conn else "") + \
+        f": {listed(r['vbucket'] for r in on_conns)}; connections: " \
+        f"{listed(r['connection'] for r in records)}"
+    if args.with_findings:
+        text += "; streams with findings: " + listed(
+            f"conn {r['connection']} vb {r['vbucket']}" for r in records
+            if r["errors"] + r["warnings"] + r["infos"])
+    return text

@@ -13,13 +13,14 @@ from typing import NamedTuple
 from ..analysis.findings import Finding
 from ..capture.readers import TLS_KEY_LOG, CaptureError
 from ..codec import decode
+from ..codec.settings import SETTING_OPCODES
 from ..protocol import HEADER_SIZE
 from ..reassembly.connections import ConnectionClosed, ConnectionTable
 from ..reassembly.framing import LostPdu, Pdu, Resync
 from ..reassembly.pdus import StreamGap, Summary
 from ..reassembly.tcp import LOST
 from ..reports.messages import (DIRECTIONS, field_names, is_u64_name, iso_time, key_text,
-                                message_record)
+                                message_fields, message_record)
 from ..reports.streams import STREAM_COLUMNS as STREAM_RECORD_COLUMNS
 from ..reports.streams import stream_records
 from .coupling import END
@@ -317,8 +318,9 @@ class MessageColumns:
                             for m in msgs],
             "key": [key_text(m.key) if m.key else None for m in msgs],
             "layout": [m.layout for m in msgs],
-            "fields": _json_objects([m.fields for m in msgs]),
-            "names": ["{}" if (named(id(m.shape)) or learn(m.shape)) == 1
+            "fields": _json_objects([message_fields(m) for m in msgs]),
+            "names": ["{}" if m.opcode not in SETTING_OPCODES
+                      and (named(id(m.shape)) or learn(m.shape)) == 1
                       else _json(field_names(m)) for m in msgs],
             "problems": [[p.text for p in m.problems] for m in msgs],
         }

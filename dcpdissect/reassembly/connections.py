@@ -51,6 +51,7 @@ class ConnectionOpened(NamedTuple):
     ts_ns: int
     mid_stream: bool                # True when neither SYN nor SYN-ACK opened it
     tunnel: str = ""                 # what its opening segment came through (Segment.tunnel)
+    conversation: int | None = None  # its index in Options.tcp_streams.conversations
 
 
 class ConnectionClosed(NamedTuple):

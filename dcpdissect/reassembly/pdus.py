@@ -37,6 +37,7 @@ from ..protocol import HEADER_SIZE
 from .connections import ConnectionClosed, ConnectionOpened, ConnectionTable, StreamData, StreamGap
 from .framing import _LEGAL_MAGICS, Hidden, LostPdu, Pdu, PduFramer, Resync, plausible
 from .tcp import UNCAPTURED
+from .tcp_streams import TcpStreams
 from .tls import NO_KEY, TlsProblem, TlsSession, hello_random
 
 HEURISTIC_HOLD = 64 << 10     # bytes per direction held while a connection is undecided: the
@@ -78,6 +79,8 @@ class Options:
     tls_secrets: tuple = ()              # (frames before, key log text) of each of the
                                          # capture's TLS secrets blocks, when known ahead
     vxlan_ports: tuple[int, ...] = ()    # UDP ports carrying VXLAN besides 4789
+    tcp_streams: TcpStreams | None = None   # fed every TCP segment: Wireshark's TCP
+                                         # conversations (``ConnectionOpened.conversation``)
 
     @property
     def server_ports(self) -> frozenset[int]:
@@ -233,6 +236,7 @@ class PduStream:
     def feed_frames(self, frames: Iterable[Frame]) -> Iterator:
         summary = self.summary
         decode = self.decoder.decode_frame
+        streams = self.options.tcp_streams
         for frame in frames:
             summary.frames += 1
             if summary.first_ts_ns is None:
@@ -242,6 +246,8 @@ class PduStream:
                 continue
             summary.tcp_segments += 1
             self.now = (frame.number, frame.ts_ns)
+            if streams is not None:
+                streams.feed(seg, frame.number, frame.ts_ns, frame.wirelen)
             events = self.table.feed(frame.number, frame.ts_ns, seg)
             if events:
                 yield from self._route(events)
@@ -299,6 +305,8 @@ class PduStream:
         self.summary.ip_fragments = defrag.stats["fragments"]
         self.summary.ip_unreassembled = defrag.unreassembled
         self.summary.vxlan_like = dict(self.decoder.vxlan_like)
+        if self.options.tcp_streams is not None:
+            self.options.tcp_streams.finish()
         if self.options.any_port and self.not_mcbp_at is not None:
             yield NotMcbp(None, dict(sorted(self.summary.undecoded_ports.items())),
                           *self.not_mcbp_at)
@@ -322,7 +330,7 @@ class PduStream:
             kind = type(ev)
             if pub is None:
                 if kind is ConnectionOpened:
-                    yield from self._opened(ev)
+                    yield from self._opened(self._numbered(ev))
                 elif cid in self.pending:
                     yield from self._hold(ev)
                 continue            # a connection not decoded (not MCBP, TLS)
@@ -361,6 +369,12 @@ class PduStream:
                 self.tls.pop(ev.conn, None)
             else:
                 yield ev
+
+    def _numbered(self, ev: ConnectionOpened) -> ConnectionOpened:
+        """``ev`` with its ``conversation`` (when ``Options.tcp_streams`` counts them)."""
+        streams = self.options.tcp_streams
+        index = streams.current(ev.client, ev.server) if streams is not None else None
+        return ev if index is None else ev._replace(conversation=index)
 
     # -- which connections are decoded ------------------------------------------------
     def _opened(self, ev: ConnectionOpened) -> Iterator:

@@ -6,6 +6,7 @@ import datetime as _dt
 import json as _json
 
 from ..codec import Message
+from ..codec.settings import SETTING_OPCODES, setting_fields, setting_names
 from ..protocol import MAGICS, OPCODES, SERVER_MAGICS, STATUS, Field, Shape, shape_fields
 
 DIRECTIONS = ("c2s", "s2c")
@@ -114,8 +115,22 @@ def _remembered(text):
 
 
 def field_names(msg: Message) -> dict[str, str]:
-    """Symbolic text for every decoded flag or enum field (``{"flags": "memory+ack"}``)."""
-    return _names(_named_fields(msg.shape), msg.fields)
+    """Symbolic text for every decoded flag or enum field (``{"flags": "memory+ack"}``)
+    and for the HELLO features of :func:`message_fields`."""
+    names = _names(_named_fields(msg.shape), msg.fields)
+    if msg.opcode in SETTING_OPCODES:
+        names.update(setting_names(setting_fields(msg)))
+    return names
+
+
+def message_fields(msg: Message) -> dict:
+    """The message's decoded fields, with the HELLO features and the DcpControl key and
+    value (:mod:`dcpdissect.codec.settings`), which the tables give no layout."""
+    if msg.opcode in SETTING_OPCODES:
+        extra = setting_fields(msg)
+        if extra:
+            return {**msg.fields, **extra}
+    return msg.fields
 
 
 def _names(named: tuple, fields: dict) -> dict[str, str]:
@@ -274,7 +289,7 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     rows (Python ints). ``doc_key`` (a :class:`~dcpdissect.analysis.collections.DocKey`)
     adds ``collection_id`` and ``collection_name`` and makes ``key`` the logical key;
     ``stream_filter`` (a stream request's ``StreamFilter``) adds ``collection_filter``."""
-    fields = dict(msg.fields)
+    fields = dict(message_fields(msg))
     magic_name, opcode_name, named = _head(msg)
     record = {
         "frame": pdu.frame,
@@ -307,6 +322,8 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
         "names": _names(named, fields) if named else {},
         "problems": _problems(msg.problems) if msg.problems else [],
     }
+    if "features" in fields:
+        record["names"].update(setting_names(fields))
     if doc_key is not None:
         record["key"] = key_text(doc_key.key)
         record["collection_id"], record["collection_name"] = doc_key.collection_id, doc_key.name
@@ -356,10 +373,12 @@ def details(record: dict) -> str:
         parts.append(record["layout"])
     for name, value in fields.items():
         f = table.get(name)
-        if f is not None and f.shown == "never":
+        if f is not None and f.shown == "never" or name == "control_value":
             continue
         label = f.label if f is not None else name
-        if name == "failover_log":
+        if name == "control_key":           # a DcpControl: enable_noop=true
+            parts.append(f"{value}={fields['control_value']}")
+        elif name == "failover_log":
             parts.append("failover_log=[" + ", ".join(
                 f"{e['vbucket_uuid']:#x}@{e['seqno']}" for e in value) + "]")
         elif name in names:
@@ -377,7 +396,7 @@ def details(record: dict) -> str:
         wanted = [_collection_text(c["id"], c["name"]) for c in collections]
         parts.append("filter=" + (f"scope:{_collection_text(scope['id'], scope['name'])}"
                                   if scope else "collections:" + ",".join(wanted)))
-    if record["key"] is not None:
+    if record["key"] is not None and "control_key" not in fields:
         parts.append(f"key={record['key']!r}")
     if record["problems"]:
         parts.append("problems: " + "; ".join(record["problems"]))
@@ -484,7 +503,7 @@ def message_json(pdu, msg: Message, doc_key=None, stream_filter=None) -> str:
     names = tuple(fields)
     t = _TEMPLATES.get((msg.magic << 8 | msg.opcode, msg.layout, names), False)
     if t is False:
-        t = _template(msg, names)
+        t = None if msg.opcode in SETTING_OPCODES else _template(msg, names)
     if t is None:
         return message_line(message_record(pdu, msg, doc_key, stream_filter))[:-2]
     frames = pdu.frames

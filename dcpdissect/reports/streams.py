@@ -2,8 +2,9 @@
 
 :func:`stream_records` turns the accounting of :mod:`dcpdissect.analysis.stream_summary`
 (and the capture's findings) into one dict per stream, keys :data:`STREAM_COLUMNS` after
-``type``; seqnos and uuids stay Python ints (``jsonl_line`` writes them as decimal
-strings). :func:`table_rows` gives the short human view under :data:`TABLE_HEADERS`.
+``type`` (``ts_ns``: the stream's first frame); seqnos and uuids stay Python ints
+(``jsonl_line`` writes them as decimal strings). :func:`table_rows` gives the short human
+view under :data:`TABLE_HEADERS`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from tabulate import tabulate
 
 from ..analysis.stream_summary import StreamStats, findings_by_stream
 from .connections import role
-from .messages import iso_time
+from .messages import Clock, iso_time
 
 STREAM_COLUMNS = (
-    "connection", "client", "server", "role", "bucket", "dcp_name",
+    "ts_ns", "connection", "client", "server", "role", "bucket", "dcp_name",
     "vbucket", "stream_id", "opaque",
     "request_frame", "req_start_seqno", "req_end_seqno", "req_vbucket_uuid",
     "req_snap_start_seqno", "req_snap_end_seqno", "req_flags",
@@ -26,8 +27,8 @@ STREAM_COLUMNS = (
     "ended", "end_reason", "end_frame",
     "first_frame", "last_frame", "first_time", "last_time", "duration",
     "errors", "warnings", "infos")
-TABLE_HEADERS = ("conn", "vb", "sid", "requested", "answer", "markers", "items", "seqnos",
-                 "last snapshot", "ended", "duration", "findings")
+TABLE_HEADERS = ("conn", "vb", "sid", "req frame", "start", "requested", "answer", "markers",
+                 "items", "seqnos", "last snapshot", "ended", "duration", "findings")
 MAX_SEQNO = (1 << 64) - 1
 SEVERITIES = (("error", "errors"), ("warning", "warnings"), ("info", "infos"))
 
@@ -52,7 +53,7 @@ def stream_records(streams: list[StreamStats], findings=()) -> list[dict]:
         c, req = st.conn, st.request or {}
         severities = counted.get(i, {})
         record = {
-            "type": "stream",
+            "type": "stream", "ts_ns": st.first_ts_ns,
             "connection": c.id, "client": _address(c.client), "server": _address(c.server),
             "role": role(c.negotiation), "bucket": c.negotiation.bucket,
             "dcp_name": c.negotiation.name,
@@ -119,10 +120,13 @@ def _findings(r: dict) -> str:
     return ", ".join(parts) or "-"
 
 
-def table_rows(records: list[dict]) -> list[list]:
-    """The short view of each record, under :data:`TABLE_HEADERS`."""
+def table_rows(records: list[dict], clock: Clock | None = None) -> list[list]:
+    """The short view of each record, under :data:`TABLE_HEADERS`; start times by
+    ``clock`` (``--time``; default absolute)."""
+    clock = clock or Clock()
     return [[r["connection"], r["vbucket"], "-" if r["stream_id"] is None else r["stream_id"],
-             _requested(r), _answer(r), r["markers"], _items(r),
+             "-" if r["request_frame"] is None else r["request_frame"],
+             clock.text(r["ts_ns"]), _requested(r), _answer(r), r["markers"], _items(r),
              "-" if r["first_seqno"] is None else f"{r['first_seqno']}..{r['last_seqno']}",
              "-" if r["snapshot_start_seqno"] is None
              else f"[{r['snapshot_start_seqno']},{r['snapshot_end_seqno']}]",
@@ -142,12 +146,12 @@ def legend_rows(records: list[dict]) -> list[list]:
     return [seen[c] for c in sorted(seen)]
 
 
-def streams_table(records: list[dict]) -> str:
+def streams_table(records: list[dict], clock: Clock | None = None) -> str:
     """The connections of the streams, then one row per stream."""
     if not records:
         return "no streams\n"
     return (tabulate(legend_rows(records), headers=LEGEND_HEADERS, disable_numparse=True)
-            + "\n\n" + tabulate(table_rows(records), headers=TABLE_HEADERS,
+            + "\n\n" + tabulate(table_rows(records, clock), headers=TABLE_HEADERS,
                                 disable_numparse=True) + "\n")
 
 

@@ -1,0 +1,83 @@
+"""``dcpdissect connections``: one row per MCBP connection of a capture."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+from ..reassembly.pdus import Summary
+from ..reassembly.tcp_streams import TcpStreams
+from ..reports.connections import ConnectionActivity, activity_table
+from ..reports.messages import Clock, jsonl_line
+from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options,
+                     add_output_option, add_progress_option, add_time_option, capture_notes,
+                     error_record, not_decoded, open_output, ports_report, run_pass,
+                     with_examples)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "connections", help="one row per MCBP connection: endpoints, tcp.stream, role, "
+                            "traffic per direction, how it ended",
+        description="One row per MCBP connection: its number (the conn of the other "
+                    "commands), Wireshark's tcp.stream, client and server (inner endpoints "
+                    "and the tunnel when encapsulated), role, bucket and DCP name, frames "
+                    "and bytes on the wire per direction (as tshark -z conv,tcp counts "
+                    "them), MCBP messages per direction, duration and how it ended (FIN or "
+                    "RST and which side sent it first, or still open at the capture's end).",
+        **with_examples("dcpdissect connections samples/identity-restart-correct.pcap",
+                        "dcpdissect connections samples/encap/vxlan.pcap --format csv"))
+    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    p.add_argument("--format", choices=("table", "jsonl", "csv"), default="table")
+    add_output_option(p)
+    add_time_option(p)
+    add_progress_option(p)
+    add_capture_options(p)
+    p.set_defaults(func=cmd_connections)
+
+
+def cmd_connections(args) -> int:
+    out = open_output(args.output)
+    if out is None:
+        return EXIT_BAD_INPUT
+    summary = Summary()
+    tcp_streams = TcpStreams()
+    activity = ConnectionActivity(tcp_streams)
+    run = run_pass(args, [activity], summary, f"reading {args.file}", args.progress,
+                   tcp_streams)
+    failed = not_decoded(args, summary, args.format == "jsonl", out)
+    if failed is not None:
+        return failed
+    records = activity.activities()
+    if args.format == "jsonl":
+        for r in records:
+            out.write(jsonl_line(r))
+        if summary.error:
+            error_record(args, summary.error, out)
+    elif args.format == "csv":
+        _write_csv(out, records)
+    else:
+        out.write(activity_table(records, Clock(args.time, summary)))
+    out.flush()
+    if out is not sys.stdout:
+        out.close()
+    print(summary.line(), file=sys.stderr)
+    capture_notes(summary)
+    if run.interrupted:
+        print(INTERRUPTED, file=sys.stderr)
+    if summary.error:
+        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return ports_report(summary) or EXIT_OK
+
+
+def _write_csv(out, records: list[dict]) -> None:
+    """The records as CSV: one column per key (``tunnel`` when a record has one), empty
+    cells for None, the duration in seconds with nanosecond digits."""
+    if not records:
+        return
+    columns = list(records[0]) + (["tunnel"] if any("tunnel" in r for r in records)
+                                  and "tunnel" not in records[0] else [])
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({**r, "duration": f"{r['duration']:.9f}"} for r in records)
