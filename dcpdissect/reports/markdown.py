@@ -84,7 +84,7 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
                     streams: list[dict] | None = None) -> str:
     """Capture summary, per-rule table, then every finding grouped by rule with its decoded
     fields, a hexdump of its PDU, a Wireshark filter and the rule's rationale. With
-    ``streams`` (:func:`~.streams.stream_records`), a streams table after the summary.
+    ``streams`` (:func:`~.streams.stream_records`), a streams table after the findings.
 
     With ``frame_map`` (original frame number -> frame number in a trimmed capture) frame
     numbers and filters refer to the trimmed capture. At most ``max_per_rule`` findings
@@ -117,9 +117,6 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
     for f in sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule, f.sort_key())):
         groups.setdefault(f.rule, []).append(f)
 
-    if streams is not None:
-        from .streams import streams_markdown
-        out += streams_markdown(streams)
     out += ["## Summary by rule", ""]
     if not groups:
         out += ["No findings.", ""]
@@ -144,6 +141,9 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
                 out += [f"{len(rest)} more at frames: " + ", ".join(rest), ""]
                 break
             out += _finding_section(f, frame_map, connections)
+    if streams is not None:
+        from .streams import streams_markdown
+        out += streams_markdown(streams)
     return "\n".join(out).rstrip("\n") + "\n"
 
 

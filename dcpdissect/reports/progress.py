@@ -59,10 +59,18 @@ class Progress:
         self.stream.flush()
         self.drawn = True
 
+    def stage(self, text: str) -> None:
+        """Say what is being done once the capture is read (where the bar was drawn)."""
+        if self.enabled and self.reader is not None:
+            self.stream.write(f"\r\033[K{self.label}: {text}...")
+            self.stream.flush()
+            self.drawn = True
+
     def close(self) -> None:
         if self.drawn:
             self.stream.write("\r\033[K")
             self.stream.flush()
+            self.drawn = False
 
 
 def spark_stage_progress(stream=None) -> dict:
