@@ -75,3 +75,18 @@ def test_spark_stage_bars_only_on_a_terminal():
         assert spark_stage_progress(terminal) == {"spark.ui.showConsoleProgress": "true"}
     os.close(master)
     assert spark_stage_progress(io.StringIO()) == {}
+
+
+def test_analyze_says_what_it_does_after_reading(samples_dir, tmp_path):
+    """After the bar: the report being written, then the plots, each line cleared before
+    the summary."""
+    path = str(samples_dir / "rollback-violations.pcap")
+    out, tty = _on_a_terminal("analyze", path, "--progress", "--format", "html", "-o",
+                              str(tmp_path / "r.html"), "--plot", str(tmp_path / "plots"),
+                              "--fail-on", "never")
+    assert out == ""
+    report = tty.index(f"\r\033[Kanalyzing {path}: writing the html report...")
+    plots = tty.index(f"\r\033[Kanalyzing {path}: plotting the timelines into "
+                      f"{tmp_path / 'plots'}...")
+    assert tty.index(f"\ranalyzing {path}: [") < report < plots
+    assert tty.index("\r\033[K", plots + 1) < tty.index("timeline files written")

@@ -168,8 +168,9 @@ def moment_svg(window: Window, numbers: dict, ts_of: dict, figure_id: str) -> st
     for i, (ev, nums) in enumerate(cols):
         px, py = x(i), ys[i]
         if ev is not None:
-            body.append(f'<g data-conn="{ev.conn}" data-frame="{ev.frame}">'
-                        + _glyph(ev, px, py, y, half, conn_color(ev.conn)) + "</g>")
+            body.append(f'<g data-conn="{ev.conn}" data-frame="{ev.frame}" '
+                        f'color="{conn_color(ev.conn)}">' + _glyph(ev, px, py, y, half)
+                        + "</g>")
             spans = [py] + [y(v) for v in (ev.low, ev.high) if v is not None]
             c.taken.append((px - half - 2, min(spans) - 6, px + half + 2, max(spans) + 6))
         if nums:
@@ -236,19 +237,20 @@ def _label(ev: Event) -> tuple[int, str]:
     return 9, ""
 
 
-def _glyph(ev: Event, px, py, y, half, col) -> str:
+def _glyph(ev: Event, px, py, y, half) -> str:
+    """The point of one event, in ``currentColor`` (its connection's) but a rollback's."""
     k = ev.kind
     if k == "marker":
         top, bottom = y(ev.high), y(ev.low)
         return (f'<rect x="{px - half:.1f}" y="{top - 3:.1f}" width="{2 * half:.1f}" '
-                f'height="{bottom - top + 6:.1f}" fill="{col}" fill-opacity="0.22" '
-                f'stroke="{col}"/>')
+                f'height="{bottom - top + 6:.1f}" fill="currentColor" fill-opacity="0.22" '
+                f'stroke="currentColor"/>')
     if k == "request":
         bar = (f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{y(ev.high) - 3:.1f}" '
-               f'y2="{y(ev.low) + 3:.1f}" stroke="{col}" stroke-width="3" '
+               f'y2="{y(ev.low) + 3:.1f}" stroke="currentColor" stroke-width="3" '
                'stroke-opacity="0.6"/>')
         return bar + (f'<path d="M{px - 5:.1f},{py - 6:.1f}L{px + 6:.1f},{py:.1f}'
-                      f'L{px - 5:.1f},{py + 6:.1f}Z" fill="{col}" stroke="#000"/>')
+                      f'L{px - 5:.1f},{py + 6:.1f}Z" fill="currentColor" stroke="#000"/>')
     if k == "rollback":
         return (f'<path d="M{px - 6:.1f},{py - 5:.1f}L{px + 6:.1f},{py - 5:.1f}'
                 f'L{px:.1f},{py + 6:.1f}Z" fill="{ROLLBACK_COLOR}" stroke="#000"/>')
@@ -257,7 +259,7 @@ def _glyph(ev: Event, px, py, y, half, col) -> str:
                 f'M{px - 5:.1f},{py + 5:.1f}L{px + 5:.1f},{py - 5:.1f}" '
                 f'stroke="{ROLLBACK_COLOR}" stroke-width="2.5"/>')
     if k == "accepted":
-        return (f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="#fff" stroke="{col}" '
+        return (f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="#fff" stroke="currentColor" '
                 'stroke-width="2"/>')
     if k == "end":
         return (f'<rect x="{px - 4:.1f}" y="{py - 4:.1f}" width="8" height="8" '
@@ -265,15 +267,15 @@ def _glyph(ev: Event, px, py, y, half, col) -> str:
     shape = ITEM_GLYPHS.get(k)
     if shape == "cross":
         return (f'<path d="M{px - 4:.1f},{py - 4:.1f}L{px + 4:.1f},{py + 4:.1f}'
-                f'M{px - 4:.1f},{py + 4:.1f}L{px + 4:.1f},{py - 4:.1f}" stroke="{col}" '
+                f'M{px - 4:.1f},{py + 4:.1f}L{px + 4:.1f},{py - 4:.1f}" stroke="currentColor" '
                 'stroke-width="2"/>')
     if shape == "plus":
         return (f'<path d="M{px - 5:.1f},{py:.1f}H{px + 5:.1f}M{px:.1f},{py - 5:.1f}'
-                f'V{py + 5:.1f}" stroke="{col}" stroke-width="2"/>')
+                f'V{py + 5:.1f}" stroke="currentColor" stroke-width="2"/>')
     if shape == "circle":
-        return f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{col}"/>'
+        return f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="currentColor"/>'
     return (f'<path d="M{px:.1f},{py - 5:.1f}L{px + 5:.1f},{py:.1f}L{px:.1f},{py + 5:.1f}'
-            f'L{px - 5:.1f},{py:.1f}Z" fill="{col}"/>')
+            f'L{px - 5:.1f},{py:.1f}Z" fill="currentColor"/>')
 
 
 def _star(px, py) -> str:
