@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     findings = len(re.findall(r'<tr id="finding-\d+"', text))
     timelines = len(re.findall(r'<figure id="timeline-\d+"', text))
     counts = re.search(r'<p class="counts">(.*?)</p>', text).group(1)
-    counts = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", counts)).strip()
+    counts = re.sub(r"<[^>]+>", "", counts)
     loop = re.search(r'<tr id="finding-\d+">.*?<code>rollback-loop</code>.*?'
                      r'href="#timeline-(\d+)"', text)
     shots = Path(args.shots)

@@ -8,6 +8,7 @@ page's layout as headless Chromium draws it."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 import re
 import subprocess
 import sys
@@ -242,3 +243,13 @@ def test_markdown_puts_the_findings_before_the_streams():
     heads = re.findall(r"^## (.+)$", text, re.M)
     assert heads[:2] == ["Capture", "Summary by rule"] and heads[-1] == "Streams"
     assert "## rollback-loop" in text
+
+
+def test_each_event_is_drawn_once(pages):
+    """resume-collapsed: the resumed stream and the resume share server and vbucket; each
+    stream message is one point: per frame, as many as tshark decodes there (8: stream
+    request, 10: its answer, 12: marker and 2 mutations, 28: the resume, 30: its answer,
+    marker, mutation, deletion)."""
+    figure = figures(pages["resume-collapsed"])["timeline-1"]
+    assert Counter(re.findall(r'data-frame="(\d+)"', figure)) == {
+        "8": 1, "10": 1, "12": 3, "28": 1, "30": 4}

@@ -122,7 +122,7 @@ def _counts(findings, summary, moments) -> list[str]:
              for s in ("error", "warning", "info")]
     last = moments.last_ts if moments is not None else None
     return [f'<p class="counts"><b>{_plural(len(findings), "finding")}</b>: '
-            + "".join(spans) + "</p>",
+            + " ".join(spans) + "</p>",
             f'<p class="note">{summary.frames} frames, {summary.pdus} messages, '
             f"{_plural(summary.connections, 'MCBP connection')}, time span "
             f"{escape(_span(summary, last))}</p>"]

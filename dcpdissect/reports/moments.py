@@ -165,9 +165,11 @@ class MomentCollector:
             self.per_rule[f.rule] = self.per_rule.get(f.rule, 0) + 1
             events = list(self.recent.get(stream, ()))
             previous = f.fields.get("previous_connection")
-            if type(previous) is int and previous != f.connection:    # a resume elsewhere
-                events = sorted(events + list(self.recent.get(
-                    self.stream_of(previous, f.vbucket), ())), key=lambda e: (e.ts, e.frame))
+            if type(previous) is int:
+                before = self.stream_of(previous, f.vbucket)
+                if before != stream:                # a resume on another server
+                    events = sorted(events + list(self.recent.get(before, ())),
+                                    key=lambda e: (e.ts, e.frame))
             w = Window(stream, events, [(f, len(events))])
             self.windows.append(w)
             self.open.setdefault(stream, []).append(w)
