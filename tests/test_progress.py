@@ -78,15 +78,20 @@ def test_spark_stage_bars_only_on_a_terminal():
 
 
 def test_analyze_says_what_it_does_after_reading(samples_dir, tmp_path):
-    """After the bar: the report being written, then the plots, each line cleared before
-    the summary."""
+    """After the bar: the report being written, then the evidence bundle, then the plots,
+    each line cleared before what follows is said."""
     path = str(samples_dir / "rollback-violations.pcap")
+    bundle, plots = tmp_path / "bundle", tmp_path / "plots"
     out, tty = _on_a_terminal("analyze", path, "--progress", "--format", "html", "-o",
-                              str(tmp_path / "r.html"), "--plot", str(tmp_path / "plots"),
-                              "--fail-on", "never")
+                              str(tmp_path / "r.html"), "--evidence", str(bundle),
+                              "--plot", str(plots), "--fail-on", "never")
     assert out == ""
-    report = tty.index(f"\r\033[Kanalyzing {path}: writing the html report...")
-    plots = tty.index(f"\r\033[Kanalyzing {path}: plotting the timelines into "
-                      f"{tmp_path / 'plots'}...")
-    assert tty.index(f"\ranalyzing {path}: [") < report < plots
-    assert tty.index("\r\033[K", plots + 1) < tty.index("timeline files written")
+    said = [tty.index(f"\ranalyzing {path}: ["),
+            tty.index(f"\r\033[Kanalyzing {path}: writing the html report..."),
+            tty.index(f"\r\033[Kanalyzing {path}: writing the evidence bundle {bundle}..."),
+            tty.index(f"evidence written to {bundle}"),
+            tty.index(f"\r\033[Kanalyzing {path}: plotting the timelines into {plots}..."),
+            tty.index("timeline files written")]
+    assert said == sorted(said)
+    assert tty.index("\r\033[K", said[2] + 1) < said[3]
+    assert tty.index("\r\033[K", said[4] + 1) < said[5]

@@ -119,7 +119,8 @@ def _analyze(args, capture_copy: str) -> int:
     run.progress.close()
     out.flush()
     if args.evidence and _write_evidence(args, capture_copy,
-                                         sorted(shown.kept, key=Finding.sort_key), summary):
+                                         sorted(shown.kept, key=Finding.sort_key), summary,
+                                         run.progress):
         return EXIT_BAD_INPUT
     if out is not sys.stdout:
         out.close()
@@ -213,16 +214,19 @@ def _write_report(args, out, findings, summary, legend, moments, streams, analyz
         out.write("\n" + legend.table(cited))
 
 
-def _write_evidence(args, capture_copy: str, findings, summary) -> int:
+def _write_evidence(args, capture_copy: str, findings, summary, progress) -> int:
     """``--evidence DIR``: the bundle, said on stderr. Exit code."""
     from ..reports.evidence import is_archive, write_archive, write_bundle
     write = write_archive if is_archive(args.evidence) else write_bundle
+    progress.stage(f"writing the evidence bundle {args.evidence}")
     try:
         bundle = write(capture_copy, findings, summary, args.evidence,
                        redact=args.redact, options=capture_options(args))
     except OSError as exc:
+        progress.close()
         print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    progress.close()
     _bundle_note(bundle)
     return EXIT_OK
 
