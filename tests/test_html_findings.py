@@ -253,3 +253,32 @@ def test_each_event_is_drawn_once(pages):
     figure = figures(pages["resume-collapsed"])["timeline-1"]
     assert Counter(re.findall(r'data-frame="(\d+)"', figure)) == {
         "8": 1, "10": 1, "12": 3, "28": 1, "30": 4}
+
+
+def test_a_flood_of_findings_keeps_the_page_small(tmp_path):
+    """hostile-findings-flood: 1000 findings of one rule get 100 rows and a count of the
+    others; every link still leads somewhere."""
+    path = tmp_path / "flood.html"
+    analyze("hostile-findings-flood", "--format", "html", "-o", str(path))
+    page = path.read_text(encoding="utf-8")
+    assert len(rows(page)) == 101              # 100 of the flood, 1 info
+    assert "900 more findings of" in page
+    assert set(re.findall(r'href="#([^"]+)"', page)) <= set(re.findall(r'\bid="([^"]+)"', page))
+    assert len(page) < 300_000
+
+
+def test_timelines_are_bounded():
+    """48 timelines at most, 6 for one rule; findings on a stream's open window share it."""
+    from dcpdissect.analysis.findings import Finding
+    from dcpdissect.reports.moments import MAX_WINDOWS, PER_RULE, MomentCollector
+
+    assert (MAX_WINDOWS, PER_RULE) == (48, 6)
+    moments = MomentCollector(lambda conn: ("10.0.0.1:11210", None))
+    moments.note_findings([Finding(f"rule-{r}", "m", 10 * r + i, (), 0, 1, 10 * r + i)
+                           for r in range(20) for i in range(10)])     # 200 vbuckets
+    per_rule = Counter(w.findings[0][0].rule for w in moments.windows)
+    assert len(moments.windows) == 48 and set(per_rule.values()) == {6}
+    shared = MomentCollector(lambda conn: ("10.0.0.1:11210", None))
+    shared.note_findings([Finding("rollback-loop", "m", frame, (), 0, 1, 5)
+                          for frame in (34, 38)])
+    assert len(shared.windows) == 1 and len(shared.windows[0].findings) == 2

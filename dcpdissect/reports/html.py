@@ -14,10 +14,11 @@ from pathlib import Path
 from ..analysis.rules import RULES, SEVERITY_RANK
 from .markdown import HEXDUMP_BYTES, finding_frames, frame_filter, hexdump, sha256_of
 from .messages import iso_time
-from .moment_plot import conn_color, moment_svg
+from .moment_plot import conn_color, layout, moment_svg
 from .moments import finding_key
 
 MAX_DETAILED = 25       # findings of one rule shown in detail; the others are listed
+ROWS_PER_RULE = 100     # findings of one rule given a row; the others are counted
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em 2em;color:#222;background:#fff}
@@ -71,10 +72,19 @@ def html_report(path, findings: list, summary, legend, moments, *, streams=None,
     """The page. ``findings`` in report order (their position + 1 is their number and
     anchor ``finding-<n>``), ``legend`` a :class:`~.connections.ConnectionLegend`,
     ``moments`` a :class:`~.moments.MomentCollector` fed with the same pass and told the
-    same findings, ``streams`` optional ``(headers, rows)`` of the streams table."""
+    same findings, ``streams`` optional ``(headers, rows)`` of the streams table. The first
+    :data:`ROWS_PER_RULE` findings of a rule get a row; the others are counted."""
     name = Path(str(path)).name
-    numbers = {finding_key(f): n for n, f in enumerate(findings, 1)}
-    figures = _figures(findings, moments, numbers)
+    per_rule: Counter = Counter()
+    numbers = {}                # finding_key -> number, of the findings given a row
+    detailed = set()            # the numbers of those shown in detail
+    for n, f in enumerate(findings, 1):
+        per_rule[f.rule] += 1
+        if per_rule[f.rule] <= ROWS_PER_RULE:
+            numbers[finding_key(f)] = n
+        if per_rule[f.rule] <= MAX_DETAILED:
+            detailed.add(n)
+    figures = _figures(moments, numbers)
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>dcpdissect report: {escape(name)}</title>",
            f"<style>{CSS}</style></head><body>",
@@ -90,8 +100,8 @@ def html_report(path, findings: list, summary, legend, moments, *, streams=None,
                "timeline of each finding's moment) · "
                '<a href="#capture">Capture</a> · <a href="#connections">Connections</a> · '
                '<a href="#streams">Streams</a></nav>')
-    out += _findings_table(findings, figures, legend)
-    out += _details(findings, figures, legend, moments)
+    out += _findings_table(findings, figures, numbers, detailed)
+    out += _details(findings, figures, legend, moments, numbers)
     out += _capture(name, path, findings, summary, moments)
     out += _connections(legend)
     out.append('<h2 id="streams">Streams</h2>')
@@ -103,14 +113,14 @@ def html_report(path, findings: list, summary, legend, moments, *, streams=None,
     return "\n".join(out) + "\n"
 
 
-def _figures(findings, moments, numbers) -> dict[int, int]:
+def _figures(moments, numbers) -> dict[int, int]:
     """finding number -> the number of the timeline that shows it, timelines numbered
     in the order of their first finding."""
     window_of = moments.window_of() if moments is not None else {}
     order: dict[int, int] = {}
     out = {}
-    for n, f in enumerate(findings, 1):
-        w = window_of.get(finding_key(f))
+    for key, n in numbers.items():
+        w = window_of.get(key)
         if w is not None:
             out[n] = order.setdefault(id(w), len(order) + 1)
     return out
@@ -128,7 +138,7 @@ def _counts(findings, summary, moments) -> list[str]:
             f"{escape(_span(summary, last))}</p>"]
 
 
-def _findings_table(findings, figures, legend) -> list[str]:
+def _findings_table(findings, figures, numbers, detailed) -> list[str]:
     out = ['<h2 id="findings">Findings</h2>']
     if not findings:
         return out + ['<p class="note">No findings.</p>']
@@ -142,8 +152,12 @@ def _findings_table(findings, figures, legend) -> list[str]:
     out.append("</table>")
     out += ["<table>", "<tr><th>#</th><th>frame</th><th>time</th><th>conn</th><th>vb</th>"
             "<th>severity</th><th>rule</th><th>message</th><th>timeline</th></tr>"]
+    listed = set(numbers.values())
     for number, f in enumerate(findings, 1):
-        cells = (f'<td class="num"><a href="#detail-{number}">{number}</a></td>'
+        if number not in listed:
+            continue
+        target = f"detail-{number}" if number in detailed else f"rule-{escape(f.rule)}"
+        cells = (f'<td class="num"><a href="#{target}">{number}</a></td>'
                  + _cells([f.frame if f.frame is not None else "-"], (0,)))
         cells += f'<td class="time">{iso_time(f.ts_ns) if f.ts_ns is not None else "-"}</td>'
         cells += _conn_cell(f.connection)
@@ -156,16 +170,20 @@ def _findings_table(findings, figures, legend) -> list[str]:
                    f"<td>{escape(f.message)}</td>"
                    f"<td>{link}</td></tr>")
     out.append("</table>")
+    out += [f'<p class="note">{n - ROWS_PER_RULE} more findings of <a href="#rule-{escape(rid)}">'
+            f"<code>{escape(rid)}</code></a> are not listed (their frames are in the rule's "
+            "filter).</p>" for rid, n in counts.items() if n > ROWS_PER_RULE]
     return out
 
 
 def _conn_cell(conn) -> str:
     if conn is None:
         return "<td>-</td>"
-    return f'<td class="num"><span class="sw" style="background:{conn_color(conn)}"></span>{conn}</td>'
+    return (f'<td class="num"><span class="sw" style="background:{conn_color(conn)}"></span>'
+            f"{conn}</td>")
 
 
-def _details(findings, figures, legend, moments) -> list[str]:
+def _details(findings, figures, legend, moments, numbers) -> list[str]:
     out = ['<h2 id="details">Findings in detail</h2>']
     if not findings:
         return out + ['<p class="note">No findings.</p>']
@@ -174,7 +192,6 @@ def _details(findings, figures, legend, moments) -> list[str]:
     groups: dict[str, list] = {}
     for n, f in numbered:
         groups.setdefault(f.rule, []).append((n, f))
-    windows = {id(w): w for w in (moments.windows if moments is not None else ())}
     window_of = moments.window_of() if moments is not None else {}
     drawn: set[int] = set()
     for rid, items in groups.items():
@@ -186,17 +203,19 @@ def _details(findings, figures, legend, moments) -> list[str]:
         if every:
             out.append(f"<p>All frames of this rule: <code>{escape(frame_filter(every))}</code>"
                        "</p>")
+        listed = set(numbers.values())
         for i, (n, f) in enumerate(items):
             if i == MAX_DETAILED:
-                rest = ", ".join(f'<a href="#finding-{k}">#{k}</a>' for k, _ in items[i:])
-                out.append(f'<p class="note">{len(items) - i} more, not detailed: {rest}</p>')
-                break
-            out += _detail(n, f, figures.get(n), legend)
+                rest = ", ".join(f'<a href="#finding-{k}">#{k}</a>' for k, _ in items[i:]
+                                 if k in listed)
+                out.append(f'<p class="note">{len(items) - i} more, not detailed'
+                           + (f": {rest}" if rest else "") + "</p>")
             figure = figures.get(n)
-            if figure is not None and figure not in drawn:
+            if i < MAX_DETAILED:
+                out += _detail(n, f, figure, legend)
+            if figure is not None and figure not in drawn:    # under its first finding
                 drawn.add(figure)
-                w = window_of[finding_key(f)]
-                out += _figure(figure, windows[id(w)], findings, legend)
+                out += _figure(figure, window_of[finding_key(f)], findings, numbers, legend)
     return out
 
 
@@ -231,9 +250,8 @@ def _detail(n: int, f, figure, legend) -> list[str]:
     return out
 
 
-def _figure(figure: int, window, findings, legend) -> list[str]:
-    from .moment_plot import layout
-    numbers = {finding_key(f): n for n, f in enumerate(findings, 1)}
+def _figure(figure: int, window, findings, numbers, legend) -> list[str]:
+    """The timeline numbered ``figure``: caption, SVG, key and the table of its events."""
     ts_of = {n: f.ts_ns for n, f in enumerate(findings, 1)}
     server, bucket, vb = window.stream
     shown = sorted({n for f, _ in window.findings

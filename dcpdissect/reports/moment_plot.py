@@ -1,6 +1,6 @@
 """A finding's moment drawn as inline SVG: the events of its stream (a
 :class:`~.moments.Window`) one per column in capture order, so that a request, its
-rollback and the re-request stand apart even when they share a microsecond; seqno upwards.
+rollback and the re-request stand apart even when they share a microsecond.
 Seqnos go upwards at equal steps (an ordinal scale: a rollback to 5 beside items at 1200 stays
 readable). Ticks give the time relative to the window's first finding.
 
@@ -12,6 +12,7 @@ are computed with :data:`CHAR_WIDTH` for the monospace font the SVG asks for.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from html import escape
 
@@ -158,7 +159,7 @@ def moment_svg(window: Window, numbers: dict, ts_of: dict, figure_id: str) -> st
         body.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{ty:.1f}" y2="{ty:.1f}" '
                     'stroke="#eee"/>')
         if last_tick is None or last_tick - ty >= ASCENT + DESCENT + 2:
-            text = str(t) if len(str(t)) * CHAR_WIDTH <= LEFT - 8 else f"…{str(t)[-8:]}"
+            text = str(t) if len(str(t)) * CHAR_WIDTH <= LEFT - 8 else f"{t:.2g}"
             c.text(LEFT - 6, ty + 4, text, anchor="end", color="#444")
             last_tick = ty
     c.taken.clear()             # tick labels sit outside the plot: they meet no label there
@@ -197,7 +198,7 @@ def moment_svg(window: Window, numbers: dict, ts_of: dict, figure_id: str) -> st
             labels.append((rank, i, text, color, None))
     for rank, i, text, color, weight in sorted(labels, key=lambda t: (t[0], t[1])):
         c.place(x(i), star_y[i] if rank == 0 else ys[i], text, color, weight, inside=plot_box)
-    _time_ticks(c, cols, x, window, ts_of, numbers)
+    _time_ticks(c, cols, x, ts_of)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
             f'width="{WIDTH}" height="{HEIGHT}" font-family="DejaVu Sans Mono, monospace" '
             f'font-size="{FONT}" role="img">' + "".join(body) + "</svg>")
@@ -279,7 +280,6 @@ def _glyph(ev: Event, px, py, y, half) -> str:
 
 
 def _star(px, py) -> str:
-    import math
     points = []
     for k in range(10):
         r = 9 if k % 2 == 0 else 4
@@ -289,7 +289,7 @@ def _star(px, py) -> str:
             'stroke-width="0.6"/>')
 
 
-def _time_ticks(c: _Canvas, cols, x, window: Window, ts_of: dict, numbers: dict) -> None:
+def _time_ticks(c: _Canvas, cols, x, ts_of: dict) -> None:
     """Ticks under the plot: time relative to the first finding's, where they fit."""
     times = [ev.ts if ev is not None else ts_of.get(nums[0]) for ev, nums in cols]
     first = next((i for i, (_ev, nums) in enumerate(cols) if nums), 0)

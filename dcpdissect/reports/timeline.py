@@ -160,8 +160,9 @@ def plot_vbucket(where: tuple, lanes: list[Lane], collector: TimelineCollector,
                  findings: list[tuple[int, object]], labels: dict[int, str]):
     """The timeline of one vbucket as a matplotlib Figure: seqno against time since the
     capture's first frame (ms; s when the capture is longer than 10 s); the colour of a
-    connection is its colour in every plot (:func:`~.moment_plot.conn_color`). ``findings`` are ``(number, Finding)`` of this vbucket; each is a
-    star linked to ``#finding-<number>``. ``labels`` name the connections."""
+    connection is its colour in every plot (:func:`~.moment_plot.conn_color`).
+    ``findings`` are ``(number, Finding)`` of this vbucket; each is a star linked to
+    ``#finding-<number>``. ``labels`` name the connections."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
