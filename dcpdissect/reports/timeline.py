@@ -239,8 +239,11 @@ def plot_vbucket(where: tuple, lanes: list[Lane], collector: TimelineCollector,
                            linewidth=0.6, zorder=5)
         stars.set_urls([f"#{finding_anchor(n)}" for n in numbers])
         stars.set_gid(f"findings-{plot_name(where)}")
+        at_point: dict[tuple, list] = {}        # one label per star position
         for number, x, y in marks:
-            ax.annotate(f"#{number}", (x, y), xytext=(7, 5), textcoords="offset points",
+            at_point.setdefault((x, y), []).append(f"#{number}")
+        for (x, y), names in at_point.items():
+            ax.annotate(" ".join(names), (x, y), xytext=(7, 5), textcoords="offset points",
                         fontsize=8, color=FINDING_COLOR, fontweight="bold")
         seqnos.append(max(ys))
     low, high = min(seqnos, default=0), max(seqnos, default=1)
@@ -274,7 +277,7 @@ def _legend(ax, conns, color, labels, kinds, with_findings) -> None:
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=color[c], alpha=0.4, edgecolor=color[c],
-                     label=f"conn {c}: {labels.get(c, '')}"[:70]) for c in conns]
+                     label=f"conn {c}: {labels.get(c, '')}") for c in conns]
     handles += [Line2D([], [], marker=ITEM_MARKERS.get(k, "o"), linestyle="", color="#444",
                        label=k.removeprefix("Dcp")) for k in sorted(kinds) if k.startswith("Dcp")]
     handles.append(Line2D([], [], marker=">", linestyle="", color="#444", label="request"))
