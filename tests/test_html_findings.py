@@ -126,6 +126,7 @@ def test_links_go_both_ways(pages):
                 back = dict(rows(page))[int(first)]
                 assert f'href="#{link.group(1)}"' in back
         assert len(figs) >= 1, name
+        assert [int(k.split("-")[1]) for k in figs] == list(range(1, len(figs) + 1)), name
 
 
 def test_one_colour_per_connection(pages):

@@ -114,12 +114,13 @@ def html_report(path, findings: list, summary, legend, moments, *, streams=None,
 
 
 def _figures(moments, numbers) -> dict[int, int]:
-    """finding number -> the number of the timeline that shows it, timelines numbered
-    in the order of their first finding."""
+    """finding number -> the number of the timeline that shows it, timelines numbered in
+    the order the details show them (by severity, rule, then number)."""
     window_of = moments.window_of() if moments is not None else {}
     order: dict[int, int] = {}
     out = {}
-    for key, n in numbers.items():
+    for key, n in sorted(numbers.items(), key=lambda kn: (
+            -SEVERITY_RANK[RULES[kn[0][0]].severity], kn[0][0], kn[1])):
         w = window_of.get(key)
         if w is not None:
             out[n] = order.setdefault(id(w), len(order) + 1)

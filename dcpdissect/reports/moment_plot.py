@@ -131,8 +131,8 @@ def moment_svg(window: Window, numbers: dict, ts_of: dict, figure_id: str) -> st
     step = pw / n
     values = sorted({v for ev, _ in cols if ev is not None for v in _seqnos(ev)} or {0})
     hi = values[-1]
-    pad = 22
-    rung = (ph - 2 * pad) / max(len(values) - 1, 1)
+    pad, pad_top = 22, 32       # room above the highest point for a finding's star
+    rung = (ph - pad - pad_top) / max(len(values) - 1, 1)
 
     def y(v):           # ordinal: the seqnos shown at equal steps, in order
         i = bisect_left(values, v)
@@ -164,7 +164,7 @@ def moment_svg(window: Window, numbers: dict, ts_of: dict, figure_id: str) -> st
             last_tick = ty
     c.taken.clear()             # tick labels sit outside the plot: they meet no label there
     half = min(step * 0.3, 7)
-    ys = _column_ys(cols, y, TOP + pad, hi)
+    ys = _column_ys(cols, y, TOP + pad_top, hi)
     stars = []
     for i, (ev, nums) in enumerate(cols):
         px, py = x(i), ys[i]
