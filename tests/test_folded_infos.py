@@ -66,6 +66,14 @@ def test_eight_tls_connections_give_three_rows_and_one_folded(samples_dir, tmp_p
     _, markdown = _run(path, "--format", "markdown")
     assert "5 more at frames: 64, 74, 84, 94, 104" in markdown
     assert markdown.count("### frame") == 3 + 1               # 3 TLS + the MCBP finding
+    _, html = _run(path, "--format", "html")
+    assert html.count("<td><code>tls-connection</code></td>") == 3
+    assert ('5 more findings of <a href="#rule-tls-connection"><code>tls-connection</code>'
+            "</a> are not listed") in html
+    _, html = _run(path, "--format", "html", "--rule", "tls-connection")
+    assert html.count("<td><code>tls-connection</code></td>") == 8 and "more findings" not in html
+    _, markdown = _run(path, "--format", "markdown", "--rule", "tls-connection")
+    assert markdown.count("### frame") == 8
 
 
 def test_four_tls_connections_stay_a_row_each(samples_dir, tmp_path):

@@ -75,3 +75,23 @@ def test_spark_stage_bars_only_on_a_terminal():
         assert spark_stage_progress(terminal) == {"spark.ui.showConsoleProgress": "true"}
     os.close(master)
     assert spark_stage_progress(io.StringIO()) == {}
+
+
+def test_analyze_says_what_it_does_after_reading(samples_dir, tmp_path):
+    """After the bar: the report being written, then the evidence bundle, then the plots,
+    each line cleared before what follows is said."""
+    path = str(samples_dir / "rollback-violations.pcap")
+    bundle, plots = tmp_path / "bundle", tmp_path / "plots"
+    out, tty = _on_a_terminal("analyze", path, "--progress", "--format", "html", "-o",
+                              str(tmp_path / "r.html"), "--evidence", str(bundle),
+                              "--plot", str(plots), "--fail-on", "never")
+    assert out == ""
+    said = [tty.index(f"\ranalyzing {path}: ["),
+            tty.index(f"\r\033[Kanalyzing {path}: writing the html report..."),
+            tty.index(f"\r\033[Kanalyzing {path}: writing the evidence bundle {bundle}..."),
+            tty.index(f"evidence written to {bundle}"),
+            tty.index(f"\r\033[Kanalyzing {path}: plotting the timelines into {plots}..."),
+            tty.index("timeline files written")]
+    assert said == sorted(said)
+    assert tty.index("\r\033[K", said[2] + 1) < said[3]
+    assert tty.index("\r\033[K", said[4] + 1) < said[5]

@@ -1,5 +1,5 @@
 """Results as they are found: ``analyze --format jsonl FILE`` writes a finding before the
-capture ends, and progress says what is done after the capture is read."""
+capture ends (the progress stages after reading: tests/test_progress.py)."""
 
 import os
 import select
@@ -7,8 +7,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-
-from test_progress import _on_a_terminal
 
 FINDING = "resume-collapsed-snapshot"
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,19 +42,7 @@ def test_jsonl_from_a_file_writes_a_finding_before_the_capture_ends(samples_dir,
     open_when_read = not closed.is_set()
     seen.set()
     writer.join()
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert f'"rule":"{FINDING}"' in line, (line, err)
     assert open_when_read, "the finding came out only after the capture had ended"
     assert proc.returncode == 1, err          # an error finding: exit 1
-
-
-def test_progress_says_what_is_done_after_the_capture_is_read(samples_dir, tmp_path):
-    path = str(samples_dir / "resume-collapsed.pcap")
-    out, tty = _on_a_terminal("analyze", path, "--progress", "--format", "html",
-                              "--plot", str(tmp_path / "plots"))
-    assert f"\ranalyzing {path}: [" in tty
-    assert f"\r\033[Kanalyzing {path}: writing the html" in tty
-    assert f"\r\033[Kanalyzing {path}: plotting the timelines into {tmp_path / 'plots'}" in tty
-    assert "writing" not in out and out.startswith("<!DOCTYPE html>")
-    last = tty.rstrip().splitlines()[-1]
-    assert "\033[K" in last and "findings" in last      # cleared before the summary line

@@ -28,11 +28,12 @@ def register(sub) -> None:
         "dcpdissect analyze samples/resume-collapsed.pcap --format markdown --evidence bundle"))
     p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
     p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
-                   help="html: one self-contained page (summary, connections, findings, a "
-                        "timeline per vbucket)")
+                   help="html: one self-contained page (findings first, each with the "
+                        "timeline of its moment; then the capture, connections and streams)")
     add_output_option(p, "the report")
     p.add_argument("--plot", metavar="DIR",
-                   help="write the timeline of every vbucket to DIR as SVG and PNG")
+                   help="write the timeline of every vbucket to DIR as SVG and PNG, and "
+                        "the timeline of each finding's moment as SVG")
     p.add_argument("--annotate", metavar="OUT.pcapng",
                    help="write a copy of the capture with a packet comment '[rule] message' "
                         "on every frame of every finding")
@@ -91,37 +92,40 @@ def _analyze(args, capture_copy: str) -> int:
     summary = Summary()
     clock = Clock(args.time, summary)
     legend = ConnectionLegend()
-    timeline = None
-    if args.format == "html" or args.plot:
+    timeline = moments = None
+    if args.plot:
         from ..reports.timeline import TimelineCollector
         timeline = TimelineCollector()
+    if args.format == "html" or args.plot:
+        from ..reports.moments import MomentCollector
+        moments = MomentCollector(legend.where)
     analyzer = Analyzer()
     streams = None              # per-stream accounting, for the report's streams table
     if args.format in ("markdown", "html"):
         from ..analysis.stream_summary import StreamSummary
         streams = StreamSummary(analyzer)
-    shown = _Shown(args, out, legend, clock, summary)
-    observers = [o for o in (legend, timeline, streams or analyzer, shown) if o is not None]
+    shown = _Shown(args, out, legend, clock, summary, moments)
+    observers = [o for o in (legend, timeline, moments, streams or analyzer, shown)
+                 if o is not None]
     run = run_pass(args, observers, summary, f"analyzing {args.file}", args.progress)
     failed = not_decoded(args, summary, args.format == "jsonl", out)
     if failed is not None:
         return failed
     shown.write_waiting()
     findings = sorted(shown.findings, key=Finding.sort_key)
-    if args.format != "jsonl":
-        run.progress.step(f"writing the {args.format}")
-    _write_report(args, out, findings, summary, legend, timeline, streams, analyzer, shown)
+    if args.format in ("markdown", "html"):
+        run.progress.stage(f"writing the {args.format} report")
+    _write_report(args, out, findings, summary, legend, moments, streams, analyzer, shown)
+    run.progress.close()
     out.flush()
-    if args.evidence:
-        run.progress.step(f"writing the evidence bundle {args.evidence}")
-        if _write_evidence(args, capture_copy, sorted(shown.kept, key=Finding.sort_key),
-                           summary):
-            return EXIT_BAD_INPUT
+    if args.evidence and _write_evidence(args, capture_copy,
+                                         sorted(shown.kept, key=Finding.sort_key), summary,
+                                         run.progress):
+        return EXIT_BAD_INPUT
     if out is not sys.stdout:
         out.close()
-    if _extra_files(args, findings, legend, timeline, run.progress):
+    if _extra_files(args, findings, legend, timeline, moments, run.progress):
         return EXIT_BAD_INPUT
-    run.progress.close()
     print(summary.line() + f", {len(findings)} findings", file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
@@ -136,7 +140,8 @@ class _Shown:
     the capture may hold no MCBP and have no result); otherwise they are written sorted by
     frame at the end."""
 
-    def __init__(self, args, out, legend, clock, summary):
+    def __init__(self, args, out, legend, clock, summary, moments=None):
+        self.moments = moments      # told the findings kept, for their timelines
         self.rules, self.excluded = args.rule, args.exclude_rule or ()
         self.min_severity = args.min_severity
         self.redact = args.redact
@@ -161,6 +166,8 @@ class _Shown:
         if self.min_severity != "info":
             new = at_least(new, self.min_severity)
         self.kept.extend(new)
+        if self.moments is not None:
+            self.moments.note_findings(new)
         if self.redact:
             from ..reports.redact import redact_finding
             new = [redact_finding(f, self.pseudonyms) for f in new]
@@ -200,7 +207,7 @@ class _Shown:
                 self.table.row(finding_row(f, self.clock))
 
 
-def _write_report(args, out, findings, summary, legend, timeline, streams, analyzer,
+def _write_report(args, out, findings, summary, legend, moments, streams, analyzer,
                   shown) -> None:
     """The report in ``--format``, then (tables) the legend of the connections cited."""
     cited = {c for f in findings
@@ -215,7 +222,7 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
         from ..reports.html import html_report
         from ..reports.streams import TABLE_HEADERS, stream_records, table_rows
         out.write(html_report(args.file, findings, summary, legend,
-                              timeline, redacted=args.redact,
+                              moments, redacted=args.redact, whole=args.rule or (),
                               streams=(TABLE_HEADERS, table_rows(stream_records(
                                   streams.streams, findings)))))
     elif args.format == "markdown":
@@ -224,7 +231,8 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
         out.write(markdown_report(args.file, findings, summary,
                                   connections={c: legend.label(c) for c in cited},
                                   streams=stream_records(streams.streams, findings),
-                                  notes=[REDACTED_NOTE] if args.redact else ()))
+                                  notes=[REDACTED_NOTE] if args.redact else (),
+                                  whole=args.rule or ()))
     elif shown.table is not None:
         shown.write_held()
         out.write("\n" + (tabulate(summary_rows(findings),
@@ -237,16 +245,19 @@ def _write_report(args, out, findings, summary, legend, timeline, streams, analy
         out.write("\n" + legend.table(cited))
 
 
-def _write_evidence(args, capture_copy: str, findings, summary) -> int:
+def _write_evidence(args, capture_copy: str, findings, summary, progress) -> int:
     """``--evidence DIR``: the bundle, said on stderr. Exit code."""
     from ..reports.evidence import is_archive, write_archive, write_bundle
     write = write_archive if is_archive(args.evidence) else write_bundle
+    progress.stage(f"writing the evidence bundle {args.evidence}")
     try:
         bundle = write(capture_copy, findings, summary, args.evidence,
                        redact=args.redact, options=capture_options(args))
     except OSError as exc:
+        progress.close()
         print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    progress.close()
     _bundle_note(bundle)
     return EXIT_OK
 
@@ -303,25 +314,31 @@ def _output_problem(args) -> str | None:
     return None
 
 
-def _extra_files(args, findings, legend, timeline, progress) -> int:
+def _extra_files(args, findings, legend, timeline, moments, progress) -> int:
     """--plot and --annotate; each file written is named on stderr. Exit code."""
     try:
         if args.plot:
-            progress.step(f"plotting the timelines into {args.plot}")
+            from ..reports.moment_plot import write_moments
             from ..reports.timeline import write_plots
+            progress.stage(f"plotting the timelines into {args.plot}")
             written = write_plots(args.plot, timeline, findings, legend)
+            written += write_moments(args.plot, moments, findings)
+            progress.close()
             print(f"{len(written)} timeline files written to {args.plot}", file=sys.stderr)
         if args.annotate:
-            progress.step(f"writing the annotated capture {args.annotate}")
             from ..reports.annotate import write_annotated
+            progress.stage(f"writing the annotated capture {args.annotate}")
             frames, commented = write_annotated(args.file, args.annotate, findings)
+            progress.close()
             print(f"annotated capture written to {args.annotate}: {frames} frames, "
                   f"{commented} with finding comments", file=sys.stderr)
     except OSError as exc:
+        progress.close()
         option = "--plot" if args.plot and not args.annotate else "--annotate"
         print(f"dcpdissect: error: {option} {os_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except CaptureError as exc:
+        progress.close()
         print(f"dcpdissect: error: --annotate {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return EXIT_OK

@@ -67,6 +67,12 @@ class ConnectionLegend:
             record["tunnel"] = o.tunnel
         return record
 
+    def where(self, conn: int) -> tuple:
+        """``(server, bucket)`` of a connection as known so far (None: not known)."""
+        if conn not in self.opened:
+            return (None, None)
+        return (_address(self.opened[conn].server), self.negotiated[conn].bucket)
+
     def records(self, conns=None) -> list[dict]:
         """The legend of ``conns`` (default: every connection), by connection number."""
         return [self.record(c) for c in sorted(self.opened) if conns is None or c in conns]

@@ -81,15 +81,15 @@ def _frame_text(n, frame_map) -> str:
 def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int, int] | None = None,
                     *, title: str | None = None, notes: list[str] = (),
                     connections: dict[int, str] | None = None, max_per_rule: int = 25,
-                    streams: list[dict] | None = None) -> str:
+                    streams: list[dict] | None = None, whole=()) -> str:
     """Capture summary, per-rule table, then every finding grouped by rule with its decoded
     fields, a hexdump of its PDU, a Wireshark filter and the rule's rationale. With
-    ``streams`` (:func:`~.streams.stream_records`), a streams table after the summary.
+    ``streams`` (:func:`~.streams.stream_records`), a streams table after the findings.
 
     With ``frame_map`` (original frame number -> frame number in a trimmed capture) frame
     numbers and filters refer to the trimmed capture. At most ``max_per_rule`` findings
-    of one rule (:data:`~.findings.INFO_ROWS` of an info rule) are detailed; the others are
-    listed by frame.
+    of one rule (:data:`~.findings.INFO_ROWS` of an info rule not in ``whole``, the rules
+    asked for by name) are detailed; the others are listed by frame.
     """
     name = Path(str(path)).name
     out = [f"# {title or 'dcpdissect findings: ' + name}", ""]
@@ -118,9 +118,6 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
     for f in sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule, f.sort_key())):
         groups.setdefault(f.rule, []).append(f)
 
-    if streams is not None:
-        from .streams import streams_markdown
-        out += streams_markdown(streams)
     out += ["## Summary by rule", ""]
     if not groups:
         out += ["No findings.", ""]
@@ -139,13 +136,16 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
                 f"Rationale: {r.rationale}", ""]
         if mapped_all:
             out += [f"All frames of this rule: `{frame_filter(mapped_all)}`", ""]
-        limit = INFO_ROWS if r.severity == INFO else max_per_rule
+        limit = INFO_ROWS if r.severity == INFO and rid not in whole else max_per_rule
         for i, f in enumerate(items):
             if i == limit and len(items) > limit + 1:
                 rest = [_frame_text(g.frame, frame_map) for g in items[i:]]
                 out += [f"{len(rest)} more at frames: " + ", ".join(rest), ""]
                 break
             out += _finding_section(f, frame_map, connections)
+    if streams is not None:
+        from .streams import streams_markdown
+        out += streams_markdown(streams)
     return "\n".join(out).rstrip("\n") + "\n"
 
 

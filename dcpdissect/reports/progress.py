@@ -59,14 +59,12 @@ class Progress:
         self.stream.flush()
         self.drawn = True
 
-    def step(self, text: str) -> None:
-        """After the capture is read: say what is being done now (``writing the report``)
-        in the bar's place; :meth:`close` clears it."""
-        if not self.enabled or self.reader is None:
-            return
-        self.stream.write(f"\r\033[K{self.label}: {text}")
-        self.stream.flush()
-        self.drawn = True
+    def stage(self, text: str) -> None:
+        """Say what is being done once the capture is read (where the bar was drawn)."""
+        if self.enabled and self.reader is not None:
+            self.stream.write(f"\r\033[K{self.label}: {text}...")
+            self.stream.flush()
+            self.drawn = True
 
     def close(self) -> None:
         if self.drawn:

@@ -16,6 +16,7 @@ from ..protocol import STATUS_ROLLBACK, STREAM_OPCODES, opcode_code
 from ..reassembly.connections import StreamGap
 from ..reassembly.tcp import LOST
 from ..reassembly.framing import Resync
+from .moment_plot import conn_color
 
 STREAM_REQUEST = opcode_code("DcpStreamReq")
 MARKER = opcode_code("DcpSnapshotMarker")
@@ -119,10 +120,13 @@ class TimelineCollector:
             if seqno_field and seqno_field in f:
                 lane.items.offer((ts, f[seqno_field], msg.name, pdu.frame))
 
+    def lanes_conns(self) -> set[int]:
+        return {conn for conn, _vb, _sid in self.lanes}
+
     def vbuckets(self, bucket_of=lambda conn: None) -> dict[tuple, list[Lane]]:
-        """(bucket, vbucket) -> its lanes (by connection and stream id), only those that
-        show data or a request; ``bucket_of(conn)`` names a connection's bucket (None:
-        not known)."""
+        """(label, vbucket) -> its lanes (by connection and stream id), only those that
+        show data or a request; ``bucket_of(conn)`` labels a connection: its bucket, or
+        its server and bucket (None: not known)."""
         out: dict[tuple, list[Lane]] = {}
         for key in sorted(self.lanes, key=lambda k: (k[1], k[0], k[2] or 0)):
             lane = self.lanes[key]
@@ -136,9 +140,8 @@ class TimelineCollector:
 ITEM_MARKERS = {"DcpMutation": "o", "DcpDeletion": "x", "DcpExpiration": "+",
                 "DcpPrepare": "s", "DcpCommit": "D", "DcpAbort": "v",
                 "DcpSeqnoAdvanced": ">", "DcpSystemEvent": "P"}
-COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f",
-          "#e377c2")
 FINDING_COLOR = "#d62728"
+SNAPSHOT_LABELS = 12    # snapshot ranges are labelled on a lane with at most this many
 
 
 def finding_anchor(number: int) -> str:
@@ -147,34 +150,38 @@ def finding_anchor(number: int) -> str:
 
 
 def plot_name(where: tuple) -> str:
-    """``vb<N>``, or ``<bucket>-vb<N>`` (the bucket's name in file-name-safe characters)."""
+    """``vb<N>``, or ``<label>-vb<N>`` (the label of :func:`timelines` in file-name-safe
+    characters)."""
     bucket, vb = where
     return (re.sub(r"[^A-Za-z0-9._-]", "_", bucket) + "-" if bucket else "") + f"vb{vb}"
 
 
 def plot_vbucket(where: tuple, lanes: list[Lane], collector: TimelineCollector,
                  findings: list[tuple[int, object]], labels: dict[int, str]):
-    """The timeline of one vbucket as a matplotlib Figure: seqno against time (ms from the
-    capture's first frame). ``findings`` are ``(number, Finding)`` of this vbucket; each is a
-    star linked to ``#finding-<number>``. ``labels`` name the connections."""
+    """The timeline of one vbucket as a matplotlib Figure: seqno against time since the
+    capture's first frame (ms; s when the capture is longer than 10 s); the colour of a
+    connection is its colour in every plot (:func:`~.moment_plot.conn_color`).
+    ``findings`` are ``(number, Finding)`` of this vbucket; each is a star linked to
+    ``#finding-<number>``. ``labels`` name the connections."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     t0 = collector.first_ts or 0
-    span = max(((collector.last_ts or t0) - t0) / 1e6, 1e-3)
+    unit, scale = ("s", 1e9) if (collector.last_ts or t0) - t0 > 10e9 else ("ms", 1e6)
+    span = max(((collector.last_ts or t0) - t0) / scale, 1e-3)
 
     def ms(ts):
-        return (ts - t0) / 1e6
+        return (ts - t0) / scale
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax = fig.add_subplot()
     bucket, vb = where
-    ax.set_title(f"vbucket {vb}" + (f" of bucket {bucket}" if bucket else ""), loc="left",
+    ax.set_title(f"vbucket {vb}" + (f" of {bucket}" if bucket else ""), loc="left",
                  fontsize=11)
-    ax.set_xlabel("time since the first frame (ms)")
+    ax.set_xlabel(f"time since the first frame ({unit})")
     ax.set_ylabel("seqno")
     conns = sorted({lane.conn for lane in lanes})
-    color = {c: COLORS[i % len(COLORS)] for i, c in enumerate(conns)}
+    color = {c: conn_color(c) for c in conns}
     seqnos: list[int] = []
     shown_kinds: set[str] = set()
     for lane in lanes:
@@ -186,8 +193,9 @@ def plot_vbucket(where: tuple, lanes: list[Lane], collector: TimelineCollector,
             ax.add_patch(Rectangle((x0, start - 0.4), max(x1 - x0, span / 100),
                                    end - start + 0.8, facecolor=col, alpha=0.15,
                                    edgecolor=col, linewidth=0.8))
-            ax.annotate(f"[{start},{end}]", (x0, end + 0.4), xytext=(1, 2),
-                        textcoords="offset points", fontsize=6, color=col)
+            if len(lane.snapshots) <= SNAPSHOT_LABELS:
+                ax.annotate(f"[{start},{end}]", (x0, end + 0.4), xytext=(1, 2),
+                            textcoords="offset points", fontsize=6, color=col)
             seqnos += [start, end]
         by_kind: dict[str, list] = {}
         for ts, seqno, name, _frame in lane.items:
@@ -231,11 +239,16 @@ def plot_vbucket(where: tuple, lanes: list[Lane], collector: TimelineCollector,
                            linewidth=0.6, zorder=5)
         stars.set_urls([f"#{finding_anchor(n)}" for n in numbers])
         stars.set_gid(f"findings-{plot_name(where)}")
+        at_point: dict[tuple, list] = {}        # one label per star position
         for number, x, y in marks:
-            ax.annotate(f"#{number}", (x, y), xytext=(7, 5), textcoords="offset points",
+            at_point.setdefault((x, y), []).append(f"#{number}")
+        for (x, y), names in at_point.items():
+            ax.annotate(" ".join(names), (x, y), xytext=(7, 5), textcoords="offset points",
                         fontsize=8, color=FINDING_COLOR, fontweight="bold")
         seqnos.append(max(ys))
-    ax.set_ylim(min(seqnos, default=0) - 1, max(seqnos, default=1) + 1.5)
+    low, high = min(seqnos, default=0), max(seqnos, default=1)
+    margin = max(1.5, (high - low) * 0.08)      # room for the labels below the lowest point
+    ax.set_ylim(low - margin, high + margin)
     ax.set_xlim(-span * 0.03, span * 1.08)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, linewidth=0.3, alpha=0.5)
@@ -264,7 +277,7 @@ def _legend(ax, conns, color, labels, kinds, with_findings) -> None:
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=color[c], alpha=0.4, edgecolor=color[c],
-                     label=f"conn {c}: {labels.get(c, '')}"[:70]) for c in conns]
+                     label=f"conn {c}: {labels.get(c, '')}") for c in conns]
     handles += [Line2D([], [], marker=ITEM_MARKERS.get(k, "o"), linestyle="", color="#444",
                        label=k.removeprefix("Dcp")) for k in sorted(kinds) if k.startswith("Dcp")]
     handles.append(Line2D([], [], marker=">", linestyle="", color="#444", label="request"))
@@ -279,45 +292,27 @@ def _legend(ax, conns, color, labels, kinds, with_findings) -> None:
               frameon=False)
 
 
-def svg_text(fig, salt: str) -> str:
-    """The figure as an ``<svg>`` element to inline in HTML (no XML prolog nor metadata;
-    ids salted so that several plots can share a page; links open in the same page); text
-    is drawn as paths, no font needed."""
-    import io
-
-    from matplotlib import rc_context
-    buf = io.StringIO()
-    with rc_context({"svg.hashsalt": salt, "svg.fonttype": "path"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
-    return text.replace(' target="_blank"', "")     # the links lead to rows of this page
-
-
-def timelines(collector: TimelineCollector, findings: list, legend, limit: int | None = None):
-    """``((bucket, vbucket), Figure)`` for every vbucket with streams, its connections named
-    by ``legend`` (a :class:`~.connections.ConnectionLegend`); with ``limit``, those with
-    findings then the first others, at most ``limit``, then ``(None, n)`` for the ``n`` left
-    out. ``findings`` are in report order (their 1-based position is their number)."""
+def timelines(collector: TimelineCollector, findings: list, legend):
+    """``((label, vbucket), Figure)`` for every vbucket with streams, its connections named
+    by ``legend`` (a :class:`~.connections.ConnectionLegend`). A vbucket is one per bucket,
+    and per server when the capture has several: ``label`` is the bucket's name, or
+    ``<server>[-<bucket>]`` then. ``findings`` are in report order (their 1-based position
+    is their number)."""
     numbered = list(enumerate(findings, 1))
     labels = {c: legend.label(c) for c in legend.opened}
-    chosen = collector.vbuckets(lambda c: legend.record(c)["bucket"] if c in legend.opened
-                                else None)
-    left_out = 0
-    if limit is not None and len(chosen) > limit:
-        flagged = {(f.connection, f.vbucket) for f in findings}
-        keep = sorted(chosen, key=lambda w: (not any((lane.conn, lane.vb) in flagged
-                                                     for lane in chosen[w]), w[0] or "", w[1]))
-        left_out = len(chosen) - limit
-        chosen = {w: chosen[w] for w in chosen if w in set(keep[:limit])}
-    for where, lanes in chosen.items():
+    servers = {legend.where(c)[0] for c in collector.lanes_conns()}
+
+    def label(conn):
+        server, bucket = legend.where(conn)
+        if len(servers) < 2:
+            return bucket
+        return server + (f"-{bucket}" if bucket else "")
+
+    for where, lanes in collector.vbuckets(label).items():
         conns = {lane.conn for lane in lanes}
         mine = [(n, f) for n, f in numbered
                 if f.vbucket == where[1] and f.connection in conns]
         yield where, plot_vbucket(where, lanes, collector, mine, labels)
-    if left_out:
-        yield None, left_out
 
 
 def write_plots(directory: str, collector: TimelineCollector, findings: list,
@@ -331,7 +326,7 @@ def write_plots(directory: str, collector: TimelineCollector, findings: list,
     for where, fig in timelines(collector, findings, legend):
         for ext in ("svg", "png"):
             path = os.path.join(directory, f"timeline-{plot_name(where)}.{ext}")
-            fig.savefig(path, format=ext, dpi=110, metadata={"Date": None} if ext == "svg"
-                        else None)
+            fig.savefig(path, format=ext, dpi=110, bbox_inches="tight",
+                        metadata={"Date": None} if ext == "svg" else None)
             written.append(path)
     return written
