@@ -94,16 +94,19 @@ class Connection:
         start = self.seqnos[vb] + 1
         n = rng.randint(*self.items)
         end = start + n - 1
+        # the first marker of a stream requested from 0 starts at the requested snap_start
+        # (kv_engine: the smaller of it and the snapshot's first seqno)
+        marker = 0 if start == 1 else start
         kind = rng.random()
         if kind < 0.6:
-            out = [encode(0x56, dict(start_seqno=start, end_seqno=end, flags=0x05), layout="V1",
-                          vbucket=vb, opaque=opaque)]
+            out = [encode(0x56, dict(start_seqno=marker, end_seqno=end, flags=0x05),
+                          layout="V1", vbucket=vb, opaque=opaque)]
         elif kind < 0.8:
-            out = [encode(0x56, dict(start_seqno=start, end_seqno=end, flags=0x06,
+            out = [encode(0x56, dict(start_seqno=marker, end_seqno=end, flags=0x06,
                                      max_visible_seqno=end, high_completed_seqno=0),
                           layout="V2.0", vbucket=vb, opaque=opaque)]
         else:
-            out = [encode(0x56, dict(start_seqno=start, end_seqno=end, flags=0x06,
+            out = [encode(0x56, dict(start_seqno=marker, end_seqno=end, flags=0x06,
                                      max_visible_seqno=end, purge_seqno=0, high_prepared_seqno=0),
                           layout="V2.2", vbucket=vb, opaque=opaque)]
         for seqno in range(start, end + 1):
