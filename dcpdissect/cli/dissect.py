@@ -86,7 +86,7 @@ def cmd_dissect(args) -> int:
         return failed
     writer.flush()
     if summary.error and args.format == "jsonl":
-        error_record(args, summary.error)
+        error_record(args, summary, summary.error)
     if args.format == "table" and writer.shown:
         sys.stdout.write("\n" + legend.table(writer.shown))
     sys.stdout.flush()

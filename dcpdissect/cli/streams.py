@@ -49,7 +49,7 @@ def cmd_streams(args) -> int:
         for r in records:
             out.write(jsonl_line(r))
         if summary.error:
-            error_record(args, summary.error)
+            error_record(args, summary, summary.error)
     else:
         out.write(streams_table(records))
     out.flush()
