@@ -99,6 +99,8 @@ def _from_capture(args):
                          "the capture: give no FAILOVER.json HIGH_SEQNO PURGE_SEQNO")
     if args.vbucket is None or not 0 <= args.vbucket <= 0xFFFF:
         raise ValueError("--capture needs --vbucket N (0 to 65535)")
+    if args.capture == "-":
+        raise ValueError("--capture needs a file: stdin holds the request lines")
     args.file = args.capture
     analyzer = Analyzer()
     history = VbucketHistory(args.vbucket, analyzer)

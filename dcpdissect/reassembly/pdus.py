@@ -90,7 +90,9 @@ class Summary:
     path: str = ""
     frames: int = 0
     first_ts_ns: int | None = None      # time of the capture's first frame
-    last_ts_ns: int | None = None       # time of the last frame read
+    # time of the last frame read (the jsonl error record's): where a reading stopped, not
+    # a count; the pipeline, which reads a file in chunks apart, leaves it None
+    last_ts_ns: int | None = field(default=None, compare=False)
     tcp_segments: int = 0
     connections: int = 0                # decoded as MCBP
     pdus: int = 0
