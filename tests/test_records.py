@@ -244,3 +244,16 @@ def test_rollback_check_capture_without_the_vbucket(dcpdissect):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == (f"dcpdissect: error: {RESUME}: no failover log of vb 9 (no "
                            "successful DcpGetFailoverLog or DcpStreamReq response for it)\n")
+
+
+def test_rollback_check_high_seqno_from_the_failover_log(dcpdissect):
+    """rollback-violations' vb 4 (tshark): frame 14 is a DcpGetFailoverLog response
+    [0xb@10, 0xa@0]; no producer message of vb 4 follows, so the high seqno is at least the
+    log's highest entry, 10, from that frame."""
+    proc = dcpdissect("rollback-check", "--capture", ROLLBACKS, "--vbucket", "4", "--format",
+                      "jsonl", stdin="10 1 10 10\n")
+    record = json.loads(proc.stdout)
+    assert (record["high_seqno"], record["high_seqno_frame"], record["failover_log_frame"],
+            record["rollback"]) == ("10", 14, 14, False)
+    assert ("high seqno 10: at least, the failover log's highest entry (frame 14); no higher "
+            "seqno was sent") in proc.stderr

@@ -39,6 +39,13 @@ class NodeHistory:
     high: Seen | None = None
     purge: Seen | None = None
 
+    def high_bound(self) -> Seen:
+        """The high seqno's lower bound: the highest seqno its producers sent, or, when
+        higher, the failover log's highest entry (no entry passes the high seqno)."""
+        logged = Seen(max(e.seqno for e in self.table), self.table_frame)
+        return self.high if self.high is not None and self.high.value >= logged.value \
+            else logged
+
 
 class VbucketHistory:
     """An observer of a :class:`~.session.Pass` beside ``analyzer`` (whose connections and

@@ -118,14 +118,10 @@ def _from_capture(args):
                          "successful DcpGetFailoverLog or DcpStreamReq response for it)")
     _say_taken(args, history, node)
     capture_notes(summary)
-    entries_high = max(e.seqno for e in node.table)
-    high = max(node.high.value if node.high else 0, entries_high)
-    purge = node.purge.value if node.purge else 0
-    frames = {"failover_log_frame": node.table_frame,
-              "high_seqno_frame": node.high.frame
-              if node.high and node.high.value >= entries_high else node.table_frame,
+    high = node.high_bound()
+    frames = {"failover_log_frame": node.table_frame, "high_seqno_frame": high.frame,
               "purge_seqno_frame": node.purge.frame if node.purge else None}
-    return node.table, high, purge, frames
+    return node.table, high.value, node.purge.value if node.purge else 0, frames
 
 
 def _say_taken(args, history, node) -> None:
@@ -134,15 +130,15 @@ def _say_taken(args, history, node) -> None:
 
     where = f"{node.server[0]}:{node.server[1]}" + (f" bucket {node.bucket}" if node.bucket
                                                     else "")
-    entries_high = max(e.seqno for e in node.table)
     lines = [f"{args.capture}: vb {args.vbucket} on {where}: failover log of frame "
              f"{node.table_frame} ({node.table_opcode} response, {len(node.table)} entries)"]
-    if node.high and node.high.value >= entries_high:
-        lines.append(f"  high seqno {u64_text(node.high.value)}: at least, the highest seqno "
-                     f"its producers sent (frame {node.high.frame})")
+    high = node.high_bound()
+    if high is node.high:
+        lines.append(f"  high seqno {u64_text(high.value)}: at least, the highest seqno "
+                     f"its producers sent (frame {high.frame})")
     else:
-        lines.append(f"  high seqno {u64_text(entries_high)}: at least, the failover log's "
-                     f"highest entry (frame {node.table_frame}); no higher seqno was sent")
+        lines.append(f"  high seqno {u64_text(high.value)}: at least, the failover log's "
+                     f"highest entry (frame {high.frame}); no higher seqno was sent")
     if node.purge:
         lines.append(f"  purge seqno {u64_text(node.purge.value)}: at least, the highest of a "
                      f"disk snapshot marker (frame {node.purge.frame})")
