@@ -15,16 +15,11 @@ local function u32(v)
   if v < 0 then return v + 4294967296 end
   return v
 end
--- A whole number as text, the same in every Lua (tostring(5.0) is "5.0" from Lua 5.3 on).
+-- A whole number as text, the same in every Lua (tostring(5.0) is "5.0" from Lua 5.3 on);
+-- a UInt64 (vbucket uuid, CAS, seqno) in decimal, as dcpdissect spells them everywhere.
 local function int_text(v)
   if type(v) == "number" then return fmt("%d", v) end
   return tostring(v)
-end
--- A UInt64 in hex, without leading zeros.
-local function hex_text(v)
-  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
-  if hex == "" then return "0" end
-  return hex
 end
 
 local function flagtext(bits, mask, v)
@@ -91,7 +86,7 @@ F.vbucket = ProtoField.uint16("dcp.vbucket", "vBucket", base.DEC)
 F.status = ProtoField.uint16("dcp.status", "Status", base.HEX, STATUS_NAMES)
 F.bodylen = ProtoField.uint32("dcp.bodylen", "Total body length", base.DEC)
 F.opaque = ProtoField.uint32("dcp.opaque", "Opaque", base.HEX)
-F.cas = ProtoField.uint64("dcp.cas", "CAS", base.HEX)
+F.cas = ProtoField.uint64("dcp.cas", "CAS", base.DEC)
 F.frame_info = ProtoField.bytes("dcp.frame_info", "Frame info")
 F.frame_info_id = ProtoField.uint16("dcp.frame_info.id", "Frame info id", base.DEC)
 F.frame_info_len = ProtoField.uint16("dcp.frame_info.len", "Frame info length", base.DEC)
@@ -149,10 +144,10 @@ F.stream_req_flags_cache_transfer = ProtoField.bool("dcp.stream_req.flags.cache_
 F.stream_req_reserved = ProtoField.uint32("dcp.stream_req.reserved", "Reserved", base.DEC, nil)
 F.stream_req_start_seqno = ProtoField.uint64("dcp.stream_req.start_seqno", "Start seqno", base.DEC, nil)
 F.stream_req_end_seqno = ProtoField.uint64("dcp.stream_req.end_seqno", "End seqno", base.DEC, nil)
-F.stream_req_vbucket_uuid = ProtoField.uint64("dcp.stream_req.vbucket_uuid", "vBucket UUID", base.HEX, nil)
+F.stream_req_vbucket_uuid = ProtoField.uint64("dcp.stream_req.vbucket_uuid", "vBucket UUID", base.DEC, nil)
 F.stream_req_snap_start_seqno = ProtoField.uint64("dcp.stream_req.snap_start_seqno", "Snapshot start seqno", base.DEC, nil)
 F.stream_req_snap_end_seqno = ProtoField.uint64("dcp.stream_req.snap_end_seqno", "Snapshot end seqno", base.DEC, nil)
-F.failover_log_vbucket_uuid = ProtoField.uint64("dcp.failover_log.vbucket_uuid", "vBucket UUID", base.HEX, nil)
+F.failover_log_vbucket_uuid = ProtoField.uint64("dcp.failover_log.vbucket_uuid", "vBucket UUID", base.DEC, nil)
 F.failover_log_seqno = ProtoField.uint64("dcp.failover_log.seqno", "Seqno", base.DEC, nil)
 F.rollback_seqno = ProtoField.uint64("dcp.rollback_seqno", "Rollback seqno", base.DEC, nil)
 F.get_failover_log_layout = ProtoField.string("dcp.get_failover_log.layout", "Layout")
@@ -1151,7 +1146,7 @@ local function verify_header(m, shape, ctx, add)
   if shape.cas == "required" and m.cas_zero then
     add("cas-invalid", name .. ": CAS 0, the request must carry one")
   elseif shape.cas == "forbidden" and not m.cas_zero then
-    add("cas-invalid", fmt("%s: CAS 0x%s, must be 0", name, hex_text(m.cas_range:uint64())))
+    add("cas-invalid", fmt("%s: CAS %s, must be 0", name, int_text(m.cas_range:uint64())))
   end
   -- datatype
   if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then
@@ -1390,7 +1385,7 @@ end
 local function stream_request_text(f)
   return "start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
       .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
-      .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+      .. "] uuid=" .. int_text(f.vbucket_uuid)
 end
 
 local function summary(m)

@@ -11,6 +11,14 @@ if ! command -v chromium >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
 fi
+# jq (Debian package) for the jsonl join test
+if ! command -v jq >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "installing jq (Debian package)..." >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >&2
+fi
 # Wireshark's Qt GUI on a virtual screen (Debian packages) for the plugin's GUI test
 if ! command -v wireshark >/dev/null 2>&1 || ! command -v Xvfb >/dev/null 2>&1 \
         || ! command -v xdotool >/dev/null 2>&1 || ! command -v import >/dev/null 2>&1; then

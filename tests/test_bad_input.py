@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "resume-collapsed.pcap"
 NO_MCBP = ROOT / "tests" / "ndpi" / "zabbix.pcap"
+NO_MCBP_LAST_TS_NS = "1657872986793226000"   # its frame 236 (tshark: frame.time_epoch)
 
 
 def _inputs(tmp: Path) -> dict[str, tuple[str, bytes | None, str]]:
@@ -54,7 +55,9 @@ def test_bad_input_matrix(command, fmt, tmp_path):
             assert arg in err, (where, err)
         if fmt == "jsonl":
             [record] = [json.loads(line) for line in out.splitlines()]
-            assert record == {"type": "error", "file": arg,
+            # ts_ns: the last frame read; none when no frame was
+            ts_ns = NO_MCBP_LAST_TS_NS if "no MCBP" in case else None
+            assert record == {"type": "error", "ts_ns": ts_ns, "file": arg,
                               "error": err.strip().removeprefix("dcpdissect: error: ")}, where
         else:
             assert out == "", (where, out)

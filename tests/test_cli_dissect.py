@@ -49,7 +49,7 @@ def test_table_shows_marker_fields_and_failover_log(samples_dir, capsys):
     assert main(["dissect", str(samples_dir / "clean-replication.pcap")]) == 0
     out = capsys.readouterr().out
     assert "V2.2 start=0 end=6 flags=disk+checkpoint mvs=6 hcs=0 purge=0 hps=0" in out
-    assert "failover_log=[0xa1b2c3d4e5f60002@0]" in out
+    assert "failover_log=[11651590505119481858@0]" in out    # 0xa1b2c3d4e5f60002, decimal
     assert "52,54,56" in out  # the 4000-byte document split over three segments
 
 
@@ -78,7 +78,7 @@ def test_extra_port_and_tls_port(samples_dir, tmp_path):
     # one DcpOpen and no answer: nothing confirms it as MCBP (exit 2, name --port)
     assert code == 2 and "1 TLS connection not decoded" in err and "--port" in err
     assert err.count("\n") == 1 and json.loads(out) == {
-        "type": "error", "file": str(path),
+        "type": "error", "ts_ns": _last_ts_ns(path.read_bytes()), "file": str(path),
         "error": err.strip().removeprefix("dcpdissect: error: ")}
     code, out, err = run("dissect", str(path), "--format", "jsonl", "--port", "12000")
     assert code == 0 and json.loads(out)["fields"]["flags"] == 1
@@ -101,6 +101,14 @@ def _record_offsets(data):
         out.append(pos)
         pos += 16 + caplen
     return out
+
+
+def _last_ts_ns(data: bytes) -> str:
+    """The time of a little-endian classic pcap's last record, from its header fields."""
+    ns = struct.unpack_from("<I", data)[0] == 0xA1B23C4D
+    *_, last = _record_offsets(data)
+    secs, frac = struct.unpack_from("<II", data, last)
+    return str(secs * 1_000_000_000 + (frac if ns else frac * 1000))
 
 
 @pytest.mark.parametrize("case", ["missing", "not-a-capture", "empty", "cut-body", "cut-header",
@@ -137,7 +145,8 @@ def test_bad_input_exits_2_with_one_clear_message(case, samples_dir, tmp_path):
         before = [json.loads(x) for x in full.splitlines() if json.loads(x)["frame"] <= 40]
         *records, fault = [json.loads(x) for x in out.splitlines()]
         assert records == before and len(before) > 20
-        assert fault == {"type": "error", "file": str(path),
+        # ts_ns: frame 40's time, the last read (tshark: frame.time_epoch 1700000000.000019)
+        assert fault == {"type": "error", "ts_ns": "1700000000000019000", "file": str(path),
                          "error": errors[0].removeprefix("dcpdissect: error: ")}
     else:       # nothing decoded: the error record alone
         assert [json.loads(x)["type"] for x in out.splitlines()] == ["error"]

@@ -66,11 +66,11 @@ def test_examples_show_what_they_promise(tmp_path):
     """Spot checks of what some examples print, from facts of the samples."""
     (tmp_path / "samples").symlink_to(ROOT / "samples")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    out = run('echo "1111 1 4 3" | dcpdissect rollback-check failover.json 10 0', tmp_path,
+    out = run('echo "4369 1 4 3" | dcpdissect rollback-check failover.json 10 0', tmp_path,
               env=env, shell=True)
     assert out.returncode == 2 and "failover.json" in out.stderr      # needs the first line
-    (tmp_path / "failover.json").write_text('[{"id":2222,"seq":3},{"id":1111,"seq":0}]')
-    out = run('echo "1111 1 4 3" | dcpdissect rollback-check failover.json 10 0', tmp_path,
+    (tmp_path / "failover.json").write_text('[{"id":8738,"seq":3},{"id":4369,"seq":0}]')
+    out = run('echo "4369 1 4 3" | dcpdissect rollback-check failover.json 10 0', tmp_path,
               env=env, shell=True)
     assert "Rollback:true" in out.stdout and "Requested rollback seqno:1" in out.stdout
     follow = run("dcpdissect dissect samples/rollback-correct.pcap --follow vb:3", tmp_path,

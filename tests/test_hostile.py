@@ -209,7 +209,9 @@ def test_damaged_file_exits_2_and_keeps_findings_before_the_fault(sample, how, t
     # (a flow_control record, the unacked bytes of a connection with a window, has no frame)
     *got, fault_record = got
     assert got == want and all(f.get("frame") is None or f["frame"] < fault for f in got)
-    assert fault_record == {"type": "error", "file": str(path),
+    # ts_ns: the time of the last frame read, the clean prefix's last
+    last_ts_ns = str([f.ts_ns for f in open_capture(str(prefix))][-1])
+    assert fault_record == {"type": "error", "ts_ns": last_ts_ns, "file": str(path),
                             "error": errors[0].removeprefix("dcpdissect: error: ")}
     # dissect: the same exit, message, and every message before the fault
     assert main(["dissect", str(path), "--format", "jsonl"]) == 2

@@ -168,7 +168,7 @@ def test_report_is_self_contained(report):
     assert "<th>frames</th><td>34</td>" in text
     assert "<th>messages</th><td>16</td>" in text
     assert "0.050016 s" in text
-    # the streams table: the first stream from 0, the resume from {3,3} start 3 (uuid 0x1111)
+    # the streams table: the first stream from 0, the resume from {3,3} start 3 (uuid 4369)
     streams = text[text.index('<h2 id="streams">'):]
     assert streams.count("<tr><td>") == 2
     assert "<td>3..max uuid 4369 snap [3,3]</td>" in streams

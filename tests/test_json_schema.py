@@ -1,6 +1,8 @@
-"""Every jsonl record keeps every bit of its 64-bit integers (decimal
-strings) and matches docs/jsonl-schema.json (JSON Schema draft 2020-12)."""
+"""Every jsonl record of every command keeps every bit of its 64-bit integers (decimal
+strings), has ``type`` and ``ts_ns``, and matches docs/jsonl-schema.json (JSON Schema draft
+2020-12)."""
 
+import io
 import json
 from pathlib import Path
 
@@ -49,27 +51,46 @@ def _no_big_numbers(value, where):
 def test_sample_output_matches_schema(sample, validator, capsys):
     path = str(ROOT / "samples" / sample)
     kinds = set()
-    for argv in (("dissect", path, "--format", "jsonl"), ("analyze", path, "--format", "jsonl")):
+    for argv in (("dissect", path, "--format", "jsonl"), ("analyze", path, "--format", "jsonl"),
+                 ("streams", path, "--format", "jsonl"), ("connections", path, "--format", "jsonl")):
         lines = run(capsys, *argv)
         for line in lines:
             record = json.loads(line)
+            assert "type" in record and "ts_ns" in record, f"{argv[0]} {sample}: {line[:200]}"
             errors = sorted(validator.iter_errors(record), key=str)
             assert not errors, f"{argv[0]} {sample}: {errors[0].message} in {line[:300]}"
             _no_big_numbers(record, f"{argv[0]} {sample}")
-            kinds.add(record.get("type") or ("finding" if "rule" in record else "message"))
+            kinds.add(record["type"])
     assert "message" in kinds or sample.startswith(("hostile-", "tcp-loss-header")), sample
 
 
-def test_every_record_type_is_covered(validator, capsys):
-    """The samples exercise the three record types and the 64-bit fields."""
+def test_every_record_type_is_covered(validator, capsys, monkeypatch, tmp_path):
+    """The samples exercise every record type of the schema: messages, findings,
+    flow_control, streams, connections, an error record (a capture cut inside a frame) and
+    rollback_check records (with and without --capture)."""
     seen = set()
+    lines = []
     for sample in ("clean-replication.pcap", "flow-violations.pcap", "rollback-violations.pcap"):
         path = str(ROOT / "samples" / sample)
-        for line in run(capsys, "dissect", path, "--format", "jsonl") + \
-                run(capsys, "analyze", path, "--format", "jsonl"):
-            r = json.loads(line)
-            seen.add(r.get("type") or ("finding" if "rule" in r else "message"))
-    assert seen == {"message", "finding", "flow_control"}
+        for command in ("dissect", "analyze", "streams", "connections"):
+            lines += run(capsys, command, path, "--format", "jsonl")
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes((ROOT / "samples" / "clean-replication.pcap").read_bytes()[:3000])
+    lines += run(capsys, "analyze", str(cut), "--format", "jsonl")
+    (tmp_path / "failover.json").write_text('[{"id":"0x2222","seq":3},{"id":4369,"seq":0}]')
+    for argv in ((str(tmp_path / "failover.json"), "10", "0"),
+                 ("--capture", str(ROOT / "samples" / "resume-collapsed.pcap"), "--vbucket", "0")):
+        monkeypatch.setattr("sys.stdin", io.StringIO("4369 1 4 3\n0x1111 3 3 3\n"))
+        lines += run(capsys, "rollback-check", *argv, "--format", "jsonl")
+    for line in lines:
+        record = json.loads(line)
+        errors = sorted(validator.iter_errors(record), key=str)
+        assert not errors, f"{errors[0].message} in {line[:300]}"
+        _no_big_numbers(record, line[:100])
+        seen.add(record["type"])
+    assert seen == {"message", "finding", "flow_control", "stream", "connection", "error",
+                    "rollback_check"}
+    assert set(SCHEMA["$defs"]) >= seen and len(SCHEMA["oneOf"]) == len(seen)
 
 
 def test_schema_rejects_a_numeric_cas(validator, capsys):

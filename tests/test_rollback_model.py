@@ -61,7 +61,10 @@ def test_humpty_sanity_vectors_through_the_cli(tmp_path):
                                   "2222 20 30 25\n2222 45 45 45\n5555 10 10 10\n",
                                   "--format", "jsonl")
     rows = [json.loads(x) for x in out.splitlines()]
-    assert [(r["rollback"], r["rollback_seqno"]) for r in rows] == [(False, None), (True, 30), (True, 0)]
+    assert [(r["rollback"], r["rollback_seqno"]) for r in rows] == [(False, None), (True, "30"),
+                                                                    (True, "0")]
+    assert [r["type"] for r in rows] == ["rollback_check"] * 3
+    assert rows[0]["vbucket_uuid"] == "2222" and rows[0]["start_seqno"] == "25"
 
 
 LATEST = 0xAAAA
@@ -118,9 +121,12 @@ def test_sanitize_drops_uuid_zero_and_out_of_order_and_caps():
     assert len(sanitize(many, 100)) == 25
 
 
-def test_cli_warns_on_bad_lines_and_rejects_bad_tables(tmp_path):
+def test_cli_rejects_bad_lines_and_bad_tables(tmp_path):
     code, out, err = rollback_check(tmp_path, SEED_TABLE, 10, 0, "1 2 3\nx y z w\n1111 3 3 3\n")
-    assert code == 0 and out.count("Testing UUID") == 1
-    assert err.count("warning") == 2
+    assert code == 2 and out.count("Testing UUID") == 1
+    assert err.splitlines() == [
+        "dcpdissect: error: stdin line 1: 3 fields; want '<uuid> <snapStart> <snapEnd> <start>'",
+        "dcpdissect: error: stdin line 2: uuid: 'x' is not a number from 0 to 2^64-1 in decimal "
+        "or 0x hex; want '<uuid> <snapStart> <snapEnd> <start>'"]
     code, out, err = rollback_check(tmp_path, "{}", 10, 0, "")
     assert code == 2 and "non-empty JSON array" in err and "Traceback" not in err

@@ -140,6 +140,7 @@ def test_pipeline_streams_table_equals_streams_on_every_sample(spark, tmp_path, 
     for path in SAMPLES:
         main(["streams", path, "--format", "jsonl"])
         want = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert all(r["ts_ns"] is not None for r in want), path
         assert table.get(path, []) == want, path
         streams += len(want)
     assert streams > 100

@@ -21,6 +21,9 @@ class Finding:
     fields: dict = field(default_factory=dict)   # the decoded fields that matter
     pdu: bytes | None = None          # the offending PDU's bytes (hexdump / evidence)
     context: tuple[int, ...] = ()     # frames worth keeping as context in evidence bundles
+    # the stream it falls in (set by StreamSummary): its request's uuid and frame
+    vbucket_uuid: int | None = None
+    request_frame: int | None = None
 
     @property
     def severity(self) -> str:

@@ -8,6 +8,7 @@ branch point ("upper"), the snapshot adjustments and the rollback seqno with its
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -84,16 +85,40 @@ def needs_rollback(table: list[FailoverEntry], start: int, local_high: int, uuid
                     REASON_AHEAD.format(upper=upper))
 
 
+U64_MAX = (1 << 64) - 1
+_U64_TEXT = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)\Z")
+
+
+def parse_u64(value, what: str) -> int:
+    """A uuid or seqno in any spelling dcpdissect's outputs and tshark use: an integer (a
+    JSON number), or text in decimal (tables, jsonl's strings, cbstats) or ``0x`` hex
+    (Wireshark). ValueError, one line naming ``what``, for anything else."""
+    number = None
+    if type(value) is int:
+        number = value
+    elif isinstance(value, str) and _U64_TEXT.match(value.strip()):
+        number = int(value.strip(), 0 if value.strip()[:2].lower() == "0x" else 10)
+    if number is None or not 0 <= number <= U64_MAX:
+        raise ValueError(f"{what}: {value!r} is not a number from 0 to 2^64-1 in decimal "
+                         "or 0x hex")
+    return number
+
+
 def load_failover_json(text: str) -> list[FailoverEntry]:
-    """``[{"id": uuid, "seq": seqno}, ...]``, newest first; other keys are ignored."""
-    data = json.loads(text)
+    """``[{"id": uuid, "seq": seqno}, ...]``, newest first; other keys are ignored. ids
+    and seqnos may be numbers or strings (:func:`parse_u64`)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(data, list) or not data:
         raise ValueError("the failover table must be a non-empty JSON array")
     out = []
     for i, item in enumerate(data):
         if not isinstance(item, dict) or "id" not in item or "seq" not in item:
             raise ValueError(f"entry {i} must be an object with \"id\" and \"seq\"")
-        out.append(FailoverEntry(int(item["id"]), int(item["seq"])))
+        out.append(FailoverEntry(parse_u64(item["id"], f"entry {i} id"),
+                                 parse_u64(item["seq"], f"entry {i} seq")))
     return out
 
 

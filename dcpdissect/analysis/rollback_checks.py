@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..protocol import (
     FAILOVER_LOG_OPCODES, STATUS_ROLLBACK, STATUS_SUCCESS, STREAM_FLAGS, STREAM_OPCODES,
-    opcode_code,
+    opcode_code, u64_text,
 )
 from .findings import Finding, finding_for
 from .rollback import REASON_AHEAD, REASON_NO_UUID, Decision, FailoverEntry, needs_rollback, sanitize
@@ -123,7 +123,7 @@ class RollbackTracker:
         """A producer's stream message: its seqno bounds the high seqno, a disk marker's
         purge seqno the purge seqno."""
         f = msg.fields
-        seen = f.get("by_seqno") or f.get("commit_seqno") or f.get("abort_seqno") or f.get("end_seqno")
+        seen = seen_seqno(f)
         if seen and seen > self.high.get(key, 0):
             self.high[key] = seen
         purge = f.get("purge_seqno") if msg.opcode == MARKER else None
@@ -159,11 +159,11 @@ class RollbackTracker:
         if f["start_seqno"] > last.seqno and not f.get("flags", 0) & FROM_LATEST:
             problems.append(f"start {f['start_seqno']} > rollback seqno {last.seqno}")
         if f["vbucket_uuid"] in above:
-            problems.append(f"uuid {f['vbucket_uuid']:#x} belongs to history above {last.seqno}")
+            problems.append(f"uuid {u64_text(f['vbucket_uuid'])} belongs to history above {last.seqno}")
         if not problems:
             return out
         return out + [finding_for(ROLLBACK_NOT_APPLIED.id, "; ".join(problems), pdu, msg,
-                            {"start_seqno": f["start_seqno"], "vbucket_uuid": f"{f['vbucket_uuid']:#x}",
+                            {"start_seqno": f["start_seqno"], "vbucket_uuid": f["vbucket_uuid"],
                              "previous_rollback_seqno": last.seqno})]
 
     def _judge(self, req: _Request, msg, pdu, opened, negotiated, key, success: bool) -> list[Finding]:
@@ -183,7 +183,7 @@ class RollbackTracker:
                                        pdu, msg, shown, context))
             if r == start and last and (last.uuid, last.start, last.snap, last.seqno) == (uuid, start, snap, r):
                 out.append(finding_for(ROLLBACK_LOOP.id, f"ROLLBACK({r}) answered again to the same "
-                                       f"request (uuid {uuid:#x}, start {start}, snapshot "
+                                       f"request (uuid {u64_text(uuid)}, start {start}, snapshot "
                                        f"[{snap[0]}, {snap[1]}])", pdu, msg, shown, context))
             table, conn = self.tables.get(key, ([], None))
             self.rollbacks[rb_key] = _LastRollback(r, uuid, start, snap, list(table))
@@ -220,7 +220,7 @@ class RollbackTracker:
         shown["model"] = model
         if success and d.rollback:
             if sure:
-                out.append(finding_for(ROLLBACK_MISSED.id, f"success for uuid {uuid:#x} start "
+                out.append(finding_for(ROLLBACK_MISSED.id, f"success for uuid {u64_text(uuid)} start "
                                        f"{start} snapshot [{snap[0]}, {snap[1]}]; {model}", pdu,
                                        msg, shown, context))
             else:
@@ -233,7 +233,7 @@ class RollbackTracker:
             rolled_to = msg.fields["rollback_seqno"]
             if sure and (rolled_to or flags & IGNORE_PURGED_TOMBSTONES):
                 out.append(finding_for(ROLLBACK_UNEXPECTED.id, f"ROLLBACK({rolled_to}) "
-                                       f"for uuid {uuid:#x} start {start}; {model}", pdu, msg, shown,
+                                       f"for uuid {u64_text(uuid)} start {start}; {model}", pdu, msg, shown,
                                        context))
             else:
                 out.append(finding_for(ROLLBACK_PREDICTION_UNSURE.id, f"{model}, but the purge "
@@ -268,13 +268,20 @@ class RollbackTracker:
         return d, sure
 
 
+def seen_seqno(fields: dict):
+    """The seqno a producer's stream message shows the vbucket holds (its high seqno is at
+    least this): an item's, a commit's or abort's, a marker's end; None for none."""
+    return (fields.get("by_seqno") or fields.get("commit_seqno") or fields.get("abort_seqno")
+            or fields.get("end_seqno"))
+
+
 def _asked(req: _Request, msg, success: bool) -> tuple:
     """(start, uuid, (snap_start, snap_end), flags, the fields a finding shows) of a stream
     request and its answer."""
     f = req.fields
     start, uuid = f["start_seqno"], f["vbucket_uuid"]
     snap = (f["snap_start_seqno"], f["snap_end_seqno"])
-    shown = {"start_seqno": start, "vbucket_uuid": f"{uuid:#x}", "snap_start_seqno": snap[0],
+    shown = {"start_seqno": start, "vbucket_uuid": uuid, "snap_start_seqno": snap[0],
              "snap_end_seqno": snap[1]}
     if not success:
         shown["rollback_seqno"] = msg.fields["rollback_seqno"]

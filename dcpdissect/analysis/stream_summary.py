@@ -108,13 +108,15 @@ class StreamStats:
 
 class StreamSummary:
     """Fed the capture's events in place of the analyzer (:meth:`feed`,
-    :meth:`feed_message` and :meth:`finish` return the analyzer's findings);
+    :meth:`feed_message` and :meth:`finish` return the analyzer's findings, each with the
+    ``vbucket_uuid`` and ``request_frame`` of the stream it falls in, :func:`stream_of`);
     :attr:`streams` holds every stream, in order of appearance."""
 
     def __init__(self, analyzer):
         self.analyzer = analyzer
         self.tracker = analyzer.streams
         self.streams: list[StreamStats] = []
+        self._by_key: dict[tuple, list[int]] = {}     # (connection, vbucket) -> stream indexes
         self._open_conns: dict[int, _OnConnection] = {}
 
     def feed(self, ev) -> list[Finding]:
@@ -130,20 +132,20 @@ class StreamSummary:
                         st._end(ENDED_CAPTURE, None, None)
                     else:
                         st._end(ENDED_CONNECTION, ev.reason, ev.frame)
-        return found
+        return self._with_uuids(found)
 
     def feed_message(self, pdu: Pdu, msg) -> list[Finding]:
         """The analyzer's ``feed_message``: a PDU already decoded to ``msg``."""
         found = self.analyzer.feed_message(pdu, msg)
         c = self.tracker.conns.get(pdu.conn)
         if c is None or msg.magic in SERVER_MAGICS:
-            return found
+            return self._with_uuids(found)
         if (msg.is_request and msg.opcode in STREAM_OPCODES and msg.vbucket is not None
                 and pdu.direction != (1 if c.negotiation.consumer else 0)):
             self._stream_message(self._open_conns.get(c.id) or self._on(c), pdu, msg)
         else:
             self._message(c, pdu, msg)
-        return found
+        return self._with_uuids(found)
 
     def finish(self) -> list[Finding]:
         found = self.analyzer.finish()
@@ -151,7 +153,20 @@ class StreamSummary:
             for st in on.current.values():
                 st._end(ENDED_CAPTURE, None, None)
         self._open_conns.clear()
+        return self._with_uuids(found)
+
+    def _with_uuids(self, found: list[Finding]) -> list[Finding]:
+        """``found``, each finding given the uuid and frame of its stream's request."""
+        for f in found:
+            i = stream_of(self._by_key, self.streams, f)
+            if i is not None and self.streams[i].request is not None:
+                f.vbucket_uuid = self.streams[i].request.get("vbucket_uuid")
+                f.request_frame = self.streams[i].request_frame
         return found
+
+    def _add(self, st: StreamStats) -> None:
+        self._by_key.setdefault((st.conn.id, st.vbucket), []).append(len(self.streams))
+        self.streams.append(st)
 
     # as an observer of a :class:`~.session.Pass`
     on_message = feed_message
@@ -206,7 +221,7 @@ class StreamSummary:
             old._end(ENDED_REPLACED, None, pdu.frame)
         request = {name: tracked.request.get(name) for name in REQUEST_FIELDS}
         st = StreamStats(on.who, tracked.vb, tracked.sid, tracked.opaque, pdu, request)
-        self.streams.append(st)
+        self._add(st)
         on.current[key] = st
         _remember(on.answering, tracked.opaque, st)
 
@@ -229,7 +244,7 @@ class StreamSummary:
         if st is None:          # its request was not captured
             st = on.current[key] = StreamStats(on.who, msg.vbucket, msg.stream_id, msg.opaque,
                                                pdu, None)
-            self.streams.append(st)
+            self._add(st)
         if pdu.frame > st.last_frame:
             st.last_frame = pdu.frame
         if pdu.ts_ns > st.last_ts_ns:
@@ -260,22 +275,31 @@ class StreamSummary:
             st.last_seqno = seqno
 
 
+def stream_of(by_key: dict, streams: list[StreamStats], f: Finding) -> int | None:
+    """The index in ``streams`` of the stream a finding with a connection and a vbucket
+    falls in: of the streams of that connection and vbucket (``by_key``: (connection,
+    vbucket) -> their indexes, in order), the latest one requested at or before its frame,
+    the ones with its opaque first. None: no such stream."""
+    candidates = by_key.get((f.connection, f.vbucket))
+    if not candidates:
+        return None
+    same = [i for i in candidates if streams[i].opaque == f.opaque] or candidates
+    frame = f.frame or 0
+    before = [i for i in same if streams[i].first_frame <= frame]
+    return before[-1] if before else same[0]
+
+
 def findings_by_stream(streams: list[StreamStats], findings) -> dict[int, dict[str, int]]:
-    """index in ``streams`` -> {severity: count}: each finding with a connection and a
-    vbucket counts for the stream of that connection and vbucket it falls in (the latest
-    one requested at or before its frame; the one with its opaque first)."""
+    """index in ``streams`` -> {severity: count}: each finding counts for the stream it
+    falls in (:func:`stream_of`)."""
     by_key: dict[tuple, list[int]] = {}
     for i, st in enumerate(streams):
         by_key.setdefault((st.conn.id, st.vbucket), []).append(i)
     out: dict[int, dict[str, int]] = {}
     for f in findings:
-        candidates = by_key.get((f.connection, f.vbucket))
-        if not candidates:
+        i = stream_of(by_key, streams, f)
+        if i is None:
             continue
-        same = [i for i in candidates if streams[i].opaque == f.opaque] or candidates
-        frame = f.frame or 0
-        before = [i for i in same if streams[i].first_frame <= frame]
-        i = before[-1] if before else same[0]
         counts = out.setdefault(i, {})
         counts[f.severity] = counts.get(f.severity, 0) + 1
     return out

@@ -81,6 +81,7 @@ def _analyze(args, capture_copy: str) -> int:
     """``analyze``; ``capture_copy`` is the capture as the evidence bundle reads it."""
     from ..analysis.engine import Analyzer
     from ..analysis.findings import Finding
+    from ..analysis.stream_summary import StreamSummary
     from ..reports.connections import ConnectionLegend
 
     if _argument_problem(args):
@@ -100,9 +101,8 @@ def _analyze(args, capture_copy: str) -> int:
         from ..reports.moments import MomentCollector
         moments = MomentCollector(legend.where)
     analyzer = Analyzer()
-    streams = None              # per-stream accounting, for the report's streams table
-    if args.format in ("markdown", "html"):
-        from ..analysis.stream_summary import StreamSummary
+    streams = None      # per-stream accounting: the reports' streams table and each
+    if args.format != "table" or args.evidence:     # finding record's stream (~10% time)
         streams = StreamSummary(analyzer)
     shown = _Shown(args, out, legend, clock, summary, moments)
     observers = [o for o in (legend, timeline, moments, streams or analyzer, shown)
@@ -217,7 +217,7 @@ def _write_report(args, out, findings, summary, legend, moments, streams, analyz
         for rec in flow_control_records(analyzer.streams.flow.timelines()):
             out.write(jsonl_line(rec))
         if summary.error:
-            error_record(args, summary.error, out)
+            error_record(args, summary, summary.error, out)
     elif args.format == "html":
         from ..reports.html import html_report
         from ..reports.streams import TABLE_HEADERS, stream_records, table_rows

@@ -221,10 +221,12 @@ def run_pass(args, observers, summary, label: str = "", progress: bool | None = 
     return run
 
 
-def error_record(args, text: str, out=None) -> None:
-    """The jsonl record of a capture that could not be read (wholly or from a frame on)."""
+def error_record(args, summary, text: str, out=None) -> None:
+    """The jsonl record of a capture that could not be read (wholly or from a frame on);
+    ``ts_ns`` is the time of the last frame read (None: none was)."""
     from ..reports.messages import jsonl_line
-    (out or sys.stdout).write(jsonl_line({"type": "error", "file": args.file, "error": text}))
+    (out or sys.stdout).write(jsonl_line({"type": "error", "ts_ns": summary.last_ts_ns,
+                                          "file": args.file, "error": text}))
 
 
 def not_decoded(args, summary, jsonl: bool, out=None) -> int | None:
@@ -235,7 +237,7 @@ def not_decoded(args, summary, jsonl: bool, out=None) -> int | None:
         return None
     text = summary.error or summary.no_mcbp_hint().removeprefix("dcpdissect: ")
     if jsonl:
-        error_record(args, text, out)
+        error_record(args, summary, text, out)
     print(f"dcpdissect: error: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
 

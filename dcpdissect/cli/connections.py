@@ -53,7 +53,7 @@ def cmd_connections(args) -> int:
         for r in records:
             out.write(jsonl_line(r))
         if summary.error:
-            error_record(args, summary.error, out)
+            error_record(args, summary, summary.error, out)
     elif args.format == "csv":
         _write_csv(out, records)
     else:

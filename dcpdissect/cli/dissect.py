@@ -99,7 +99,7 @@ def _dissect(args, out) -> int:
         return failed
     writer.flush()
     if summary.error and args.format == "jsonl":
-        error_record(args, summary.error, out)
+        error_record(args, summary, summary.error, out)
     if args.format == "table" and writer.shown:
         out.write("\n" + legend.table(writer.shown))
     out.flush()

@@ -59,7 +59,7 @@ def cmd_streams(args) -> int:
         for r in records:
             out.write(jsonl_line(r))
         if summary.error:
-            error_record(args, summary.error, out)
+            error_record(args, summary, summary.error, out)
     else:
         out.write(streams_table(records, Clock(args.time, summary)))
     out.flush()

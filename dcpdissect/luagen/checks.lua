@@ -520,7 +520,7 @@ local function verify_header(m, shape, ctx, add)
   if shape.cas == "required" and m.cas_zero then
     add("cas-invalid", name .. ": CAS 0, the request must carry one")
   elseif shape.cas == "forbidden" and not m.cas_zero then
-    add("cas-invalid", fmt("%s: CAS 0x%s, must be 0", name, hex_text(m.cas_range:uint64())))
+    add("cas-invalid", fmt("%s: CAS %s, must be 0", name, int_text(m.cas_range:uint64())))
   end
   -- datatype
   if m.datatype > 7 or (shape.datatypes and not shape.datatypes[m.datatype]) then

@@ -139,7 +139,7 @@ BODY_FIELDS = (
     ("status", "ProtoField.uint16(\"dcp.status\", \"Status\", base.HEX, STATUS_NAMES)"),
     ("bodylen", "ProtoField.uint32(\"dcp.bodylen\", \"Total body length\", base.DEC)"),
     ("opaque", "ProtoField.uint32(\"dcp.opaque\", \"Opaque\", base.HEX)"),
-    ("cas", "ProtoField.uint64(\"dcp.cas\", \"CAS\", base.HEX)"),
+    ("cas", "ProtoField.uint64(\"dcp.cas\", \"CAS\", base.DEC)"),
     ("frame_info", "ProtoField.bytes(\"dcp.frame_info\", \"Frame info\")"),
     ("frame_info.id", "ProtoField.uint16(\"dcp.frame_info.id\", \"Frame info id\", base.DEC)"),
     ("frame_info.len", "ProtoField.uint16(\"dcp.frame_info.len\", \"Frame info length\", base.DEC)"),

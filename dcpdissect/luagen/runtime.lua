@@ -15,16 +15,11 @@ local function u32(v)
   if v < 0 then return v + 4294967296 end
   return v
 end
--- A whole number as text, the same in every Lua (tostring(5.0) is "5.0" from Lua 5.3 on).
+-- A whole number as text, the same in every Lua (tostring(5.0) is "5.0" from Lua 5.3 on);
+-- a UInt64 (vbucket uuid, CAS, seqno) in decimal, as dcpdissect spells them everywhere.
 local function int_text(v)
   if type(v) == "number" then return fmt("%d", v) end
   return tostring(v)
-end
--- A UInt64 in hex, without leading zeros.
-local function hex_text(v)
-  local hex = string.gsub(string.lower(v:tohex()), "^0+", "")
-  if hex == "" then return "0" end
-  return hex
 end
 
 local function flagtext(bits, mask, v)
@@ -165,7 +160,7 @@ end
 local function stream_request_text(f)
   return "start=" .. int_text(f.start_seqno) .. " end=" .. seqno_text(f.end_seqno)
       .. " snap=[" .. int_text(f.snap_start_seqno) .. "," .. int_text(f.snap_end_seqno)
-      .. "] uuid=0x" .. hex_text(f.vbucket_uuid)
+      .. "] uuid=" .. int_text(f.vbucket_uuid)
 end
 
 local function summary(m)

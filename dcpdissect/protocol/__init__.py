@@ -14,6 +14,7 @@ from .model import (  # noqa: F401
     SyncWrite, ValueNames,
 )
 from .opcodes import DCP_OPCODES  # noqa: F401
+from .spelling import u64_text  # noqa: F401
 
 # The duplicate-key check's namespace of each sync-write part: the key indexes of a
 # checkpoint (checkpoint.h Checkpoint::committedKeyIndex / preparedKeyIndex). Commits and

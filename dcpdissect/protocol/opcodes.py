@@ -76,7 +76,7 @@ STREAM_REQ_EXTRAS = extras(
     u32("reserved", 4, "Reserved", shown="never"),
     u64("start_seqno", 8, "Start seqno", short="start"),
     u64("end_seqno", 16, "End seqno", short="end"),
-    u64("vbucket_uuid", 24, "vBucket UUID", display="hex", short="uuid"),
+    u64("vbucket_uuid", 24, "vBucket UUID", short="uuid"),
     u64("snap_start_seqno", 32, "Snapshot start seqno", short="snap_start"),
     u64("snap_end_seqno", 40, "Snapshot end seqno", short="snap_end"),
 )
@@ -176,7 +176,7 @@ MARKER_CHECKS = (
 
 # --- 0x53 / 0x54 / 0x96 failover log and rollback ----------------------------------------------
 FAILOVER_ENTRY = Layout("failover_log", (
-    u64("vbucket_uuid", 0, "vBucket UUID", display="hex", short="uuid"),
+    u64("vbucket_uuid", 0, "vBucket UUID", short="uuid"),
     u64("seqno", 8, "Seqno", shown="if_set"),
 ), 16, when=(("status", STATUS_SUCCESS),), repeated="failover_log")
 ROLLBACK = Layout("rollback", (u64("rollback_seqno", 0, "Rollback seqno"),), 8,

@@ -93,6 +93,9 @@ class Summary:
     path: str = ""
     frames: int = 0
     first_ts_ns: int | None = None      # time of the capture's first frame
+    # time of the last frame read (the jsonl error record's): where a reading stopped, not
+    # a count; the pipeline, which reads a file in chunks apart, leaves it None
+    last_ts_ns: int | None = field(default=None, compare=False)
     tcp_segments: int = 0
     connections: int = 0                # decoded as MCBP
     pdus: int = 0
@@ -241,6 +244,7 @@ class PduStream:
             summary.frames += 1
             if summary.first_ts_ns is None:
                 summary.first_ts_ns = frame.ts_ns
+            summary.last_ts_ns = frame.ts_ns
             seg = decode(frame.linktype, frame.data, frame.number, frame.ts_ns)
             if seg is None:
                 continue

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import OrderedDict
 from pathlib import Path
 
 from ..analysis.findings import Finding
 from ..analysis.rules import INFO, RULES, SEVERITY_RANK
 from .findings import INFO_ROWS, finding_record
-from .messages import iso_time
+from .messages import iso_time, jsonl_line
 
 HEXDUMP_BYTES = 64
 REDACTED_NOTE = ("**Redaction applied**: document keys are replaced by pseudonyms of the same "
@@ -178,5 +177,5 @@ def _finding_section(f: Finding, frame_map, connections) -> list[str]:
         record["frames"] = frames
         record["original_frame"] = f.frame
     out += ["<details><summary>JSON</summary>", "", "```json",
-            json.dumps(record, default=str), "```", "", "</details>", ""]
+            jsonl_line(record).rstrip("\n"), "```", "", "</details>", ""]
     return out

@@ -7,7 +7,8 @@ import json as _json
 
 from ..codec import Message
 from ..codec.settings import SETTING_OPCODES, setting_fields, setting_names
-from ..protocol import MAGICS, OPCODES, SERVER_MAGICS, STATUS, Field, Shape, shape_fields
+from ..protocol import (MAGICS, OPCODES, SERVER_MAGICS, STATUS, Field, Shape, shape_fields,
+                        u64_text)
 
 DIRECTIONS = ("c2s", "s2c")
 
@@ -292,6 +293,7 @@ def message_record(pdu, msg: Message, doc_key=None, stream_filter=None) -> dict:
     fields = dict(message_fields(msg))
     magic_name, opcode_name, named = _head(msg)
     record = {
+        "type": "message",
         "frame": pdu.frame,
         "frames": list(pdu.frames),
         "time": iso_time(pdu.ts_ns),
@@ -380,7 +382,7 @@ def details(record: dict) -> str:
             parts.append(f"{value}={fields['control_value']}")
         elif name == "failover_log":
             parts.append("failover_log=[" + ", ".join(
-                f"{e['vbucket_uuid']:#x}@{e['seqno']}" for e in value) + "]")
+                f"{u64_text(e['vbucket_uuid'])}@{u64_text(e['seqno'])}" for e in value) + "]")
         elif name in names:
             parts.append(f"{label}={names[name]}")
         elif f is not None and f.display == "hex":
@@ -462,7 +464,7 @@ class _Template:
         self.named = tuple((k, text) for k, text in named if k in names)
         labels = ",".join(const(_encode_text(k)) + ":%s" for k, _ in self.named)
         self.format = (     # %.0s takes a value the shape does not write (a request's status)
-            '{"frame":%d,"frames":%s,"time":"%s","ts_ns":"%d","connection":%d,'
+            '{"type":"message","frame":%d,"frames":%s,"time":"%s","ts_ns":"%d","connection":%d,'
             '"direction":"%s","magic":' + str(msg.magic) + ',"magic_name":'
             + const(_encode_text(magic_name)) + ',"opcode":' + str(msg.opcode)
             + ',"opcode_name":' + const(_encode_text(opcode_name))

@@ -2,9 +2,10 @@
 
 :func:`stream_records` turns the accounting of :mod:`dcpdissect.analysis.stream_summary`
 (and the capture's findings) into one dict per stream, keys :data:`STREAM_COLUMNS` after
-``type`` (``ts_ns``: the stream's first frame); seqnos and uuids stay Python ints
-(``jsonl_line`` writes them as decimal strings). :func:`table_rows` gives the short human
-view under :data:`TABLE_HEADERS`.
+``type`` (``ts_ns``: the time of the stream's first frame, its request when captured);
+seqnos and uuids stay Python ints (``jsonl_line`` writes them as decimal strings).
+:func:`table_rows` gives the short human view under :data:`TABLE_HEADERS`, 64-bit values
+spelled by :func:`~dcpdissect.protocol.u64_text`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ..analysis.stream_summary import StreamStats, findings_by_stream
+from ..protocol import u64_text
 from .connections import role
 from .messages import Clock, iso_time
 
@@ -82,15 +84,15 @@ def stream_records(streams: list[StreamStats], findings=()) -> list[dict]:
 
 
 def _seqno(n) -> str:
-    return "max" if n == MAX_SEQNO else str(n)
+    return "max" if n == MAX_SEQNO else u64_text(n)
 
 
 def _requested(r: dict) -> str:
     if r["request_frame"] is None:
         return "not captured"
-    return (f"{r['req_start_seqno']}..{_seqno(r['req_end_seqno'])} "
-            f"uuid {r['req_vbucket_uuid']} "
-            f"snap [{r['req_snap_start_seqno']},{r['req_snap_end_seqno']}]")
+    return (f"{u64_text(r['req_start_seqno'])}..{_seqno(r['req_end_seqno'])} "
+            f"uuid {u64_text(r['req_vbucket_uuid'])} "
+            f"snap [{u64_text(r['req_snap_start_seqno'])},{u64_text(r['req_snap_end_seqno'])}]")
 
 
 def _answer(r: dict) -> str:

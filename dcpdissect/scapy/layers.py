@@ -289,7 +289,7 @@ class MCBP(Packet):
                          lambda p: not _request(p)),
         IntField("bodylen", None),
         XIntField("opaque", 0),
-        XLongField("cas", 0),
+        LongField("cas", 0),
         ConditionalField(PacketListField("frame_infos", [], FrameInfo,
                                          length_from=lambda p: p._framing_span(),
                                          max_count=MAX_LIST_ITEMS), _flexible),

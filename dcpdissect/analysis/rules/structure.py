@@ -21,7 +21,7 @@ from ...protocol import (
     DATATYPE, DCP_OPCODES, FRAME_INFOS_NOT_FOR_DCP, MAX_COLLECTIONS_KEY_LENGTH,
     MAX_COLLECTIONS_LOGICAL_KEY_LENGTH, MAX_KEY_LENGTH, OPCODE_NAMES, REQUEST_FRAME_INFO_SIZES,
     REQUEST_FRAME_INFOS, RESERVED_COLLECTION_IDS, SERVER_MAGICS, Check, Presence, Shape,
-    opcode_code,
+    opcode_code, u64_text,
 )
 from .model import ERROR, WARNING, Rule, family
 
@@ -384,7 +384,7 @@ def _verify_header(m: Message, shape: Shape, ctx, add) -> None:
     if shape.cas is Presence.REQUIRED and not m.cas:
         add((CAS_INVALID.id, f"{name}: CAS 0, the request must carry one", {"cas": m.cas}))
     elif shape.cas is Presence.FORBIDDEN and m.cas:
-        add((CAS_INVALID.id, f"{name}: CAS {m.cas:#x}, must be 0", {"cas": m.cas}))
+        add((CAS_INVALID.id, f"{name}: CAS {u64_text(m.cas)}, must be 0", {"cas": m.cas}))
     allowed = shape.datatypes
     if m.datatype > 7 or (allowed is not None and m.datatype not in allowed):
         add((DATATYPE_INVALID.id, f"{name}: datatype {m.datatype:#04x} not allowed",
