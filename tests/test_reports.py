@@ -76,7 +76,7 @@ def test_markdown_report_sections():
     for heading in ("## Capture", "## Summary by rule", "## key-presence", "## marker-version"):
         assert heading in md
     assert re.search(r"\| SHA-256 \| `[0-9a-f]{64}` \|", md)
-    assert f"| frames | {summary.frames} |" in md and f"| PDUs | {summary.pdus} |" in md
+    assert f"| frames | {summary.frames} |" in md and f"| messages | {summary.pdus} |" in md
     for f in findings:
         assert f"frame.number in {{{', '.join(map(str, sorted(set(f.frames) | {f.frame})))}}}" in md
         assert RULES[f.rule].rationale in md

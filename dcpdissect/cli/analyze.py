@@ -8,7 +8,7 @@ import sys
 from tabulate import tabulate
 
 from ..capture.readers import CaptureError
-from ..reassembly.pdus import Summary
+from ..reassembly.pdus import Summary, counted
 from ..reports.findings import (FINDING_HEADERS, INFO_ROWS, finding_record, finding_row,
                                 findings_table, fold, summary_rows)
 from ..reports.messages import Clock, jsonl_line
@@ -126,7 +126,7 @@ def _analyze(args, capture_copy: str) -> int:
         out.close()
     if _extra_files(args, findings, legend, timeline, moments, run.progress):
         return EXIT_BAD_INPUT
-    print(summary.line() + f", {len(findings)} findings", file=sys.stderr)
+    print(f"{summary.line()}, {counted(len(findings), 'finding')}", file=sys.stderr)
     capture_notes(summary)
     if run.interrupted:
         print(INTERRUPTED, file=sys.stderr)

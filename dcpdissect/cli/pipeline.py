@@ -101,6 +101,7 @@ def _conf(items: list[str]) -> dict | None:
 def _report(args, result) -> int:
     """The findings tables on stdout, each file's summary on stderr, ``--report``; the exit
     code."""
+    from ..reassembly.pdus import counted
     from ..reports.findings import findings_table
     from ..reports.markdown import markdown_report
     out, err = sys.stdout, sys.stderr
@@ -116,7 +117,7 @@ def _report(args, result) -> int:
     status = EXIT_OK
     for path in result.paths:
         s = result.summaries[path]
-        print(s.line() + f", {len(shown[path])} findings", file=err)
+        print(f"{s.line()}, {counted(len(shown[path]), 'finding')}", file=err)
         for line in s.notes():
             print(line, file=err)
         if s.error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..reassembly.pdus import Summary
+from ..reassembly.pdus import Summary, counted
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options,
                      add_output_option, add_time_option, capture_notes, connection_list,
@@ -65,7 +65,7 @@ def cmd_streams(args) -> int:
     out.flush()
     if out is not sys.stdout:
         out.close()
-    print(summary.line() + f", {len(every)} streams", file=sys.stderr)
+    print(f"{summary.line()}, {counted(len(every), 'stream')}", file=sys.stderr)
     if every and not records:
         print(_nothing_matched(args, every), file=sys.stderr)
     capture_notes(summary)

@@ -87,6 +87,11 @@ class Options:
         return frozenset(DCP_PORTS) | frozenset(self.ports)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 frame``, ``2 frames``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass
 class Summary:
     """Per-capture counters printed on stderr and kept in reports."""
@@ -132,14 +137,15 @@ class Summary:
         return sum(self.undecoded_ports.values())
 
     def line(self) -> str:
-        connections = f"{self.connections} TCP connections"
+        connections = counted(self.connections, "TCP connection")
         if self.not_mcbp:
             seen = self.connections + self.not_mcbp + self.tls_connections
-            connections = (f"{seen} TCP connections ({self.connections} decoded as MCBP, "
-                           f"{self.not_mcbp} not MCBP)")
-        text = (f"{self.path}: {self.frames} frames, {connections}, "
-                f"{self.pdus} PDUs, {self.gaps} gaps ({self.gap_bytes} bytes), "
-                f"{self.resyncs} resyncs, {self.tls_connections} TLS connections skipped")
+            connections = (f"{counted(seen, 'TCP connection')} ({self.connections} decoded as "
+                           f"MCBP, {self.not_mcbp} not MCBP)")
+        text = (f"{self.path}: {counted(self.frames, 'frame')}, {connections}, "
+                f"{counted(self.pdus, 'message')}, {counted(self.gaps, 'gap')} "
+                f"({self.gap_bytes} bytes), {counted(self.resyncs, 'resync')}, "
+                f"{counted(self.tls_connections, 'TLS connection')} skipped")
         if self.uncaptured_bytes:
             text += (f", {self.uncaptured_bytes} bytes not captured (snapshot length): "
                      f"{self.partial_pdus} PDUs decoded from their captured start, "

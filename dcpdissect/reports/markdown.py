@@ -99,7 +99,7 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
             f"| SHA-256 | `{sha256_of(path) or 'unavailable'}` |",
             f"| frames | {summary.frames} |",
             f"| TCP connections | {summary.connections} |",
-            f"| PDUs | {summary.pdus} |",
+            f"| messages | {summary.pdus} |",
             f"| gaps | {summary.gaps} ({summary.gap_bytes} bytes) |",
             f"| resyncs | {summary.resyncs} |",
             f"| findings | {len(findings)} |"]
