@@ -130,7 +130,11 @@ class CaptureIndex:
                 else:
                     self.resyncs[(ev.conn, ev.frame)].append(ev)
                     if ev.reason == "garbage" and self.redact:   # the header that broke framing
+                        # right after the last message (the skipped bytes may span gaps)
                         lo = ev.offset - ev.skipped
+                        stream = self.msgs.get((ev.conn, ev.direction))
+                        if stream and stream[-1].end < lo:
+                            lo = stream[-1].end
                         self.clear[(ev.conn, ev.direction)].append(
                             (lo, min(lo + HEADER_SIZE, ev.offset), None))
         except CaptureError:

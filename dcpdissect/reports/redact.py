@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import hmac
 import os
 import re
 
@@ -36,10 +35,12 @@ JSON, SNAPPY, XATTR = DATATYPE.bit("json"), DATATYPE.bit("snappy"), DATATYPE.bit
 
 _ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789"
 _DIGITS = b"0123456789"
-# A logical key is spelled from one of three sets, and its pseudonym from the same set: keys
-# of letters, digits and -_.: (most keys), other printable ASCII keys, and every other key.
+# A logical key is spelled from one of four sets, and its pseudonym from the same set: keys
+# of letters, digits and -_.: (most keys), other printable ASCII keys, keys of bytes from
+# 0x80 only (a collection id without its stop byte, or none), and every other key.
 _SAFE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:"
 _PRINTABLE = bytes(range(0x20, 0x7F))
+_HIGH = bytes(range(0x80, 0x100))
 _ANY = bytes(range(256))
 _ROUNDS = 8
 
@@ -51,10 +52,11 @@ class Pseudonyms:
 
     A key's pseudonym is a function of the secret and the key alone, so processes that share
     the secret agree: a keyed permutation of the keys of its length spelled from its set
-    (``_SAFE``, the rest of printable ASCII, any byte; a Feistel network over the keys' index,
-    cycle-walking into the set) that moves every key (a step along one cycle through all of
-    them). A leading collection id (leb128, a first byte below 0x20 or from 0x80) is kept,
-    so that collection rules and prefixes stay as they were.
+    (``_SAFE``, the rest of printable ASCII, bytes from 0x80, any other; a Feistel network
+    over the keys' index, cycle-walking into the set) that moves every key (a step along one
+    cycle through all of them). A leading collection id (leb128 ending in its stop byte, a
+    first byte below 0x20 or from 0x80) is kept, so that collection rules and prefixes stay
+    as they were; a key that is nothing but a collection id names no document and is kept.
 
     A value keeps its shape (:func:`value_shape`), is remembered by its keyed hash (not kept)
     and gets the first stand-in from the hash that no other value has; two distinct values
@@ -82,7 +84,7 @@ class Pseudonyms:
         if key and (key[0] < 0x20 or key[0] >= 0x80):        # a leb128 collection prefix
             while cut < len(key) and key[cut] >= 0x80:
                 cut += 1
-            cut = min(cut + 1, len(key))
+            cut = cut + 1 if cut < len(key) else 0           # none without its stop byte
         prefix, logical = key[:cut], key[cut:]
         if not logical:
             return key
@@ -90,8 +92,11 @@ class Pseudonyms:
             alphabet, inside = _SAFE, None
         elif all(c in _PRINTABLE for c in logical):
             alphabet, inside = _PRINTABLE, lambda s: not all(c in _SAFE for c in s)
+        elif all(c >= 0x80 for c in logical):
+            alphabet, inside = _HIGH, None
         else:
-            alphabet, inside = _ANY, lambda s: not all(c in _PRINTABLE for c in s)
+            alphabet, inside = _ANY, lambda s: not (all(c in _PRINTABLE for c in s)
+                                                    or all(c >= 0x80 for c in s))
         base, n = len(alphabet), len(logical)
         size = base ** n
         tweak = b"key:%d:%d:" % (base, n)
@@ -126,21 +131,17 @@ class Pseudonyms:
 
     def _round(self, r: int, half_value: int, half: int, tweak: bytes) -> int:
         width = (half + 7) // 8
-        seed = tweak + b"%d:" % r + half_value.to_bytes(width, "big")
-        digest = b""
-        for block in range((width + 63) // 64):
+        if width <= 64:
             mac = self._mac.copy()
-            mac.update(b"%d:" % block + seed)
-            digest += mac.digest()
+            mac.update(tweak + b"%d:" % r + half_value.to_bytes(width, "big"))
+            digest = mac.digest()
+        else:
+            digest = self._stream(tweak + b"%d:" % r + half_value.to_bytes(width, "big"), width)
         return int.from_bytes(digest[:width], "big") & ((1 << half) - 1)
 
     def _stream(self, seed: bytes, n: int) -> bytes:
-        """``n`` bytes of the keyed hash of ``seed``."""
-        out, block = b"", 0
-        while len(out) < n:
-            out += hmac.new(self._secret, b"%d:" % block + seed, hashlib.sha256).digest()
-            block += 1
-        return out[:n]
+        """``n`` bytes of the keyed hash of ``seed`` (SHAKE-256 of the secret and it)."""
+        return hashlib.shake_256(self._secret + seed).digest(n)
 
     def text(self, key: str) -> str:
         """The pseudonym of a key given as text (UTF-8), as text."""
@@ -151,7 +152,9 @@ class Pseudonyms:
         (:func:`value_shape`) filled from the keyed hash, JSON numbers where JSON is
         wanted, letters and digits elsewhere."""
         value = bytes(value)
-        tag = hmac.new(self._secret, b"value:%d:" % datatype + value, hashlib.sha256).digest()
+        mac = self._mac.copy()
+        mac.update(b"value:%d:" % datatype + value)
+        tag = mac.digest()
         attempt = self._values.get(tag)
         if attempt is not None:
             return self._value(value, datatype, tag, attempt)
@@ -178,11 +181,15 @@ def _spelled(x: int, alphabet: bytes, n: int) -> bytes:
     return bytes(out)
 
 
+_AS_LETTERS = bytes(_ALPHABET[b % len(_ALPHABET)] for b in range(256))
+_AS_DIGITS = bytes(_DIGITS[b % 10] for b in range(256))
+
+
 def _spell(digest: bytes, json: bool) -> bytes:
     """Hash bytes as letters and digits, or as a JSON number (no leading zero)."""
     if not json:
-        return bytes(_ALPHABET[b % len(_ALPHABET)] for b in digest)
-    out = bytes(_DIGITS[b % 10] for b in digest)
+        return digest.translate(_AS_LETTERS)
+    out = digest.translate(_AS_DIGITS)
     return out if len(out) < 2 else bytes([_DIGITS[1 + digest[0] % 9]]) + out[1:]
 
 
