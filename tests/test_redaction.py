@@ -279,7 +279,7 @@ def test_redacted_bundle_reproduces_its_findings_and_leaks_nothing(tmp_path, nam
     the bundle's capture and in dissect's jsonl keys)."""
     from redaction_sweep import check
     got = check(SAMPLES / name, tmp_path)
-    assert got.findings and got.reproduced and got.named == 0
+    assert got.findings and got.reproduced and not got.named
     assert not got.leaks, got.leaks[:10]
     assert got.short > 0 and got.skipped_frames == 0
 

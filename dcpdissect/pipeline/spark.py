@@ -420,9 +420,9 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     one chunk are analysed whole, one task each; larger ones go through the chunked stages.
     Their index pass runs as a Spark job when ``index_on_executors`` (default: from
     ``INDEX_ON_EXECUTORS`` files on). With ``redact`` the findings are made from the
-    capture as it is, then the tables and the result carry document keys as pseudonyms
-    from one keyed hash whose random key is made here, travels with the tasks and is never
-    written, and finding PDUs and values redacted
+    captures as they are; the tables and the result carry document keys as their
+    pseudonyms (:class:`~dcpdissect.reports.redact.Pseudonyms`) from one random secret made
+    here, sent with the tasks and never written, and the findings redacted
     (:func:`~dcpdissect.reports.redact.redact_finding`)."""
     say = progress or (lambda _t: None)
     options = options or Options()
@@ -691,12 +691,11 @@ class _StageB:
             cpu, wall = time.process_time(), time.monotonic()
             got: list = []
             task_options = task.options or options
+            pseudonyms = Pseudonyms(secret) if secret is not None else None
             for cols in run_group(task.path, task.group, task.flows, task_options, task.numbers,
                                   TcpClock(clocks.value[task.path],
                                            vxlan_ports=task_options.vxlan_ports), got,
-                                  time=False, header=False,
-                                  pseudonyms=Pseudonyms(secret)
-                                  if secret is not None else None):
+                                  time=False, header=False, pseudonyms=pseudonyms):
                 yield _message_batch(cols, schema)
             return got[0], time.process_time() - cpu, time.monotonic() - wall
 
