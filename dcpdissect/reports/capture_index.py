@@ -3,20 +3,19 @@ connections involved with its stream offset and frames, each frame's place in it
 the context a finding needs, and each frame with customer data replaced.
 
 Frames are placed in their stream by their own TCP sequence numbers (the reassembly's
-offsets are per message); a frame's payload byte stays in a redacted frame only when it is
-a byte of a decoded message that carries no customer data (:mod:`.redact`) and equals what
-the reassembly saw at that stream offset, the header of a message cut by a gap, or the
-header that broke framing; a byte of a document key or of a whole message's document value
-becomes the byte of its pseudonym. Everything else (values of messages cut short, partial
-messages, skipped bytes, segments the reassembly did not place) becomes ``x``, except the
-TLS record header (5 bytes: content type, version, length; no customer data) that starts
-the frame on which a connection was recognised as TLS by its first bytes, so that the
-redacted capture is recognised the same way. Frames are decoded through tunnels as the
-reassembly decodes them. A packet reassembled from IP fragments is
-placed at its last fragment and a bundle keeps all of its fragments
-(:meth:`CaptureIndex.with_fragments`); each fragment is redacted as its part of the
-packet's payload would be, headers kept (a fragment of a fragment: every byte it carries
-becomes ``x``).
+offsets are per message); a frame's payload byte stays in a redacted frame only when it is a
+byte of a decoded message that carries no customer data (:mod:`.redact`) and equals what the
+reassembly saw at that stream offset, the header of a message cut by a gap, or the header
+that broke framing; a byte of a document key or of a whole message's document value becomes
+the byte of its pseudonym. Everything else (values of messages cut short, partial messages,
+skipped bytes, segments the reassembly did not place) becomes ``x``, except the TLS record
+header (5 bytes: content type, version, length; no customer data) that starts the frame on
+which a connection was recognised as TLS by its first bytes, so that the redacted capture is
+recognised the same way. Frames are decoded through tunnels as the reassembly decodes them.
+A packet reassembled from IP fragments is placed at its last fragment and a bundle keeps all
+of its fragments (:meth:`CaptureIndex.with_fragments`); each fragment is redacted as its
+part of the packet's payload would be, headers kept (a fragment of a fragment: every byte it
+carries becomes ``x``).
 """
 
 from __future__ import annotations
