@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -505,6 +506,65 @@ def test_spark_whole_files_and_chunks(spark, tmp_path):
         assert messages.get(path, []) == sorted(ref, key=key), path
     files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files").to_pylist()}
     assert {p: files[p]["messages"] for p in paths} == {p: results[p][2] for p in paths}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not _spark_available(), reason="needs java, pyspark and pyarrow")
+def test_spark_redact_keeps_the_findings_and_hides_the_keys(spark, tmp_path):
+    """``redact=True``, one file in chunks and a gzip copy of it read whole, a second file in
+    chunks: the findings are analyze's of the originals (rule, frame, connection, vbucket,
+    count); the messages rows equal the unredacted rows of the original messages but for
+    the key of a document opcode (the protocol tables' list), which is another key of the
+    same length; equal keys get equal stand-ins and distinct keys distinct ones across
+    files, tasks and both paths (one secret per run); a finding names the key the messages
+    table has at its frame."""
+    import pyarrow.parquet as pq
+
+    from dcpdissect.protocol import DOCUMENT_OPCODES
+    markers = str(ROOT / "samples" / "stream-markers.pcap")
+    copy = tmp_path / "stream-markers-copy.pcap.gz"
+    copy.write_bytes(gzip.compress(Path(markers).read_bytes(), mtime=0))
+    paths = [markers, str(copy), str(ROOT / "samples" / "durability-violations.pcap")]
+    res, _ = spark_results(spark, paths, tmp_path / "out", chunk_size=4000, redact=True)
+    assert res.whole == {str(copy)}
+    for path in paths:
+        ref, _ = analyze_file(path)
+        assert [(f.rule, f.frame, f.connection, f.vbucket) for f in res.findings[path]] == \
+            [(f.rule, f.frame, f.connection, f.vbucket) for f in ref], path
+
+    def order(r):
+        return json.dumps({k: v for k, v in r.items() if k != "key"}, sort_keys=True,
+                          default=str)
+
+    rows = [r for r in pq.read_table(tmp_path / "out" / "messages").to_pylist()]
+    stand_in: dict = {}
+    at_frame: dict = {}
+    for path in paths:
+        got = sorted((r for r in rows if r["capture_file"] == path), key=order)
+        want = sorted((dict(zip(tables.MESSAGE_COLUMNS, tables.message_row(path, ev)))
+                       for ev in iter_events(path) if type(ev) is Pdu), key=order)
+        assert len(got) == len(want) > 20
+        for g, w in zip(got, want):
+            g["cas"] = int(g["cas"])
+            assert order(g) == order(w)
+            if w["opcode"] in DOCUMENT_OPCODES and w["key"]:
+                assert g["key"] != w["key"] and len(g["key"].encode()) == w["keylen"]
+                assert stand_in.setdefault(w["key"], g["key"]) == g["key"]
+                at_frame[(path, g["frame"])] = g["key"]
+            else:
+                assert g["key"] == w["key"]
+    assert len(set(stand_in.values())) == len(stand_in) > 20
+    # each finding's message is the original's with every quoted key as its stand-in
+    table = pq.read_table(tmp_path / "out" / "findings").to_pylist()
+    for path in paths:
+        want = [re.sub(r"'([^']*)'", lambda m: f"'{stand_in.get(m[1], m[1])}'", f.message)
+                for f in analyze_file(path)[0]]
+        assert [f.message for f in res.findings[path]] == want, path
+        assert [f["message"] for f in table if f["capture_file"] == path] == want, path
+    named = [(f["capture_file"], f["frame"], f["message"].split("'")[1]) for f in table
+             if f["rule"] == "data-duplicate-key"]
+    assert len(named) == 2 and all(at_frame[(p, n)] == key for p, n, key in named)
 
 
 @pytest.mark.spark

@@ -18,7 +18,7 @@ from dcpdissect.codec import decode
 from dcpdissect.reassembly.pdus import Pdu, Summary, iter_events
 from dcpdissect.protocol import DOCUMENT_OPCODES
 from dcpdissect.reports.evidence import write_evidence
-from dcpdissect.reports.redact import redact_pdu
+from dcpdissect.reports.redact import Pseudonyms, redact_pdu
 from dcpdissect.reports.markdown import frame_filter, hexdump, markdown_report
 from test_redaction import leaks, tshark_documents
 
@@ -225,26 +225,31 @@ def test_redaction_is_byte_exact(tmp_path, name):
     secrets = tshark_secrets(name, tmp_path)
     assert leaks(secrets, pcap.name, blob) == []
     assert b'"seq"' not in blob
-    # headers, lengths, extras and seqnos unchanged: decode the redacted capture; the key of
-    # each message is a same-length stand-in (equal keys equal, distinct keys distinct)
+    # headers, lengths, extras and seqnos unchanged: decode the redacted capture; the key and
+    # the value of each message are same-length stand-ins (equal ones equal, distinct ones
+    # distinct)
     got = [ev.data for ev in iter_events(str(pcap))
            if type(ev) is Pdu and ev.data[1] in DOCUMENT_OPCODES]
-    want = {}                           # a message without its key -> the originals' keys
+    want = {}               # a message's bytes before its key -> the originals' (key, value)
     for raw in originals:
-        r, (a, b) = redact_pdu(raw), decode(raw).key_range
-        want.setdefault(r[:a] + r[b:], set()).add(decode(raw).key)
-    stand_in = {}
+        m = decode(raw)
+        want.setdefault(raw[:m.key_range[0]], set()).add((m.key, bytes(m.value)))
+    keys, values = {}, {}
     for data in got:
         m = decode(data)
-        a, b = m.key_range
-        keys = want[data[:a] + data[b:]]        # every other byte as redact_pdu leaves it
-        assert m.problems == [] and m.key not in keys
-        assert all(len(k) == len(m.key) for k in keys)
-        if len(keys) == 1:
-            [key] = keys
-            assert stand_in.setdefault(key, m.key) == m.key
-    assert {d[:decode(d).key_range[0]] + d[decode(d).key_range[1]:] for d in got} == set(want)
-    assert len(set(stand_in.values())) == len(stand_in) > 1
+        was = want[data[:m.key_range[0]]]       # the bytes before the key are kept
+        assert m.problems == [] and len(data) == len(data[:m.key_range[0]]) + len(m.key) \
+            + len(m.value)
+        assert all(len(k) == len(m.key) and len(v) == len(m.value) for k, v in was)
+        assert m.key not in {k for k, _ in was}
+        assert not m.value or bytes(m.value) not in {v for _, v in was}
+        if len(was) == 1:
+            [(key, value)] = was
+            assert keys.setdefault(key, m.key) == m.key
+            assert values.setdefault(value, bytes(m.value)) == bytes(m.value)
+    assert {d[:decode(d).key_range[0]] for d in got} == set(want)
+    assert len(set(keys.values())) == len(keys) > 1
+    assert len(set(values.values())) == len(values) > 1
     by_seq = {decode(p).fields["by_seqno"] for p in originals}
     assert {decode(d).fields["by_seqno"] for d in got} == by_seq
     report = (out / "report.md").read_text()
@@ -319,8 +324,15 @@ def test_redaction_scrubs_keys_from_finding_text(tmp_path):
     out = write_evidence(str(SAMPLES / "stream-markers.pcap"), findings, summary, tmp_path,
                          redact=True)
     report = (out / "report.md").read_text()
-    assert f"'{key}'" not in report and "x" * len(key) in report
-    assert key.encode() not in (out / "evidence.pcapng").read_bytes()
+    assert f"'{key}'" not in report
+    named = set(re.findall(r"second change of key '([^']*)'", report))
+    assert named and all(len(k) == len(key) and k != key for k in named)
+    # (a two-byte key occurs by chance among other keys' and values' stand-ins: the message
+    # that carried it carries another)
+    frame = _frame_map(out)[dup[0].frame]
+    kept = [decode(ev.data).key for ev in iter_events(str(out / "evidence.pcapng"))
+            if type(ev) is Pdu and ev.frame == frame and ev.data[1] in DOCUMENT_OPCODES]
+    assert kept and key.encode() not in kept
 
 
 @pytest.mark.parametrize("name", ["tcp-mid-stream.pcap", "tcp-loss-header.pcap", "tcp-loss.pcap"])
@@ -407,6 +419,67 @@ def test_cli_markdown_redact_without_evidence():
     assert "second change of key 'k1'" in plain.stdout and "6b 31 7b 22" in plain.stdout
     assert "Redaction applied" in redacted.stdout and "Redaction applied" not in plain.stdout
     assert "'k1'" not in redacted.stdout
-    [stand_in] = set(re.findall(r"second change of key '([a-z0-9]{2})'", redacted.stdout))
+    [stand_in] = set(re.findall(r"second change of key '([A-Za-z0-9_.:-]{2})'", redacted.stdout))
     assert stand_in != "k1"         # a same-length pseudonym
     assert "6b 31 7b 22" not in redacted.stdout and '{"seq"' not in redacted.stdout
+
+
+def test_key_pseudonyms_are_a_keyed_permutation_that_moves_every_key():
+    """Every key of one and two bytes of each character set (and with a collection prefix):
+    same length, same set, never itself, never another's (a key that is nothing but a
+    collection id is kept); the same secret gives the same pseudonyms in another instance
+    (another process), another secret others."""
+    import itertools
+    safe = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:"
+
+    def kind(logical: bytes) -> int:
+        if all(c in safe for c in logical):
+            return 0
+        if all(0x20 <= c < 0x7F for c in logical):
+            return 1
+        return 2 if all(c >= 0x80 for c in logical) else 3
+
+    keys = [bytes([c]) for c in range(0x20, 0x100)]
+    keys += [bytes(p) for p in itertools.product(b"ab-:@ \x7f\x01\x80\xff", repeat=2)
+             if p[0] >= 0x20]
+    keys += [b"\x00" + k for k in keys] + [b"\x88\x01" + k for k in keys]
+    one, again, other = Pseudonyms(b"s" * 32), Pseudonyms(b"s" * 32), Pseudonyms(b"t" * 32)
+    names = [one(k) for k in keys]
+    assert len(set(names)) == len(keys)
+    for key, name in zip(keys, names):
+        # a leb128 collection id (first byte below 0x20 or from 0x80, up to its stop byte)
+        stop = next((i for i, c in enumerate(key) if c < 0x80), None)
+        cut = 0 if 0x20 <= key[0] < 0x80 or stop is None else stop + 1
+        assert len(name) == len(key) and name[:cut] == key[:cut], key
+        if cut == len(key):
+            assert name == key          # nothing but a collection id: no document named
+        else:
+            assert name != key and kind(name[cut:]) == kind(key[cut:]), key
+    assert [again(k) for k in keys] == names and [other(k) for k in keys] != names
+
+
+def test_value_pseudonyms_keep_what_the_server_validates():
+    """JSON values stay JSON, an accepted xattr blob stays accepted with its lengths, a snappy
+    value keeps its length varint; equal values equal, distinct distinct, none itself."""
+    from dcpdissect.codec.xattr import xattr_problem
+    p = Pseudonyms()
+    docs = [b'{"a":1}', b'{"a":2}', b"[1,2,3]", b'"s"', b"7", b"8", b"1234567890" * 30]
+    stand_ins = [p.value(d, 0x01) for d in docs]
+    assert [p.value(d, 0x01) for d in docs] == stand_ins
+    assert len(set(stand_ins)) == len(docs)
+    for doc, got in zip(docs, stand_ins):
+        assert len(got) == len(doc) and got != doc
+        json.loads(got)
+    blob = (b"\x00\x00\x00\x1f" + b"\x00\x00\x00\x0e_sync\x00{\"r\":1}\x00"
+            + b"\x00\x00\x00\x09meta\x00[1]\x00")
+    assert xattr_problem(blob) is None
+    for datatype in (0x04, 0x05):
+        got = p.value(blob + b'{"body":true}', datatype)
+        assert xattr_problem(got) is None and got[:8] == blob[:8]      # lengths kept
+        assert got[8:9] == b"_" and got[8:13] != b"_sync" and len(got) == len(blob) + 13
+        if datatype & 0x01:                 # a JSON body after the blob stays JSON
+            json.loads(got[len(blob):])
+    snappy = b"\x96\x01" + b"compressed bytes"
+    got = p.value(snappy, 0x02)
+    assert got[:2] == b"\x96\x01" and got[2:] != snappy[2:] and len(got) == len(snappy)
+    assert p.value(b"abc", 0x00) != p.value(b"abd", 0x00)

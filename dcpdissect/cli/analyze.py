@@ -43,9 +43,9 @@ def register(sub) -> None:
                    help="write a bug-report bundle: trimmed capture, Markdown report, tshark "
                         "command; into a directory, or as one archive to attach")
     p.add_argument("--redact", action="store_true",
-                   help="replace document keys by same-length pseudonyms (equal keys stay "
-                        "equal) and values by placeholders in every output (table, jsonl, "
-                        "markdown, html, --evidence bundle)")
+                   help="replace document keys and values by same-length pseudonyms "
+                        "(equal ones stay equal) in every output (table, jsonl, markdown, "
+                        "html, --evidence bundle)")
     add_progress_option(p)
     p.add_argument("--rule", action="append", metavar="ID",
                    help="report only this rule (repeatable; ids in docs/rules.md)")

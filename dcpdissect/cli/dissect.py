@@ -56,7 +56,8 @@ def register(sub) -> None:
                    help="skip the start-seqno convention of snapshot markers (saves "
                         "running the analyzer; never computed for stdin)")
     p.add_argument("--redact", action="store_true",
-                   help="replace document keys by placeholders of the same length")
+                   help="replace document keys by same-length pseudonyms (equal keys stay "
+                        "equal)")
     add_output_option(p)
     add_time_option(p)
     add_progress_option(p)

@@ -39,6 +39,10 @@ def register(sub) -> None:
     p.add_argument("--chunk-size", type=_size, default="256MB", metavar="SIZE",
                    help="split uncompressed captures into record-aligned chunks of about SIZE")
     p.add_argument("--report", metavar="FILE", help="also write the Markdown report to FILE")
+    p.add_argument("--redact", action="store_true",
+                   help="document keys as same-length pseudonyms (one keyed hash per run: "
+                        "equal keys stay equal) in the tables, findings and report; finding "
+                        "PDUs and messages redacted as analyze --redact does")
     add_min_severity_option(p)
     add_fail_on_option(p)
     add_capture_options(p)
@@ -67,7 +71,8 @@ def cmd_pipeline(args) -> int:
     from ..reports.progress import spark_stage_progress
     spark = spark_session(args.master, conf={**spark_stage_progress(), **conf})
     try:
-        result = run_pipeline(spark, paths, args.out, capture_options(args), args.chunk_size)
+        result = run_pipeline(spark, paths, args.out, capture_options(args), args.chunk_size,
+                              redact=args.redact)
     except Exception as exc:                     # noqa: BLE001 - Spark's own errors vary
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return _error(f"the Spark job failed ({reason[:300]}); a Java heap error wants more "
@@ -103,7 +108,7 @@ def _report(args, result) -> int:
     code."""
     from ..reassembly.pdus import counted
     from ..reports.findings import findings_table
-    from ..reports.markdown import markdown_report
+    from ..reports.markdown import REDACTED_NOTE, markdown_report
     out, err = sys.stdout, sys.stderr
     many = len(result.paths) > 1
     shown = {p: at_least(result.findings[p], args.min_severity) for p in result.paths}
@@ -124,7 +129,9 @@ def _report(args, result) -> int:
             _error(s.error)
             status = EXIT_BAD_INPUT
     if args.report:
-        parts = [markdown_report(p, shown[p], result.summaries[p]) for p in result.paths]
+        notes = [REDACTED_NOTE] if args.redact else []
+        parts = [markdown_report(p, shown[p], result.summaries[p], notes=notes)
+                 for p in result.paths]
         with open(args.report, "w", encoding="utf-8") as fh:
             fh.write("\n\n".join(parts))
         print(f"report written to {args.report}", file=err)

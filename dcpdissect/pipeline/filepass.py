@@ -28,14 +28,15 @@ from .tables import COUNTED_EVENTS, ConnRow, MessageColumns, count_event, stream
 class FileRows:
     """The connection and ``messages`` rows of the messages a pass hands out (after the
     analyzer: the coupling keys read the bucket its negotiation selected). ``time`` and
-    ``header``: see :meth:`~.tables.MessageColumns.columns`. :meth:`drain` yields the
-    batches of rows ready."""
+    ``header``: see :meth:`~.tables.MessageColumns.columns`; ``pseudonyms``: document keys
+    as their pseudonyms. :meth:`drain` yields the batches of rows ready."""
 
     def __init__(self, path: str, analyzer: Analyzer, batch_rows: int = 4096,
-                 time: bool = True, header: bool = True, watch: frozenset = frozenset()):
+                 time: bool = True, header: bool = True, watch: frozenset = frozenset(),
+                 pseudonyms=None):
         self.negotiated = analyzer.negotiated
         self.conns: dict[int, list] = {}
-        self.table = MessageColumns(path)
+        self.table = MessageColumns(path, pseudonyms)
         self.batch_rows, self.time, self.header = batch_rows, time, header
         self.watch = watch
         self.coupling: set = set()
@@ -99,15 +100,15 @@ class WholeFile(NamedTuple):
 
 def analyze_whole(path: str, options: Options | None, result: list,
                   batch_rows: int = 4096, time: bool = True,
-                  header: bool = True) -> Iterator[dict]:
+                  header: bool = True, pseudonyms=None) -> Iterator[dict]:
     """A file read whole in one pass, exactly as ``analyze`` reads it: yields the
-    ``messages`` rows (:meth:`~.tables.MessageColumns.columns`) every ``batch_rows``
-    messages and, when exhausted, appends a :class:`WholeFile` (findings, summary,
-    connection and stream rows) to ``result``."""
+    ``messages`` rows (:meth:`~.tables.MessageColumns.columns`, document keys as their
+    ``pseudonyms`` when given) every ``batch_rows`` messages and, when exhausted, appends a
+    :class:`WholeFile` (findings, summary, connection and stream rows) to ``result``."""
     summary = Summary()
     analyzer = Analyzer()
     streams = StreamSummary(analyzer)
-    rows = FileRows(path, analyzer, batch_rows, time, header)
+    rows = FileRows(path, analyzer, batch_rows, time, header, pseudonyms=pseudonyms)
     run = Pass([streams, rows], MAX_FINDINGS_PER_RULE)
     for _ in run.steps(iter_events(path, options, summary)):
         yield from rows.drain()

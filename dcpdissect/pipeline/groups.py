@@ -235,14 +235,17 @@ def frames_in_order(flows: list[FlowFrames]) -> Iterator[tuple]:
 
 def run_group(path: str, group: int, flows: list[FlowFrames], options: Options, numbers: dict,
               clock: TcpClock | None, result: list, batch_rows: int = 4096, time: bool = True,
-              header: bool = True, keep_events: bool = False) -> Iterator[dict]:
+              header: bool = True, keep_events: bool = False,
+              pseudonyms=None) -> Iterator[dict]:
     """Stage B: yields the group's ``messages`` rows in batches (as
-    :func:`.filepass.analyze_whole`) and appends its :class:`GroupResult` to ``result``
-    (with every event and its moment if ``keep_events``)."""
+    :func:`.filepass.analyze_whole`, document keys as their ``pseudonyms`` when given) and
+    appends its :class:`GroupResult` to ``result`` (with every event and its moment if
+    ``keep_events``)."""
     stream = GroupStream(options, numbers, clock)
     analyzer = Analyzer()
     streams = StreamSummary(analyzer)
-    rows = FileRows(path, analyzer, batch_rows, time, header, watch=COUPLING_OPCODES)
+    rows = FileRows(path, analyzer, batch_rows, time, header, watch=COUPLING_OPCODES,
+                    pseudonyms=pseudonyms)
     moments = _Moments()
     kept = _Kept() if keep_events else None
     run = Pass([o for o in (streams, rows, moments, kept) if o is not None], tagged=True)

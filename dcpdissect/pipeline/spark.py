@@ -39,6 +39,7 @@ from typing import NamedTuple
 from ..capture.readers import CaptureError, open_capture
 from ..reassembly.pdus import Options, Summary
 from ..reports.messages import is_u64_name, iso_time
+from ..reports.redact import Pseudonyms, redact_finding
 from . import core, filepass, tables
 from .chunks import DEFAULT_CHUNK_SIZE, index_file
 from .frames import index_chunk
@@ -413,14 +414,19 @@ def _write_table(spark, out: str, local: str | None, name: str, table, rows: lis
 def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  progress: Callable[[str], None] | None = _stderr,
-                 index_on_executors: bool | None = None) -> PipelineResult:
+                 index_on_executors: bool | None = None, redact: bool = False) -> PipelineResult:
     """Run the pipeline on ``inputs`` (files, directories, globs) and write the Parquet
     tables under ``out``; return what the CLI prints. Files that are compressed or fit in
     one chunk are analysed whole, one task each; larger ones go through the chunked stages.
     Their index pass runs as a Spark job when ``index_on_executors`` (default: from
-    ``INDEX_ON_EXECUTORS`` files on)."""
+    ``INDEX_ON_EXECUTORS`` files on). With ``redact`` the findings are made from the
+    captures as they are; the tables and the result carry document keys as their
+    pseudonyms (:class:`~dcpdissect.reports.redact.Pseudonyms`) from one random secret made
+    here, sent with the tasks and never written, and the findings redacted
+    (:func:`~dcpdissect.reports.redact.redact_finding`)."""
     say = progress or (lambda _t: None)
     options = options or Options()
+    secret = os.urandom(32) if redact else None
     sch = _schemas()
     timings: dict = {}
     t0 = time.monotonic()
@@ -447,11 +453,11 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if whole:
         t1 = time.monotonic()
         say(f"pipeline: {len(whole)} file(s) analysed whole, one task each")
-        _run_whole(spark, whole, out, local, options, sch, state, timings)
+        _run_whole(spark, whole, out, local, options, sch, state, timings, secret)
         timings["whole files"] = time.monotonic() - t1
     if split:
         _run_chunked(spark, split, out, local, options, chunk_size, sch, state, say, timings,
-                     index_on_executors, append=bool(whole))
+                     index_on_executors, append=bool(whole), secret=secret)
     if (not whole and not split) or (local is not None
                                      and not os.listdir(os.path.join(local, "messages"))):
         _write_table(spark, out, local, "messages", sch["message"], [])
@@ -460,6 +466,11 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     summaries = {p: state.summaries[p] if p in state.summaries else state.totals[p].summary()
                  for p in paths}
     findings = {p: state.findings.get(p, []) for p in paths}
+    if secret is not None:
+        pseudonyms = Pseudonyms(secret)
+        findings = {p: [redact_finding(f, pseudonyms) for f in fs] for p, fs in findings.items()}
+        state.finding_rows = {p: [tables.finding_row(p, f) for f in fs]
+                              for p, fs in findings.items()}
     counts = {p: state.counts.get(p, 0) for p in paths}
     state.streams.sort(key=lambda r: r[0])     # each file's rows are in order already
     files = [_file_row(summaries[p], len(findings[p]), counts[p]) for p in paths]
@@ -496,13 +507,14 @@ class _State:
 
 
 def _run_whole(spark, files: list[str], out: str, local: str | None, options: Options,
-               sch: dict, state: _State, timings: dict, tag: str = "whole",
-               append: bool = False) -> None:
+               sch: dict, state: _State, timings: dict, secret: bytes | None,
+               tag: str = "whole", append: bool = False) -> None:
     """One task per file, the largest first: :func:`filepass.analyze_whole`. When ``out`` is
     local, a plain RDD job: each task writes its messages Parquet file (named with ``tag``)
     and returns the rest. Otherwise mapInArrow hands the messages to Spark's writer (added
     to the table's rows with ``append``) and the rest comes back through an accumulator.
-    Each task's CPU and wall time are summed in ``timings``."""
+    Each task's CPU and wall time are summed in ``timings``. ``secret``: the key of the
+    document keys' pseudonyms (None: keys as they are)."""
     sc = spark.sparkContext
     files = sorted(files, key=lambda p: -os.path.getsize(p))
     message_schema = sch["message"][1]
@@ -514,7 +526,9 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
         gc.set_threshold(50_000, *gc.get_threshold()[1:])    # fewer collections in the pass
         cpu, wall = time.process_time(), time.monotonic()
         result: list = []
-        for cols in filepass.analyze_whole(files[i], options, result, time=False, header=False):
+        pseudonyms = Pseudonyms(secret) if secret is not None else None
+        for cols in filepass.analyze_whole(files[i], options, result, time=False, header=False,
+                                           pseudonyms=pseudonyms):
             yield _message_batch(cols, message_schema)
         return tables.dumps(result[0]), time.process_time() - cpu, time.monotonic() - wall
 
@@ -552,7 +566,8 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
 
 def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: Options,
                  chunk_size: int, sch: dict, state: _State, say, timings: dict,
-                 index_on_executors: bool | None, append: bool) -> None:
+                 index_on_executors: bool | None, append: bool,
+                 secret: bytes | None) -> None:
     """The chunked stages for files larger than a chunk: index, frame index per chunk
     (stage A), analysis groups (stage B) and their runs again (:mod:`.merge`). A file whose
     chunks hold IP fragments leaves after stage A and is analysed whole."""
@@ -602,14 +617,14 @@ def _run_chunked(spark, paths: list[str], out: str, local: str | None, options: 
                         or e["stage"] != "read"]
         for p in fragmented:
             del merges[p]
-        _run_whole(spark, fragmented, out, local, options, sch, state, timings,
+        _run_whole(spark, fragmented, out, local, options, sch, state, timings, secret,
                    tag="whole-fragmented", append=append)
         append = True
         state.whole.update(fragmented)
 
     b_clocks = sc.broadcast({i.path: (i.blocks if i.splittable else i.chunks) for i in indexes})
     number = {p: i for i, p in enumerate(paths)}
-    stage = _StageB(spark, out, local, options, sch, b_clocks, number)
+    stage = _StageB(spark, out, local, options, sch, b_clocks, number, secret)
     tasks = [t for m in merges.values() for t in m.plan()]
     rounds = 0
     while tasks:
@@ -653,8 +668,9 @@ class _StageB:
     deletes those of groups run again; otherwise the rows go to a staging table with
     their group, and :meth:`finish` copies those of the final groups."""
 
-    def __init__(self, spark, out, local, options, sch, clocks, number):
+    def __init__(self, spark, out, local, options, sch, clocks, number, secret):
         self.spark, self.out, self.local, self.options = spark, out, local, options
+        self.secret = secret
         self.schema = sch["message"]
         self.clocks, self.number = clocks, number
         self.where = os.path.join(local, "messages") if local is not None else None
@@ -665,7 +681,7 @@ class _StageB:
         return _group_part(self.where, self.number[path], group)
 
     def run(self, tasks: list) -> list:
-        options, clocks, schema = self.options, self.clocks, self.schema[1]
+        options, clocks, schema, secret = self.options, self.clocks, self.schema[1], self.secret
         tasks = sorted(tasks, key=lambda t: -sum(f.nbytes for f in t.flows))
 
         def one(task):
@@ -675,11 +691,11 @@ class _StageB:
             cpu, wall = time.process_time(), time.monotonic()
             got: list = []
             task_options = task.options or options
+            pseudonyms = Pseudonyms(secret) if secret is not None else None
             for cols in run_group(task.path, task.group, task.flows, task_options, task.numbers,
                                   TcpClock(clocks.value[task.path],
                                            vxlan_ports=task_options.vxlan_ports), got,
-                                  time=False,
-                                  header=False):
+                                  time=False, header=False, pseudonyms=pseudonyms):
                 yield _message_batch(cols, schema)
             return got[0], time.process_time() - cpu, time.monotonic() - wall
 

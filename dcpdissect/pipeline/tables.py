@@ -21,6 +21,7 @@ from ..reassembly.pdus import StreamGap, Summary
 from ..reassembly.tcp import LOST
 from ..reports.messages import (DIRECTIONS, field_names, is_u64_name, iso_time, key_text,
                                 message_fields, message_record)
+from ..reports.redact import document_parts
 from ..reports.streams import STREAM_COLUMNS as STREAM_RECORD_COLUMNS
 from ..reports.streams import stream_records
 from .coupling import END
@@ -265,10 +266,12 @@ HEADER_COLUMNS = ("magic", "magic_name", "opcode", "opcode_name", "request", "vb
 
 class MessageColumns:
     """The ``messages`` rows of one file, column by column (the values of
-    :func:`message_row`), built in batches from (Pdu, decoded Message) pairs."""
+    :func:`message_row`), built in batches from (Pdu, decoded Message) pairs; a document key
+    as its pseudonym, given ``pseudonyms`` (:class:`~dcpdissect.reports.redact.Pseudonyms`)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, pseudonyms=None):
         self.path = path
+        self.pseudonyms = pseudonyms
         self._iso: dict = {}
         self._opnames: dict = {}
         self._magics: dict = {}
@@ -316,7 +319,7 @@ class MessageColumns:
             "frame_infos": [_json([{"id": fi.id, "name": fi.name, "data": fi.data.hex()}
                                    for fi in m.frame_infos]) if m.frame_infos else "[]"
                             for m in msgs],
-            "key": [key_text(m.key) if m.key else None for m in msgs],
+            "key": [self._key(m) if m.key else None for m in msgs],
             "layout": [m.layout for m in msgs],
             "fields": _json_objects([message_fields(m) for m in msgs]),
             "names": ["{}" if m.opcode not in SETTING_OPCODES
@@ -329,6 +332,11 @@ class MessageColumns:
         else:
             cols["header"] = b"".join([p.data[:HEADER_SIZE] for p in pdus])
         return cols
+
+    def _key(self, m) -> str:
+        if self.pseudonyms is not None and document_parts(m.magic, m.opcode)[0]:
+            return key_text(self.pseudonyms(m.key))
+        return key_text(m.key)
 
     def _header(self, msgs: list) -> dict:
         from ..protocol import MAGICS, STATUS, opcode_name

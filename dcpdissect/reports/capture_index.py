@@ -3,16 +3,19 @@ connections involved with its stream offset and frames, each frame's place in it
 the context a finding needs, and each frame with customer data replaced.
 
 Frames are placed in their stream by their own TCP sequence numbers (the reassembly's
-offsets are per message); a frame's payload byte stays in a redacted frame only when it is
-a byte of a decoded message that carries no customer data (:mod:`.redact`) and equals what
-the reassembly saw at that stream offset, the header of a message cut by a gap, or the
-header that broke framing. Everything else (document keys and values, partial messages,
-skipped bytes, segments the reassembly did not place) becomes ``x``. Frames are decoded
-through tunnels as the reassembly decodes them. A packet reassembled from IP fragments is
-placed at its last fragment and a bundle keeps all of its fragments
-(:meth:`CaptureIndex.with_fragments`); each fragment is redacted as its part of the
-packet's payload would be, headers kept (a fragment of a fragment: every byte it carries
-becomes ``x``).
+offsets are per message); a frame's payload byte stays in a redacted frame only when it is a
+byte of a decoded message that carries no customer data (:mod:`.redact`) and equals what the
+reassembly saw at that stream offset, the header of a message cut by a gap, or the header
+that broke framing; a byte of a document key or of a whole message's document value becomes
+the byte of its pseudonym. Everything else (values of messages cut short, partial messages,
+skipped bytes, segments the reassembly did not place) becomes ``x``, except the TLS record
+header (5 bytes: content type, version, length; no customer data) that starts the frame on
+which a connection was recognised as TLS by its first bytes, so that the redacted capture is
+recognised the same way. Frames are decoded through tunnels as the reassembly decodes them.
+A packet reassembled from IP fragments is placed at its last fragment and a bundle keeps all
+of its fragments (:meth:`CaptureIndex.with_fragments`); each fragment is redacted as its
+part of the packet's payload would be, headers kept (a fragment of a fragment: every byte it
+carries becomes ``x``).
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from ..protocol import (HEADER_SIZE, NEGOTIATION_OPCODES, REQUEST_MAGICS, STREAM
                         opcode_code)
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu, Resync
-from ..reassembly.pdus import Options, Summary, iter_events
+from ..reassembly.pdus import (Options, Summary, TlsConnection, direction_verdict,
+                               iter_events)
 from ..reassembly.tcp import ACK, FIN, MASK, RST, SYN
 from .markdown import finding_frames
 from .redact import PLACEHOLDER, Pseudonyms, document_ranges, key_range, value_stand_in
 
 WHOLE_CAPTURE_LIMIT = 20_000   # frames: a larger capture is never copied whole into a bundle
+TLS_HEADER_SIZE = 5            # a TLS record header: content type, version, length
 
 
 @dataclasses.dataclass
@@ -97,6 +102,7 @@ class CaptureIndex:
         # fragment's frame -> (the reassembled bytes from the fragments, payload position)
         self.fragment_of: dict[int, tuple] = {}
         self.reassembled: dict[int, tuple[bytes, int]] = {}
+        self.tls_starts: dict[int, set] = {}   # frame of a TLS record header -> endpoints
         self.total_frames = 0
         self._by_conn: dict[int, tuple[list[_Msg], list[int]]] = {}
         self._events()
@@ -110,6 +116,8 @@ class CaptureIndex:
                 kind = type(ev)
                 if kind is ConnectionOpened:
                     self.opened[ev.conn] = ev
+                elif kind is TlsConnection and not ev.by_port:
+                    self.tls_starts[ev.frame] = {(ev.client, ev.server), (ev.server, ev.client)}
                 elif kind not in (Pdu, LostPdu, Resync) or ev.conn not in conns:
                     continue
                 elif kind is Pdu:
@@ -121,7 +129,11 @@ class CaptureIndex:
                 else:
                     self.resyncs[(ev.conn, ev.frame)].append(ev)
                     if ev.reason == "garbage" and self.redact:   # the header that broke framing
+                        # right after the last message (the skipped bytes may span gaps)
                         lo = ev.offset - ev.skipped
+                        stream = self.msgs.get((ev.conn, ev.direction))
+                        if stream and stream[-1].end < lo:
+                            lo = stream[-1].end
                         self.clear[(ev.conn, ev.direction)].append(
                             (lo, min(lo + HEADER_SIZE, ev.offset), None))
         except CaptureError:
@@ -144,7 +156,7 @@ class CaptureIndex:
             return
         pos = 0
         kr = key_range(d) if self.pseudonyms is not None else None
-        stand_in = value_stand_in(d)
+        stand_in = value_stand_in(d, self.pseudonyms)
         for a, b in document_ranges(d) + [(len(d), len(d))]:
             if a > pos:
                 self.clear[key].append((ev.offset + pos, ev.offset + a, d[pos:a]))
@@ -152,7 +164,7 @@ class CaptureIndex:
                 k_end = min(kr[1], b)
                 self.clear[key].append((ev.offset + a, ev.offset + k_end, d[a:k_end],
                                         self.pseudonyms(d[kr[0]:kr[1]])[:k_end - a]))
-            if stand_in is not None and a == stand_in[0]:   # an xattr blob: its skeleton
+            if stand_in is not None and a == stand_in[0]:   # the value: its pseudonym
                 self.clear[key].append((ev.offset + a, ev.offset + stand_in[1], d[a:b],
                                         stand_in[2]))
             pos = b
@@ -375,6 +387,9 @@ class CaptureIndex:
         if pos is None:                 # the payload cannot be located: drop the frame's bytes
             return fr.data[:len(fr.data) - len(payload)] + PLACEHOLDER * len(payload)
         out = self._clear_bytes(fr.number, payload)
+        if ((seg.src, seg.sport), (seg.dst, seg.dport)) in self.tls_starts.get(fr.number, ()) \
+                and direction_verdict(payload) == "tls":
+            out = payload[:TLS_HEADER_SIZE] + out[TLS_HEADER_SIZE:]
         return bytes(fr.data[:pos]) + out + bytes(fr.data[pos + len(payload):])
 
     def _clear_bytes(self, number: int, payload: bytes) -> bytes:

@@ -231,24 +231,28 @@ def reproduces(f: Finding, found: set[tuple[str, int | None]], frame_map) -> boo
     return (f.rule, frame_map.get(f.frame)) in found
 
 
-def _unreproduced(cap: CaptureIndex, pcap: Path, findings: list[Finding], frame_map) -> list:
-    """The ``findings`` that ``analyze`` of the trimmed capture ``pcap`` does not give back."""
+def _unreproduced(cap: CaptureIndex, pcap: Path, findings: list[Finding], frame_map,
+                  keylog: str) -> list:
+    """The ``findings`` that ``analyze`` of the trimmed capture ``pcap`` with the key log
+    text ``keylog`` (what the bundle ships) does not give back."""
     from ..analysis.run import analyze_file
-    found, _ = analyze_file(str(pcap), cap.options)
+    options = dataclasses.replace(cap.options or Options(), tls_keylog=keylog)
+    found, _ = analyze_file(str(pcap), options)
     got = {(g.rule, g.frame) for g in found}
     return [f for f in findings if not reproduces(f, got, frame_map)]
 
 
-def _select(cap: CaptureIndex, chosen: list[Finding], work: Path, widen: bool = True):
-    """Widen the selection step by step (:data:`STEPS`) until the trimmed capture
-    reproduces every chosen finding. Returns (frames kept, widest step, not reproduced)."""
+def _select(cap: CaptureIndex, chosen: list[Finding], work: Path, widen: bool, keylog: str):
+    """Widen the selection step by step (:data:`STEPS`) until the trimmed capture, analysed
+    with the key log text ``keylog``, reproduces every chosen finding. Returns (frames kept,
+    widest step, not reproduced)."""
     keep: set[int] = set()
     for f in chosen:
         keep |= cap.context_of(f)
     missing, step = list(chosen), 0
     while True:
         pcap, frame_map, _ = _write_pcap(cap, keep, work / "trial", redact=False)
-        missing = _unreproduced(cap, pcap, missing, frame_map)
+        missing = _unreproduced(cap, pcap, missing, frame_map, keylog)
         pcap.unlink()
         if not missing or not widen or step == len(STEPS) - 1:
             return keep, step, missing
@@ -319,8 +323,12 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         return _write_empty(path, summary, out)
     pseudonyms = Pseudonyms() if redact else None      # one key per bundle, never written
     cap = CaptureIndex(path, chosen, options, redact, pseudonyms)
+    conns = set().union(*(cap.involved(f) for f in chosen))
+    keylog = (options.tls_keylog if options else "") + cap.file_keylog
+    tls = tls_bundle(cap.tls_randoms, conns, cap.opened, keylog, redact)
+    shipped = "".join(line + "\n" for line in tls.lines)     # selected without redaction
     with tempfile.TemporaryDirectory(prefix="dcpdissect-evidence-") as work:
-        keep, step, missing = _select(cap, chosen, Path(work), widen)
+        keep, step, missing = _select(cap, chosen, Path(work), widen, shipped)
     if redact and step == len(STEPS) - 1:
         cap.read_every_connection(keep)     # what of the others' bytes is clear, too
 
@@ -331,14 +339,11 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
 
     pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact, comments)
     if redact:              # "reproduced" says what the redacted capture itself gives back
-        missing = _unreproduced(cap, pcap, chosen, frame_map)
+        missing = _unreproduced(cap, pcap, chosen, frame_map, "")     # no key log shipped
     name = pcap.name
     from ..luagen.render import render
     (out / PLUGIN).write_text(render(), encoding="utf-8")
 
-    conns = set().union(*(cap.involved(f) for f in chosen))
-    keylog = (options.tls_keylog if options else "") + cap.file_keylog
-    tls = tls_bundle(cap.tls_randoms, conns, cap.opened, keylog, redact)
     ports = ({cap.opened[c].server[1] for c in conns if c in cap.opened} - tls.ports
              | set(DCP_PORTS))
     offending = sorted({frame_map[n] for f in chosen for n in finding_frames(f) if n in frame_map})
@@ -369,10 +374,11 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
                      "starts on a message boundary; their TCP sequence number and IP length "
                      f"were adjusted: {shown_cuts}. All other frames are as captured.")
     if redact:
-        notes.append("**Redaction applied**: document keys are replaced by pseudonyms of "
-                     "the same length (from a keyed hash whose key was not kept: equal keys "
-                     "stay equal, distinct keys distinct, collection prefixes kept), values "
-                     "(and every byte not known to be free of customer data) by `x` bytes, in "
+        notes.append("**Redaction applied**: document keys and values are replaced by "
+                     "pseudonyms of the same length (from a keyed hash whose key was not "
+                     "kept: equal keys or values stay equal, distinct ones distinct, "
+                     "collection prefixes, xattr lengths and JSON kept), every byte not "
+                     "known to be free of customer data by `x` bytes, in "
                      "the capture, the messages and the hexdumps below; headers, extras "
                      "(seqnos, CAS) and lengths are unchanged; TCP/IP checksums were not "
                      "recomputed. The findings were checked again on the redacted capture.")
@@ -418,8 +424,9 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         (f"{len(cuts)} frames start in the middle of a message whose start is not kept: those "
          "leading payload bytes were removed (TCP seq and IP length adjusted; see cut_bytes "
          "in frames.tsv)." if cuts else "Every frame is kept whole."),
-        "Redaction: " + ("applied (document keys replaced by same-length pseudonyms, equal "
-                         "keys staying equal; values by 'x' bytes; headers, lengths and seqnos "
+        "Redaction: " + ("applied (document keys and values replaced by same-length "
+                         "pseudonyms, equal ones staying equal; other bytes not known to be "
+                         "clear by 'x' bytes; headers, lengths and seqnos "
                          "unchanged; TCP/IP checksums not recomputed; the findings checked "
                          "again on the redacted capture)." if redact else "none."),
         "",

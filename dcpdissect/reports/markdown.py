@@ -12,9 +12,9 @@ from .findings import INFO_ROWS, finding_record
 from .messages import iso_time, jsonl_line
 
 HEXDUMP_BYTES = 64
-REDACTED_NOTE = ("**Redaction applied**: document keys are replaced by pseudonyms of the same "
-                 "length (equal keys stay equal, distinct keys distinct) and values by `x` "
-                 "bytes of the same length in the messages, fields and hexdumps below.")
+REDACTED_NOTE = ("**Redaction applied**: document keys and values are replaced by pseudonyms "
+                 "of the same length (equal keys or values stay equal, distinct ones "
+                 "distinct) in the messages, fields and hexdumps below.")
 
 
 def sha256_of(path) -> str | None:

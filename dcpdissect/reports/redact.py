@@ -5,12 +5,13 @@ key and value: mutation, deletion, expiration, prepare, commit, abort, cache tra
 any opcode added with that mark), when its shape says its key names a document
 (``Shape.document_key``: the key alone), and for every opcode without a layout in the
 tables (Get, Set, SaslAuth, ...: key and value) except the few the tables name as clear
-(``CLEAR_CLIENT_OPCODES``: HELLO, SelectBucket, ...). Values become ``x`` placeholders of the
-same length, so headers, extras (seqnos, CAS) and lengths stay valid; document keys become
-pseudonyms (:class:`Pseudonyms`) of the same length, so that equal keys stay equal and
-distinct keys distinct, and every rule about keys judges the redacted capture as the
-original. Bytes whose meaning is unknown (the body of a message cut by a gap, a header that
-cannot be trusted) are treated as customer data.
+(``CLEAR_CLIENT_OPCODES``: HELLO, SelectBucket, ...). Document keys and values become
+pseudonyms (:class:`Pseudonyms`) of the same length, so that headers, extras (seqnos, CAS) and
+lengths stay valid, equal keys or values stay equal and distinct ones distinct, and every rule
+judges the redacted capture as the original (see :func:`value_shape` for what of a value's
+shape is kept). Bytes whose meaning is unknown (the body of a message cut by a gap, a header
+that cannot be trusted, the value of a message not captured whole) are treated as customer
+data and become ``x``.
 """
 
 from __future__ import annotations
@@ -18,41 +19,64 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import hmac
 import os
 import re
 
 from ..analysis.findings import Finding
 from ..codec.header import peek
 from ..codec.xattr import xattr_problem
-from ..protocol import (CLEAR_CLIENT_OPCODES, DOCUMENT_OPCODES, HEADER_SIZE, OPCODES,
+from ..protocol import (CLEAR_CLIENT_OPCODES, DATATYPE, DOCUMENT_OPCODES, HEADER_SIZE, OPCODES,
                         REQUEST_MAGICS, RESPONSE_MAGICS, SERVER_MAGICS)
 
 PLACEHOLDER = b"x"
 _CLIENT_MAGICS = (REQUEST_MAGICS | RESPONSE_MAGICS) - SERVER_MAGICS
+JSON, SNAPPY, XATTR = DATATYPE.bit("json"), DATATYPE.bit("snappy"), DATATYPE.bit("xattr")
 
 
 _ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789"
+_DIGITS = b"0123456789"
+# A logical key is spelled from one of four sets, and its pseudonym from the same set: keys
+# of letters, digits and -_.: (most keys), other printable ASCII keys, keys of bytes from
+# 0x80 only (a collection id without its stop byte, or none), and every other key.
+_SAFE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:"
+_PRINTABLE = bytes(range(0x20, 0x7F))
+_HIGH = bytes(range(0x80, 0x100))
+_ANY = bytes(range(256))
+_ROUNDS = 8
 
 
 class Pseudonyms:
-    """Same-length stand-ins for document keys, from a keyed hash whose random key is made
-    here and never written: a key always gets the same pseudonym, two keys never the same
-    one, and no key its own. A leading collection id (leb128, a first byte below 0x20 or
-    from 0x80) is kept, so that collection rules and prefixes stay as they were."""
+    """Same-length stand-ins for document keys and values, from a keyed hash whose random
+    key is made here and never written: a key (a value) always gets the same pseudonym, two
+    keys (two values) never the same one, and none its own.
+
+    A key's pseudonym is a function of the secret and the key alone, so processes that share
+    the secret agree: a keyed permutation of the keys of its length spelled from its set
+    (``_SAFE``, the rest of printable ASCII, bytes from 0x80, any other; a Feistel network
+    over the keys' index, cycle-walking into the set) that moves every key (a step along one
+    cycle through all of them). A leading collection id (leb128 ending in its stop byte, a
+    first byte below 0x20 or from 0x80) is kept, so that collection rules and prefixes stay
+    as they were; a key that is nothing but a collection id names no document and is kept.
+
+    A value keeps its shape (:func:`value_shape`), is remembered by its keyed hash (not kept)
+    and gets the first stand-in from the hash that no other value has; two distinct values
+    share one only when a length has fewer stand-ins than distinct values (one-byte JSON
+    values: ten)."""
 
     def __init__(self, secret: bytes | None = None):
         self._secret = secret or os.urandom(32)
+        self._mac = hashlib.blake2b(key=self._secret)
         self._given: dict[bytes, bytes] = {}
-        self._taken: set[bytes] = set()
+        self._values: dict[bytes, int] = {}       # keyed hash of a value -> its attempt
+        self._values_taken: set[bytes] = set()    # hashes of the values' stand-ins
 
     def __call__(self, key: bytes) -> bytes:
         key = bytes(key)
         got = self._given.get(key)
         if got is None:
-            got = self._make(key)
-            self._given[key] = got
-            self._taken.add(got)
+            if len(self._given) >= 65536:
+                self._given.clear()             # a cache: the pseudonym needs no memory
+            got = self._given[key] = self._make(key)
         return got
 
     def _make(self, key: bytes) -> bytes:
@@ -60,23 +84,120 @@ class Pseudonyms:
         if key and (key[0] < 0x20 or key[0] >= 0x80):        # a leb128 collection prefix
             while cut < len(key) and key[cut] >= 0x80:
                 cut += 1
-            cut = min(cut + 1, len(key))
+            cut = cut + 1 if cut < len(key) else 0           # none without its stop byte
         prefix, logical = key[:cut], key[cut:]
-        for attempt in range(1000):
-            digest = b""
-            block = 0
-            while len(digest) < len(logical):
-                digest += hmac.new(self._secret, b"%d:%d:" % (attempt, block) + key,
-                                   hashlib.sha256).digest()
-                block += 1
-            name = prefix + bytes(_ALPHABET[b % len(_ALPHABET)] for b in digest[:len(logical)])
-            if name != key and name not in self._taken:
-                return name
-        return prefix + bytes((b + 1) % 256 for b in logical)     # no printable name is free
+        if not logical:
+            return key
+        if all(c in _SAFE for c in logical):
+            alphabet, inside = _SAFE, None
+        elif all(c in _PRINTABLE for c in logical):
+            alphabet, inside = _PRINTABLE, lambda s: not all(c in _SAFE for c in s)
+        elif all(c >= 0x80 for c in logical):
+            alphabet, inside = _HIGH, None
+        else:
+            alphabet, inside = _ANY, lambda s: not (all(c in _PRINTABLE for c in s)
+                                                    or all(c >= 0x80 for c in s))
+        base, n = len(alphabet), len(logical)
+        size = base ** n
+        tweak = b"key:%d:%d:" % (base, n)
+        x = 0
+        for c in logical:
+            x = x * base + alphabet.index(c)
+        while True:             # the next key of the cycle, until one of the key's set
+            x = self._permute((self._permute(x, size, tweak) + 1) % size, size, tweak,
+                              inverse=True)
+            name = _spelled(x, alphabet, n)
+            if inside is None or inside(name):
+                return prefix + name
+
+    def _permute(self, x: int, size: int, tweak: bytes, inverse: bool = False) -> int:
+        """A keyed permutation of ``range(size)`` (or its inverse): a Feistel network over
+        the smallest even number of bits that holds it, applied until the result is in
+        range (cycle walking)."""
+        bits = max(2, (size - 1).bit_length())
+        half = (bits + 1) // 2
+        mask = (1 << half) - 1
+        rounds = range(_ROUNDS - 1, -1, -1) if inverse else range(_ROUNDS)
+        while True:
+            left, right = x >> half, x & mask
+            for r in rounds:
+                if inverse:
+                    left, right = right ^ self._round(r, left, half, tweak), left
+                else:
+                    left, right = right, left ^ self._round(r, right, half, tweak)
+            x = left << half | right
+            if x < size:
+                return x
+
+    def _round(self, r: int, half_value: int, half: int, tweak: bytes) -> int:
+        width = (half + 7) // 8
+        if width <= 64:
+            mac = self._mac.copy()
+            mac.update(tweak + b"%d:" % r + half_value.to_bytes(width, "big"))
+            digest = mac.digest()
+        else:
+            digest = self._stream(tweak + b"%d:" % r + half_value.to_bytes(width, "big"), width)
+        return int.from_bytes(digest[:width], "big") & ((1 << half) - 1)
+
+    def _stream(self, seed: bytes, n: int) -> bytes:
+        """``n`` bytes of the keyed hash of ``seed`` (SHAKE-256 of the secret and it)."""
+        return hashlib.shake_256(self._secret + seed).digest(n)
 
     def text(self, key: str) -> str:
         """The pseudonym of a key given as text (UTF-8), as text."""
         return self(key.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+
+    def value(self, value: bytes, datatype: int = 0) -> bytes:
+        """The stand-in of a whole document value with this datatype: its shape
+        (:func:`value_shape`) filled from the keyed hash, JSON numbers where JSON is
+        wanted, letters and digits elsewhere."""
+        value = bytes(value)
+        mac = self._mac.copy()
+        mac.update(b"value:%d:" % datatype + value)
+        tag = mac.digest()
+        attempt = self._values.get(tag)
+        if attempt is not None:
+            return self._value(value, datatype, tag, attempt)
+        for attempt in range(1000):
+            got = self._value(value, datatype, tag, attempt)
+            mark = hashlib.blake2b(got, digest_size=16).digest()
+            if got != value and mark not in self._values_taken:
+                break
+        self._values[tag] = attempt
+        self._values_taken.add(mark)
+        return got
+
+    def _value(self, value: bytes, datatype: int, tag: bytes, attempt: int) -> bytes:
+        stream = self._stream(b"%d:" % attempt + tag, len(value))
+        return value_shape(value, datatype, lambda a, b, json: _spell(stream[a:b], json))
+
+
+def _spelled(x: int, alphabet: bytes, n: int) -> bytes:
+    """``x`` as ``n`` digits of ``alphabet`` (the first digit the most significant)."""
+    out = bytearray(n)
+    for i in range(n - 1, -1, -1):
+        x, d = divmod(x, len(alphabet))
+        out[i] = alphabet[d]
+    return bytes(out)
+
+
+_AS_LETTERS = bytes(_ALPHABET[b % len(_ALPHABET)] for b in range(256))
+_AS_DIGITS = bytes(_DIGITS[b % 10] for b in range(256))
+
+
+def _spell(digest: bytes, json: bool) -> bytes:
+    """Hash bytes as letters and digits, or as a JSON number (no leading zero)."""
+    if not json:
+        return digest.translate(_AS_LETTERS)
+    out = digest.translate(_AS_DIGITS)
+    return out if len(out) < 2 else bytes([_DIGITS[1 + digest[0] % 9]]) + out[1:]
+
+
+def _xs(a: int, b: int, json: bool) -> bytes:
+    """Placeholders: ``x``s, or a JSON string of ``x``s where JSON is wanted."""
+    if json and b - a >= 2:
+        return b'"' + PLACEHOLDER * (b - a - 2) + b'"'
+    return (b"0" if json else PLACEHOLDER) * (b - a)
 
 
 def document_parts(magic: int, opcode: int) -> tuple[bool, bool]:
@@ -128,14 +249,34 @@ def key_range(data: bytes) -> tuple[int, int] | None:
     return start, start + h.keylen
 
 
-def _xattr_skeleton(value: bytes) -> bytes | None:
-    """A value whose datatype says XATTR and whose blob kv_engine accepts, with the blob's
-    lengths kept and its names and values replaced (distinct names of ``x``s ending in a
-    letter count, a system name keeping its ``_`` or ``$``; a JSON string of the same length),
-    the body after it as ``x``s: the blob stays valid, so the redacted capture is judged as
-    the original. None for a blob kv_engine refuses (``x``s keep it refused)."""
-    if xattr_problem(value) is not None:
-        return None
+def _varint_size(data: bytes) -> int:
+    """Bytes of the leb128 varint at the start of ``data`` (0: none is valid)."""
+    for i, byte in enumerate(data[:5]):
+        if not byte & 0x80:
+            return i + 1
+    return 0
+
+
+def value_shape(value: bytes, datatype: int, fill) -> bytes:
+    """A stand-in for a whole document value that keeps what kv_engine validates and the
+    rules read, its content from ``fill(start, end, json)`` (bytes for ``value[start:end]``,
+    valid JSON when ``json``):
+
+    - snappy: the varint that announces the uncompressed length (a number the xattr rule
+      reads) is kept, the compressed bytes are filled (the stand-in is not snappy data);
+    - xattr (uncompressed) with a blob kv_engine accepts: the blob's lengths are kept, its
+      names become distinct ``x``s ending in a letter count (a system name keeping its ``_``
+      or ``$``), its values JSON of the same length, so the blob stays valid; the body after
+      it is filled as JSON when the datatype says JSON. A refused blob is filled whole, which
+      keeps it refused (its length field becomes at least 0x30303030);
+    - otherwise the value is filled whole, as JSON when the datatype says JSON.
+    """
+    if datatype & SNAPPY:
+        cut = _varint_size(value)
+        return value[:cut] + fill(cut, len(value), False)
+    json = bool(datatype & JSON)
+    if not datatype & XATTR or xattr_problem(value) is not None:
+        return fill(0, len(value), json)
     size = int.from_bytes(value[:4], "big")
     out, pos, count = bytearray(value[:4]), 4, 0
     while pos < 4 + size:
@@ -148,29 +289,35 @@ def _xattr_skeleton(value: bytes) -> bytes | None:
             if not i:
                 break
         name = name[:keep] + (b"x" * (len(name) - keep) + tag)[-(len(name) - keep):]
-        val = b'"' + b"x" * (len(val) - 2) + b'"' if len(val) >= 2 else b"0" * len(val)
-        out += value[pos:pos + 4] + name + b"\0" + val + b"\0"
+        at = pos + 4 + len(name) + 1
+        out += value[pos:pos + 4] + name + b"\0" + fill(at, at + len(val), True) + b"\0"
         pos, count = pos + 4 + n, count + 1
-    return bytes(out) + PLACEHOLDER * (len(value) - len(out))
+    return bytes(out) + fill(len(out), len(value), json)
 
 
-def value_stand_in(data: bytes) -> tuple[int, int, bytes] | None:
-    """(start, end, stand-in) for the value of a whole document message whose datatype says
-    XATTR (uncompressed): see :func:`_xattr_skeleton`. None otherwise."""
+def value_stand_in(data: bytes,
+                   pseudonyms: Pseudonyms | None = None) -> tuple[int, int, bytes] | None:
+    """(start, end, stand-in) for the value of a whole document message: its pseudonym,
+    given ``pseudonyms``; else, for a value whose datatype says xattr or snappy, its shape
+    (:func:`value_shape`) with ``x`` placeholders. None otherwise (``x``s)."""
     if len(data) < HEADER_SIZE:
         return None
     h = peek(data)
     end = HEADER_SIZE + h.bodylen
-    if (h.datatype & 0x06) != 0x04 or len(data) < end or not document_parts(h.magic, h.opcode)[1]:
-        return None
     start = HEADER_SIZE + h.framing_len + h.extlen + h.keylen
-    skeleton = _xattr_skeleton(data[start:end]) if start < end else None
-    return (start, end, skeleton) if skeleton is not None else None
+    if not start < end <= len(data) or not document_parts(h.magic, h.opcode)[1]:
+        return None
+    value = data[start:end]
+    if pseudonyms is not None:
+        return start, end, pseudonyms.value(value, h.datatype)
+    if not h.datatype & (SNAPPY | XATTR):
+        return None
+    return start, end, value_shape(value, h.datatype, _xs)
 
 
 def redact_pdu(data: bytes | None, pseudonyms: Pseudonyms | None = None) -> bytes | None:
-    """The message with its customer data replaced by placeholders (its key by its
-    pseudonym, given ``pseudonyms``); bytes after the header of a message with an unknown
+    """The message with its customer data replaced by placeholders (its key and value by
+    their pseudonyms, given ``pseudonyms``); bytes after the header of a message with an unknown
     magic (garbage, or a stream joined mid-message) too."""
     if not data:
         return data
@@ -183,7 +330,7 @@ def redact_pdu(data: bytes | None, pseudonyms: Pseudonyms | None = None) -> byte
     kr = key_range(data) if pseudonyms is not None else None
     if kr is not None and ranges and ranges[0][0] == kr[0]:
         out[kr[0]:kr[1]] = pseudonyms(data[kr[0]:kr[1]])
-    stand_in = value_stand_in(data)
+    stand_in = value_stand_in(data, pseudonyms)
     if stand_in is not None:
         a, b, value = stand_in
         out[a:b] = value
