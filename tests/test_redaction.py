@@ -310,3 +310,23 @@ def test_the_short_check_finds_what_an_unredacted_bundle_keeps(tmp_path):
                                         tshark_messages(tmp_path / "evidence.pcapng"),
                                         _frame_map((tmp_path / "frames.tsv").read_text()))
     assert checked > 20 and len(kept) == checked and skipped == 0
+
+
+def test_a_pseudonym_found_in_the_document_by_chance_is_kept_in_the_message():
+    """durability-violations, frame 108: a prepare of key 'h' whose value holds most
+    letters. Whatever one-letter pseudonym 'h' gets, the finding's message names it (as the
+    messages table does), never the x's that quoted bytes of the document get; with this
+    secret the pseudonym's letter occurs in the value."""
+    from dcpdissect.analysis.run import analyze_file
+    from dcpdissect.reports.redact import Pseudonyms, redact_finding
+
+    findings, _ = analyze_file(str(Path(__file__).parent.parent / "samples"
+                                   / "durability-violations.pcap"))
+    [f] = [f for f in findings if f.frame == 108 and f.rule == "sync-prepare-while-pending"]
+    assert f.message.startswith("prepare of 'h' ")
+    for secret in (b"k" * 32, b"\x01" * 32, b"secret-of-this-test-0123456789ab"):
+        pseudonyms = Pseudonyms(secret)
+        stand_in = pseudonyms(b"h").decode()
+        assert stand_in != "h"
+        assert redact_finding(f, pseudonyms).message.startswith(f"prepare of '{stand_in}' ")
+    assert Pseudonyms(b"k" * 32)(b"h") in f.pdu[f.pdu.index(b"{"):]     # the case is met

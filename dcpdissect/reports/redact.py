@@ -380,9 +380,10 @@ def scrub(text: str, secrets) -> str:
 _QUOTED = re.compile(r"b?'(?:[^'\\]|\\.)*'" + r'|b?"(?:[^"\\]|\\.)*"')
 
 
-def scrub_quoted(text: str, document: bytes) -> str:
+def scrub_quoted(text: str, document: bytes, stand_ins=()) -> str:
     """``text`` with every quoted string (``'k1'``, ``b'_sync'``) whose bytes occur in
-    ``document`` replaced by ``x``s inside its quotes."""
+    ``document`` replaced by ``x``s inside its quotes, but for the ``stand_ins`` (the
+    pseudonyms :func:`scrub` wrote: their bytes may occur in the document by chance)."""
     if not document:
         return text
 
@@ -391,6 +392,8 @@ def scrub_quoted(text: str, document: bytes) -> str:
         try:
             value = ast.literal_eval(token)
         except (ValueError, SyntaxError):
+            return token
+        if value in stand_ins:
             return token
         raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
         if not raw or raw not in document:
@@ -402,7 +405,7 @@ def scrub_quoted(text: str, document: bytes) -> str:
 
 def _redact_value(value, secrets, document: bytes = b""):
     if isinstance(value, str):
-        return scrub_quoted(scrub(value, secrets), document)
+        return scrub_quoted(scrub(value, secrets), document, set(secrets.values()))
     if isinstance(value, dict):
         return {k: _redact_value(v, secrets, document) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
