@@ -330,3 +330,24 @@ def test_a_pseudonym_found_in_the_document_by_chance_is_kept_in_the_message():
         assert stand_in != "h"
         assert redact_finding(f, pseudonyms).message.startswith(f"prepare of '{stand_in}' ")
     assert Pseudonyms(b"k" * 32)(b"h") in f.pdu[f.pdu.index(b"{"):]     # the case is met
+
+
+def test_a_relay_difference_names_stand_ins_not_the_keys_hex_or_an_unkeyed_hash():
+    """relay-message-differs describes a key by its hex and a value by its length and an
+    unkeyed hash; redacted, a key's hex is its pseudonym's hex and the hash is keyed, so
+    the difference stays a difference and equal sides stay equal."""
+    from dcpdissect.analysis.findings import Finding
+    from dcpdissect.reports.redact import Pseudonyms, redact_finding
+
+    pseudonyms = Pseudonyms(b"relay-test-secret")
+    f = Finding("relay-message-differs", "DcpMutation relayed by ns_server differs", 9,
+                fields={"key": "'6b6579' → '6b6578'",
+                        "value": "'34 bytes 86f6c84bb9685de3' → '34 bytes 86f6c84bb9685de3'"})
+    got = redact_finding(f, pseudonyms).fields
+    a, b = re.fullmatch(r"'([0-9a-f]{6})' → '([0-9a-f]{6})'", got["key"]).groups()
+    assert {a, b}.isdisjoint({"6b6579", "6b6578"}) and a != b
+    assert bytes.fromhex(a) == pseudonyms(b"key") and bytes.fromhex(b) == pseudonyms(b"kex")
+    c, d = re.fullmatch(r"'34 bytes ([0-9a-f]{16})' → '34 bytes ([0-9a-f]{16})'",
+                        got["value"]).groups()
+    assert c == d != "86f6c84bb9685de3"
+    assert "86f6c84bb9685de3" not in str(redact_finding(f).fields)      # x's without a key

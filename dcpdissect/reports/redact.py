@@ -147,6 +147,13 @@ class Pseudonyms:
         """The pseudonym of a key given as text (UTF-8), as text."""
         return self(key.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
 
+    def digest(self, text: str) -> str:
+        """A same-length keyed stand-in for a hex digest of customer bytes (an unkeyed
+        hash a report quotes): equal digests stay equal."""
+        mac = self._mac.copy()
+        mac.update(b"digest:" + text.encode())
+        return (mac.hexdigest() * (len(text) // 128 + 1))[:len(text)]
+
     def value(self, value: bytes, datatype: int = 0) -> bytes:
         """The stand-in of a whole document value with this datatype: its shape
         (:func:`value_shape`) filled from the keyed hash, JSON numbers where JSON is
@@ -413,6 +420,29 @@ def _redact_value(value, secrets, document: bytes = b""):
     return value
 
 
+_DIFFERENCE = re.compile(r"'([^']*)' → '([^']*)'")
+_SIZED_DIGEST = re.compile(r"^(\d+ bytes )([0-9a-f]+)$")
+
+
+def _difference(name: str, text: str, pseudonyms: Pseudonyms | None) -> str:
+    """A relay finding's ``key`` or ``value`` difference between its legs (``'6b31' →
+    '6b32'``: a key's hex, or the hash of a long one; ``'34 bytes <hash>' → ...``) with
+    each side's customer bytes as their stand-ins: a key's hex as its pseudonym's hex, a
+    hash keyed; x's without ``pseudonyms``. Equal sides stay equal, distinct distinct."""
+    def side(text: str) -> str:
+        sized = _SIZED_DIGEST.match(text)
+        head, digits = sized.groups() if sized else ("", text)
+        if pseudonyms is None:
+            return head + "x" * len(digits)
+        if name == "key" and not sized and len(digits) % 2 == 0:
+            try:
+                return pseudonyms(bytes.fromhex(digits)).hex()
+            except ValueError:
+                pass
+        return head + pseudonyms.digest(digits)
+    return _DIFFERENCE.sub(lambda m: f"'{side(m[1])}' → '{side(m[2])}'", text)
+
+
 def redact_finding(f: Finding, pseudonyms: Pseudonyms | None = None) -> Finding:
     """The finding with its PDU redacted, and its message and decoded fields without the
     document key it names (as text, escaped or hex) nor any quoted bytes of its document (an
@@ -423,6 +453,11 @@ def redact_finding(f: Finding, pseudonyms: Pseudonyms | None = None) -> Finding:
     secrets = _spellings(key, stand_in) if key else {}
     fields = {}
     for name, value in f.fields.items():
+        if name in ("key", "value") and isinstance(value, str) and " → " in value:
+            fields[name] = new = _difference(name, value, pseudonyms)
+            if new != value:
+                secrets[value] = new
+            continue
         if name == "key" and isinstance(value, str):
             quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
             inner = value[1:-1] if quoted else value
