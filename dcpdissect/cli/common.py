@@ -166,6 +166,34 @@ def open_output(path: str | None):
         return None
 
 
+def close_output(out) -> None:
+    """The results are written: flush stdout, or close the file of ``-o``."""
+    out.flush()
+    if out is not sys.stdout:
+        out.close()
+
+
+def write_jsonl(args, summary, records, out) -> None:
+    """``records`` as JSON lines, then the error record of a capture read only in part."""
+    from ..reports.messages import jsonl_line
+    for r in records:
+        out.write(jsonl_line(r))
+    if summary.error:
+        error_record(args, summary, summary.error, out)
+
+
+def end_of_run(summary, run) -> int:
+    """After the results, on stderr: the capture's notes, an interruption, a fault (exit
+    2), the ports the heuristic found (exit 2 when no MCBP was). The exit code."""
+    capture_notes(summary)
+    if run.interrupted:
+        print(INTERRUPTED, file=sys.stderr)
+    if summary.error:
+        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return ports_report(summary) or EXIT_OK
+
+
 def keylog_text(path: str) -> str:
     """``--tls-keylog FILE``: the key log's text (it travels with the options)."""
     from ..capture.keylog import read_keylog

@@ -8,11 +8,10 @@ import sys
 from ..reassembly.pdus import Summary
 from ..reassembly.tcp_streams import TcpStreams
 from ..reports.connections import ConnectionActivity, activity_table
-from ..reports.messages import Clock, jsonl_line
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options,
-                     add_output_option, add_progress_option, add_time_option, capture_notes,
-                     error_record, not_decoded, open_output, ports_report, run_pass,
-                     with_examples)
+from ..reports.messages import Clock
+from .common import (EXIT_BAD_INPUT, add_capture_options, add_output_option,
+                     add_progress_option, add_time_option, close_output, end_of_run,
+                     not_decoded, open_output, run_pass, with_examples, write_jsonl)
 
 
 def register(sub) -> None:
@@ -50,25 +49,14 @@ def cmd_connections(args) -> int:
         return failed
     records = activity.activities()
     if args.format == "jsonl":
-        for r in records:
-            out.write(jsonl_line(r))
-        if summary.error:
-            error_record(args, summary, summary.error, out)
+        write_jsonl(args, summary, records, out)
     elif args.format == "csv":
         _write_csv(out, records)
     else:
         out.write(activity_table(records, Clock(args.time, summary)))
-    out.flush()
-    if out is not sys.stdout:
-        out.close()
+    close_output(out)
     print(summary.line(), file=sys.stderr)
-    capture_notes(summary)
-    if run.interrupted:
-        print(INTERRUPTED, file=sys.stderr)
-    if summary.error:
-        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return ports_report(summary) or EXIT_OK
+    return end_of_run(summary, run)
 
 
 def _write_csv(out, records: list[dict]) -> None:

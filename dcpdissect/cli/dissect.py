@@ -14,12 +14,11 @@ from ..reports.connections import ConnectionLegend
 from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
                                 message_record, table_row)
 from ..reports.redact import Pseudonyms, redact_record
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, LiveTable, TimeWindow,
-                     add_capture_options, add_output_option, add_progress_option,
-                     add_time_option, capture_notes, checked_opcode, connection_list,
+from .common import (EXIT_BAD_INPUT, LiveTable, TimeWindow, add_capture_options,
+                     add_output_option, add_progress_option, add_time_option,
+                     checked_opcode, close_output, connection_list, end_of_run,
                      error_record, live_output, not_decoded, open_output, parse_follow,
-                     parse_instant, parse_vbucket, ports_report, run_pass, vbucket_list,
-                     with_examples)
+                     parse_instant, parse_vbucket, run_pass, vbucket_list, with_examples)
 
 TABLE_BLOCK = 1000     # rows per printed table block (bounded memory on big captures)
 JSONL_BLOCK = 256      # JSON lines per write
@@ -103,17 +102,11 @@ def _dissect(args, out) -> int:
         error_record(args, summary, summary.error, out)
     if args.format == "table" and writer.shown:
         out.write("\n" + legend.table(writer.shown))
-    out.flush()
+    close_output(out)
     print(summary.line(), file=sys.stderr)
     if note := rows.nothing_matched(args, legend.opened):
         print(note, file=sys.stderr)
-    capture_notes(summary)
-    if run.interrupted:
-        print(INTERRUPTED, file=sys.stderr)
-    if run.error is not None:
-        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return ports_report(summary) or EXIT_OK
+    return end_of_run(summary, run)
 
 
 class _Rows:

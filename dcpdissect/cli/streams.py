@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 
 from ..reassembly.pdus import Summary, counted
-from ..reports.messages import Clock, jsonl_line
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options,
-                     add_output_option, add_time_option, capture_notes, connection_list,
-                     error_record, not_decoded, open_output, ports_report, run_pass,
-                     vbucket_list, with_examples)
+from ..reports.messages import Clock
+from .common import (EXIT_BAD_INPUT, add_capture_options, add_output_option,
+                     add_time_option, close_output, connection_list, end_of_run, not_decoded,
+                     open_output, run_pass, vbucket_list, with_examples, write_jsonl)
 
 
 def register(sub) -> None:
@@ -56,25 +55,14 @@ def cmd_streams(args) -> int:
     every = stream_records(streams.streams, run.findings)
     records = [r for r in every if _wanted(args, r)]
     if args.format == "jsonl":
-        for r in records:
-            out.write(jsonl_line(r))
-        if summary.error:
-            error_record(args, summary, summary.error, out)
+        write_jsonl(args, summary, records, out)
     else:
         out.write(streams_table(records, Clock(args.time, summary)))
-    out.flush()
-    if out is not sys.stdout:
-        out.close()
+    close_output(out)
     print(f"{summary.line()}, {counted(len(every), 'stream')}", file=sys.stderr)
     if every and not records:
         print(_nothing_matched(args, every), file=sys.stderr)
-    capture_notes(summary)
-    if run.interrupted:
-        print(INTERRUPTED, file=sys.stderr)
-    if summary.error:
-        print(f"dcpdissect: error: {summary.error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return ports_report(summary) or EXIT_OK
+    return end_of_run(summary, run)
 
 
 def _wanted(args, r: dict) -> bool:
