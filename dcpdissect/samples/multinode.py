@@ -143,6 +143,15 @@ def relayed(out: Path, name: str, delays: dict[int, int], drop: bool) -> None:
                 relay.wait()
 
 
+HOW = {
+    "forwarded": "the router namespace forwards: one TCP connection seen at both points",
+    "delayed": "a relay process in the router namespace (two TCP connections, the legs of one "
+               "DCP connection) forwards the producer's stream messages late: "
+               + ", ".join(f"vbucket {vb} {ms} ms" for vb, ms in DELAYS_MS.items()),
+    "dropped": "the relay forwards at once, but not the producer's DcpMutation of vbucket "
+               f"{DROPPED[0]} seqno {DROPPED[1]}",
+}
+
 SAMPLES = {
     "forwarded": forwarded,
     "delayed": lambda out: relayed(out, "delayed", DELAYS_MS, drop=False),
@@ -166,7 +175,62 @@ def main(argv: list[str] | None = None) -> int:
         SAMPLES[name](out)
         for point in POINTS.values():
             print(out / f"{name}-{point}.pcapng")
+    (out / "README.md").write_text(readme(out))
     return 0
+
+
+def _tshark(path: Path, *args: str) -> list[str]:
+    return subprocess.run(["tshark", "-r", str(path), "-d", "tcp.port==11209,couchbase", *args],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def readme(out: Path) -> str:
+    """The README: each pair of captures, how it was made, and what tshark decodes in it."""
+    rows = []
+    for name, how in HOW.items():
+        counts = []
+        for point in POINTS.values():
+            path = out / f"{name}-{point}.pcapng"
+            if not path.is_file():
+                break
+            ops = _tshark(path, "-Y", "couchbase", "-T", "fields", "-e", "couchbase.opcode",
+                          "-E", "occurrence=a")
+            counts.append(f"{point} {sum(len(o.split(',')) for o in ops)}")
+        else:
+            rows.append(f"| `{name}-replica.pcapng`, `{name}-active.pcapng` | {how} | "
+                        f"{', '.join(counts)} |")
+    vb, seqno = DROPPED
+    mutation = f"couchbase.vbucket=={vb} && couchbase.opcode==0x57 && couchbase.extras.by_seqno=="
+    sent = _tshark(out / "dropped-active.pcapng", "-Y", f"{mutation}{seqno}", "-T", "fields",
+                   "-e", "frame.number")
+    around = [_tshark(out / "dropped-replica.pcapng", "-Y", f"{mutation}{n}", "-T", "fields",
+                      "-e", "frame.number") for n in (seqno - 1, seqno + 1)]
+    return "\n".join([
+        "# Two-point captures",
+        "",
+        "One clean replication (`scenarios_basic.replication`: the replica 10.0.0.2 streams",
+        "vbuckets 0, 1 and 2 from the active node 10.0.0.1:11209) played over real kernel TCP",
+        "between two network namespaces with a router namespace between them, and captured at",
+        "two points at once: dumpcap on the replica's veth (`*-replica.pcapng`) and on the",
+        "active node's veth (`*-active.pcapng`), full snaplen, no segmentation offload.",
+        "Both captures read this host's clock: the tests shift one with `editcap -t` and",
+        "expect `dcpdissect nodes` to recover the shift. Rebuild (as root) with",
+        "",
+        "    python -m dcpdissect.samples.multinode samples/multinode",
+        "",
+        "| files | between the points | MCBP messages (tshark) |",
+        "| --- | --- | --- |",
+        *rows,
+        "",
+        "The injected delays are the relay's: it forwards each producer stream message of",
+        "the vbucket that long after it received it (this kernel has no `netem` qdisc to",
+        "delay the forwarded packets of one connection instead). In `dropped`, the active",
+        f"node sent the dropped mutation in frame {', '.join(sent)} of `dropped-active.pcapng`;",
+        f"`dropped-replica.pcapng` has vbucket {vb}'s seqno {seqno - 1} in frame "
+        f"{', '.join(around[0])} and seqno {seqno + 1} in frame {', '.join(around[1])}, and",
+        f"no seqno {seqno} (`tshark -d tcp.port==11209,couchbase -Y '{mutation}{seqno}'`).",
+        "",
+    ])
 
 
 if __name__ == "__main__":
