@@ -155,3 +155,27 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert main(["nodes", str(bad), str(SAMPLES / "dropped-active.pcapng")]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_jsonl_matches_the_schema(capsys):
+    import jsonschema
+    schema = json.loads((SAMPLES.parent.parent / "docs" / "jsonl-schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for name in ("forwarded", "dropped"):
+        main(["nodes", str(SAMPLES / f"{name}-replica.pcapng"),
+              str(SAMPLES / f"{name}-active.pcapng"), "--format", "jsonl"])
+        for line in capsys.readouterr().out.splitlines():
+            assert not list(validator.iter_errors(json.loads(line))), line
+
+
+def test_captures_of_different_runs_decide_no_offset_and_judge_no_loss(capsys):
+    """The same DCP connection name and messages, from two runs seconds apart: the
+    observations contradict each other, so neither an offset nor a loss is claimed."""
+    r = compare(read_point("replica", str(SAMPLES / "forwarded-replica.pcapng")),
+                read_point("active", str(SAMPLES / "dropped-active.pcapng")))
+    assert [p.how for p in r.pairings] == ["dcp"]
+    assert r.offset is None and r.findings == [] and r.lags == []
+    assert main(["nodes", str(SAMPLES / "forwarded-replica.pcapng"),
+                 str(SAMPLES / "dropped-active.pcapng")]) == 0
+    out = capsys.readouterr().out
+    assert "not decided" in out and "losses not judged" in out

@@ -72,9 +72,6 @@ class PointConnection:
     messages: tuple = field(default_factory=lambda: ([], []))   # per direction, in order
     gaps: list = field(default_factory=lambda: [0, 0])          # bytes the capture missed
 
-    def label(self) -> str:
-        return f"{self.client[0]}:{self.client[1]} -> {self.server[0]}:{self.server[1]}"
-
 
 @dataclass
 class Point:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from ..analysis.nodes import C2S, NodesReport, Pairing, Transit
+from ..analysis.nodes import C2S, NodesReport, Pairing, PointConnection, Transit
 from ..protocol import OPCODE_NAMES
+from .connections import _address
 from .findings import finding_record
 from .messages import iso_time
 
@@ -22,8 +23,12 @@ def _seconds(ns: int) -> str:
 
 def _pair_text(p: Pairing, names: tuple[str, str]) -> str:
     how = "one TCP connection" if p.how == "tcp" else f"relay legs of DCP connection {p.a.name!r}"
-    return (f"{names[0]} conn {p.a.conn} ({p.a.label()}) = {names[1]} conn {p.b.conn} "
-            f"({p.b.label()}): {how}")
+    return (f"{names[0]} conn {p.a.conn} ({_label(p.a)}) = {names[1]} conn {p.b.conn} "
+            f"({_label(p.b)}): {how}")
+
+
+def _label(c: PointConnection) -> str:
+    return f"{_address(c.client)} -> {_address(c.server)}"
 
 
 def nodes_text(r: NodesReport) -> str:
@@ -33,7 +38,7 @@ def nodes_text(r: NodesReport) -> str:
     lines += [f"  {_pair_text(p, names)}" for p in r.pairings]
     unpaired = [(pt.name, c) for pt, side in ((r.a, "a"), (r.b, "b")) for c in pt.connections
                 if all(getattr(p, side) is not c for p in r.pairings)]
-    lines += [f"  {name} conn {c.conn} ({c.label()}): not seen at the other point"
+    lines += [f"  {name} conn {c.conn} ({_label(c)}): not seen at the other point"
               for name, c in unpaired]
     o = r.offset
     if o is None:
@@ -52,7 +57,10 @@ def nodes_text(r: NodesReport) -> str:
                            headers=("vb", "messages", "min", "median", "max"),
                            disable_numparse=True)]
     lines.append("")
-    if r.findings:
+    if r.offset is None:
+        lines.append("losses not judged: without a clock offset the direction of travel "
+                     "between the points is not known")
+    elif r.findings:
         lines.append(tabulate([(f.frame, f.fields["point"], f.vbucket, f.rule, f.message)
                                for f in r.findings],
                               headers=("frame", "point", "vb", "rule", "message")))
@@ -93,8 +101,9 @@ def nodes_records(r: NodesReport) -> list[dict]:
         bound = r.bounds.get(k)
         out.append({"type": "connection_pair", "ts_ns": None, "how": p.how,
                     "connection": p.a.conn, "other_connection": p.b.conn,
-                    "client": list(p.a.client), "server": list(p.a.server),
-                    "other_client": list(p.b.client), "other_server": list(p.b.server),
+                    "client": _address(p.a.client), "server": _address(p.a.server),
+                    "other_client": _address(p.b.client),
+                    "other_server": _address(p.b.server),
                     "dcp_name": p.a.name,
                     "low_ns": bound and bound.low, "high_ns": bound and bound.high})
     timed = [(t.ts_ns, _transit_record(t, names)) for t in r.transits
