@@ -70,7 +70,7 @@ class PointConnection:
     name: str | None = None     # the connection name of its DCP_OPEN
     segments: tuple = field(default_factory=lambda: ({}, {}))   # (seq, len) -> (frame, ts)
     messages: tuple = field(default_factory=lambda: ([], []))   # per direction, in order
-    gaps: list = field(default_factory=lambda: [0, 0])          # bytes the capture missed
+    gaps: list = field(default_factory=lambda: [0, 0])          # capture gaps per direction
 
 
 @dataclass
@@ -135,7 +135,7 @@ def read_point(name: str, path: str, options: Options | None = None) -> Point:
             conns[ev.conn] = PointConnection(ev.conn, ev.client, ev.server, ev.conversation,
                                              handshake=not ev.mid_stream)
         elif kind in (StreamGap, LostPdu) and ev.conn in conns:
-            conns[ev.conn].gaps[ev.direction] += getattr(ev, "length", 1) or 1
+            conns[ev.conn].gaps[ev.direction] += 1
     for conn in conns.values():
         if conn.conversation is None:
             continue
