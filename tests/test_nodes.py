@@ -179,3 +179,22 @@ def test_captures_of_different_runs_decide_no_offset_and_judge_no_loss(capsys):
                  str(SAMPLES / "dropped-active.pcapng")]) == 0
     out = capsys.readouterr().out
     assert "not decided" in out and "losses not judged" in out
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", ["forwarded", "delayed"])
+def test_a_frame_the_replica_capture_missed_is_not_a_loss(tmp_path, name):
+    """The frame carrying vb 1's mutation 2 deleted from the replica's capture: a hole in
+    what that capture holds (one TCP connection, or a relay leg with a gap), not a message
+    the network or the relay lost."""
+    replica = SAMPLES / f"{name}-replica.pcapng"
+    frames = tshark_frames(replica, "couchbase.vbucket==1 && couchbase.opcode==0x57 && "
+                           "couchbase.extras.by_seqno==2")
+    assert len(frames) == 1
+    cut = tmp_path / "cut.pcapng"
+    subprocess.run(["editcap", str(replica), str(cut), str(frames[0])], check=True,
+                   capture_output=True)
+    r = compare(read_point("replica", str(cut)),
+                read_point("active", str(SAMPLES / f"{name}-active.pcapng")))
+    assert r.offset is not None and r.offset.low <= 0 <= r.offset.high
+    assert r.findings == []
