@@ -12,6 +12,9 @@ import pytest
 from dcpdissect.analysis.nodes import compare, read_point
 from dcpdissect.analysis.rules import RULES
 from dcpdissect.cli import main
+from dcpdissect.samples import multinode, realnet
+
+NETNS_SKIP = realnet.missing(namespaces=True)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "multinode"
 DECODE = ["-d", "tcp.port==11209,couchbase"]
@@ -198,3 +201,17 @@ def test_a_frame_the_replica_capture_missed_is_not_a_loss(tmp_path, name):
                 read_point("active", str(SAMPLES / f"{name}-active.pcapng")))
     assert r.offset is not None and r.offset.low <= 0 <= r.offset.high
     assert r.findings == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NETNS_SKIP is not None, reason=f"no network namespaces: {NETNS_SKIP}")
+def test_live_relay_drop_is_found_again(tmp_path):
+    """The harness rebuilds the dropped pair: the relay really withheld the mutation from
+    the replica, and the two new captures report it at the active node's sending frame."""
+    multinode.SAMPLES["dropped"](tmp_path)
+    r = compare(read_point("replica", str(tmp_path / "dropped-replica.pcapng")),
+                read_point("active", str(tmp_path / "dropped-active.pcapng")))
+    assert [len(m) for m in r.pairings[0].b.messages] == [23, 43]
+    assert [len(m) for m in r.pairings[0].a.messages] == [23, 42]
+    assert [(f.vbucket, f.fields["seqno"]) for f in r.findings] == [(1, 2)]
+    assert r.offset.low <= 0 <= r.offset.high

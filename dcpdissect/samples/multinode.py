@@ -10,13 +10,14 @@ chosen per sample:
 - ``delayed``: a relay process (:mod:`.relay`) in the router namespace terminates the
   consumer's connection and opens its own to the producer (ns_server's proxy legs: two TCP
   connections carrying the same DCP messages) and forwards each producer stream message
-  of vbucket V :data:`DELAYS_MS` [V] milliseconds after it received it. (``tc netem`` would
-  delay the forwarded packets of one connection, but this kernel has no netem qdisc.)
+  of vbucket V :data:`DELAYS_MS` [V] milliseconds after it received it. (``tc netem`` on
+  the router would delay the packets of one connection instead, but the kernel the samples
+  were made on has no netem qdisc.)
 - ``dropped``: the relay forwards at once but drops one producer message
   (:func:`dropped_message`).
 
-``python -m dcpdissect.samples.multinode samples/multinode`` rebuilds them (root, dumpcap,
-tc, tshark, editcap, capinfos and ``ip netns``). The captures share this host's clock: a
+``python -m dcpdissect.samples.multinode samples/multinode`` rebuilds them and their README
+(root, dumpcap, tshark, editcap, capinfos and ``ip netns``). The captures share this host's clock: a
 test shifts one with ``editcap -t`` to give the two points different clocks.
 """
 
@@ -37,15 +38,16 @@ SIDES = {"10.0.0.2": "client", "10.0.0.1": "server"}     # the replica, the acti
 POINTS = {"client": "replica", "server": "active"}         # capture file suffix per side
 DELAYS_MS = {0: 20, 1: 50, 2: 5}    # the relay's delay per vbucket in ``delayed``
 RELAY_AT = "192.0.2.254"            # the router's address on the replica's side
-DROPPED = (1, 2)                    # (vbucket, mutation number) the relay drops in ``dropped``
+DROPPED = (1, 2)                    # (vbucket, seqno) of the mutation dropped in ``dropped``
 
 
 def dropped_message(script) -> bytes:
-    """The producer message the ``relayed-drop`` sample's relay does not forward."""
-    vbucket, index = DROPPED
-    mutations = [m for d, _, m in script.messages
-                 if d == "s2c" and m[1] == 0x57 and peek(m).specific == vbucket]
-    return mutations[index - 1]
+    """The producer's mutation the ``dropped`` sample's relay does not forward (classic
+    framing: its by_seqno is the first 8 bytes after the header)."""
+    vbucket, seqno = DROPPED
+    return next(m for d, _, m in script.messages
+                if d == "s2c" and m[1] == 0x57 and peek(m).specific == vbucket
+                and int.from_bytes(m[24:32], "big") == seqno)
 
 
 class TwoPoints:
