@@ -34,16 +34,16 @@ from difflib import SequenceMatcher
 from statistics import median
 
 from ..codec.header import peek
-from ..protocol import ITEM_OPCODES, OPCODE_NAMES, REQUEST_MAGICS, STREAM_OPCODES
+from ..protocol import HEADER_SIZE, ITEM_OPCODES, OPCODE_NAMES, REQUEST_MAGICS, STREAM_OPCODES
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu
 from ..reassembly.pdus import Options, Summary, iter_events
 from ..reassembly.tcp import StreamGap
 from ..reassembly.tcp_streams import TcpStreams
 from .findings import Finding
+from .negotiation import DCP_OPEN
 from .rules.nodes import MESSAGE_LOST_BETWEEN_POINTS
 
-DCP_OPEN = 0x50
 C2S, S2C = 0, 1
 
 
@@ -103,7 +103,7 @@ def _message(pdu: Pdu) -> Message:
     vbucket = head.specific if request and head.opcode in STREAM_OPCODES else None
     seqno = None
     if vbucket is not None and head.opcode in ITEM_OPCODES and head.extlen >= 8:
-        at = 24 + head.framing_len
+        at = HEADER_SIZE + head.framing_len        # by_seqno: the items' first extras field
         seqno = int.from_bytes(pdu.data[at:at + 8], "big")
     return Message(pdu.frame, pdu.ts_ns, hashlib.blake2b(pdu.data, digest_size=16).digest(),
                    head.opcode, vbucket, seqno)
@@ -113,7 +113,7 @@ def _dcp_name(pdu: Pdu) -> str | None:
     head = peek(pdu.data)
     if head.magic not in REQUEST_MAGICS or head.opcode != DCP_OPEN:
         return None
-    at = 24 + head.framing_len + head.extlen
+    at = HEADER_SIZE + head.framing_len + head.extlen
     return pdu.data[at:at + head.keylen].decode("utf-8", "replace")
 
 
@@ -127,7 +127,7 @@ def read_point(name: str, path: str, options: Options | None = None) -> Point:
         kind = type(ev)
         if kind is Pdu:
             conn = conns[ev.conn]
-            if ev.missing == 0 and len(ev.data) >= 24:
+            if ev.missing == 0 and len(ev.data) >= HEADER_SIZE:
                 conn.messages[ev.direction].append(_message(ev))
                 if ev.direction == C2S and conn.name is None:
                     conn.name = _dcp_name(ev)
@@ -161,14 +161,16 @@ class Pairing:
     matched: tuple = ((), ())
 
     def observations(self, direction: int) -> list[tuple[int, int]]:
-        """(time at A, time at B) of the same bytes seen at both points: each common data
-        segment (one TCP connection), or each common message (relay legs)."""
+        """(time at A, time at B) of the same bytes seen at both points: each common
+        message (the frame that completes it), and on one TCP connection each common data
+        segment too (points that segment alike, e.g. without receive offload, share many)."""
+        ma, mb = self.a.messages[direction], self.b.messages[direction]
+        out = [(ma[i].ts_ns, mb[j].ts_ns) for i, j in self.matched[direction]]
         if self.how == "tcp":
             at_b = self.b.segments[direction]
-            return [(ts, at_b[key][1]) for key, (_, ts) in self.a.segments[direction].items()
+            out += [(ts, at_b[key][1]) for key, (_, ts) in self.a.segments[direction].items()
                     if key in at_b]
-        ma, mb = self.a.messages[direction], self.b.messages[direction]
-        return [(ma[i].ts_ns, mb[j].ts_ns) for i, j in self.matched[direction]]
+        return out
 
 
 def _same_tcp(a: PointConnection, b: PointConnection) -> bool:
