@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SUBCOMMANDS = ["dissect", "analyze", "rollback-check", "lua", "streams"]
+SUBCOMMANDS = ["dissect", "analyze", "rollback-check", "lua", "streams", "nodes"]
 
 
 def run(cmd, cwd, env=None, shell=False, timeout=300):

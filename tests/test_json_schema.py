@@ -66,8 +66,9 @@ def test_sample_output_matches_schema(sample, validator, capsys):
 
 def test_every_record_type_is_covered(validator, capsys, monkeypatch, tmp_path):
     """The samples exercise every record type of the schema: messages, findings,
-    flow_control, streams, connections, an error record (a capture cut inside a frame) and
-    rollback_check records (with and without --capture)."""
+    flow_control, streams, connections, an error record (a capture cut inside a frame),
+    rollback_check records (with and without --capture) and the nodes records of two
+    capture points."""
     seen = set()
     lines = []
     for sample in ("clean-replication.pcap", "flow-violations.pcap", "rollback-violations.pcap"):
@@ -82,6 +83,9 @@ def test_every_record_type_is_covered(validator, capsys, monkeypatch, tmp_path):
                  ("--capture", str(ROOT / "samples" / "resume-collapsed.pcap"), "--vbucket", "0")):
         monkeypatch.setattr("sys.stdin", io.StringIO("4369 1 4 3\n0x1111 3 3 3\n"))
         lines += run(capsys, "rollback-check", *argv, "--format", "jsonl")
+    multinode = ROOT / "samples" / "multinode"
+    lines += run(capsys, "nodes", str(multinode / "dropped-replica.pcapng"),
+                 str(multinode / "dropped-active.pcapng"), "--format", "jsonl")
     for line in lines:
         record = json.loads(line)
         errors = sorted(validator.iter_errors(record), key=str)
@@ -89,7 +93,7 @@ def test_every_record_type_is_covered(validator, capsys, monkeypatch, tmp_path):
         _no_big_numbers(record, line[:100])
         seen.add(record["type"])
     assert seen == {"message", "finding", "flow_control", "stream", "connection", "error",
-                    "rollback_check"}
+                    "rollback_check", "clock_offset", "connection_pair", "lag"}
     assert set(SCHEMA["$defs"]) >= seen and len(SCHEMA["oneOf"]) == len(seen)
 
 

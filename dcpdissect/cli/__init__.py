@@ -16,8 +16,8 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--version", action="version", version=f"dcpdissect {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     from ..luagen import register_cli as register_lua
-    from . import analyze, connections, dissect, pipeline, rollback_check, streams
-    for module in (dissect, analyze, streams, connections, rollback_check):
+    from . import analyze, connections, dissect, nodes, pipeline, rollback_check, streams
+    for module in (dissect, analyze, streams, connections, rollback_check, nodes):
         module.register(sub)
     register_lua(sub)
     pipeline.register(sub)

@@ -14,6 +14,9 @@ _FAMILY_TITLES = {
     "flow": "liveness and flow control: noops, buffer acks, the consumer's window, datatypes",
     "rollback": "rollback decisions against kv_engine's failover table",
     "tls": "TLS connections decrypted with --tls-keylog, and those that cannot be",
+    "nodes": "what only two capture points of the same traffic decide (`dcpdissect nodes`); "
+             "the sample is the capture whose frame is reported, the other point is named "
+             "like it with `-replica`",
 }
 
 

@@ -253,12 +253,17 @@ class Player:
         socks = self.connections[ev.script].sockets
         writer, reader = socks[ev.direction], socks["s2c" if ev.direction == "c2s" else "c2s"]
         errors: list = []
-        thread = threading.Thread(target=_read_exactly, args=(reader, ev.data, errors))
+        thread = threading.Thread(target=_read_exactly, args=(reader, self.delivered(ev), errors))
         thread.start()
         writer.sendall(ev.data)       # one send() call for the whole group, more if it was partial
         thread.join()
         if errors:
             raise errors[0]
+
+    def delivered(self, ev: Event) -> bytes:
+        """The bytes of a send that reach the peer (all of them, unless something between
+        the two drops some)."""
+        return ev.data
 
     def _close(self, ev: Event) -> None:
         socks = self.connections[ev.script].sockets

@@ -9,10 +9,10 @@ name.
 
 from __future__ import annotations
 
-from . import durability, flow, framing, lifecycle, rollback, stream, structure, tls
+from . import durability, flow, framing, lifecycle, nodes, rollback, stream, structure, tls
 from .model import ERROR, INFO, SEVERITY_RANK, WARNING, Rule, family  # noqa: F401
 
-_MODULES = (framing, structure, stream, durability, lifecycle, flow, rollback, tls)
+_MODULES = (framing, structure, stream, durability, lifecycle, flow, rollback, tls, nodes)
 FAMILIES = {m.__name__.rsplit(".", 1)[1]: m.RULES for m in _MODULES}
 
 

@@ -1,0 +1,74 @@
+"""``dcpdissect nodes``: two capture points of one replication, matched."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..capture.readers import CaptureError
+from ..reports.messages import jsonl_line
+from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, add_capture_options,
+                     add_output_option, capture_options, open_output, with_examples)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "nodes", help="two capture points: matched connections, clock offset, lag, losses",
+        description="Two captures of the same traffic taken at two points (two nodes, or "
+                    "both sides of a proxy): the connections seen at both (one TCP "
+                    "connection by its endpoints and sequence numbers, or a relay's two legs "
+                    "by their DCP connection name), the offset of the second capture's clock "
+                    "from the first's with the bound that sending-before-receiving allows, "
+                    "the lag of each producer message between the points per vbucket, and "
+                    "the messages sent at one point that never reached the other. Exit code "
+                    "1 when a message was lost.",
+        **with_examples(
+            "dcpdissect nodes replica=samples/multinode/delayed-replica.pcapng "
+            "active=samples/multinode/delayed-active.pcapng",
+            "dcpdissect nodes samples/multinode/dropped-replica.pcapng "
+            "samples/multinode/dropped-active.pcapng --format jsonl"))
+    p.add_argument("points", nargs=2, metavar="[NAME=]FILE",
+                   help="a capture point: its pcap or pcapng file (gzip allowed), named NAME "
+                        "(default: the file's name)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    add_output_option(p)
+    add_capture_options(p)
+    p.set_defaults(func=cmd_nodes)
+
+
+def _point(text: str) -> tuple[str, str]:
+    name, eq, path = text.partition("=")
+    if eq and name and not Path(text).exists():
+        return name, path
+    return Path(text).name.split(".")[0], text
+
+
+def cmd_nodes(args) -> int:
+    from ..analysis.nodes import compare, read_point
+    from ..reports.nodes import nodes_records, nodes_text
+
+    points = [_point(p) for p in args.points]
+    if points[0][0] == points[1][0]:
+        points = [(f"{name}-{k}", path) for k, (name, path) in enumerate(points, 1)]
+    read = []
+    for name, path in points:
+        try:
+            read.append(read_point(name, path, capture_options(args)))
+        except CaptureError as exc:
+            print(f"dcpdissect: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    out = open_output(args.output)
+    if out is None:
+        return EXIT_BAD_INPUT
+    report = compare(*read)
+    if args.format == "jsonl":
+        for record in nodes_records(report):
+            out.write(jsonl_line(record))
+    else:
+        out.write(nodes_text(report))
+    out.flush()
+    if out is not sys.stdout:
+        out.close()
+    for point in read:
+        print(f"{point.name}: {point.summary.line()}", file=sys.stderr)
+    return EXIT_FINDINGS if report.findings else EXIT_OK

@@ -1,0 +1,217 @@
+"""Two capture points of one replication (analysis/nodes.py, ``dcpdissect nodes``), on the
+real two-point captures of samples/multinode (see its README): the replica's and the active
+node's veth, a router or a relay between them. Both captures were taken on one host clock,
+so the true offset is the shift ``editcap -t`` gives the active node's capture here."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dcpdissect.analysis.nodes import compare, read_point
+from dcpdissect.analysis.rules import RULES
+from dcpdissect.cli import main
+from dcpdissect.samples import multinode, realnet
+
+NETNS_SKIP = realnet.missing(namespaces=True)
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "multinode"
+DECODE = ["-d", "tcp.port==11209,couchbase"]
+DELAYS_MS = {0: 20, 1: 50, 2: 5}        # the relay's delay per vbucket in the delayed sample
+# The relay's own time beyond the delay it was asked for: Python's sleep overshoot and
+# scheduling on a shared host; measured at most 1.2 ms in delayed-*.pcapng, and at most
+# 0.034 ms for the undelayed relay of dropped-*.pcapng.
+RELAY_SLACK_NS = 2_000_000
+
+
+def shifted(tmp_path: Path, name: str, seconds: str) -> Path:
+    """The active node's capture of ``name`` with its clock moved by ``seconds``."""
+    out = tmp_path / f"{name}-active-shifted.pcapng"
+    subprocess.run(["editcap", "-t", seconds, str(SAMPLES / f"{name}-active.pcapng"), str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
+def report(name: str, active: Path | None = None):
+    return compare(read_point("replica", str(SAMPLES / f"{name}-replica.pcapng")),
+                   read_point("active", str(active or SAMPLES / f"{name}-active.pcapng")))
+
+
+def tshark_frames(path: Path, display_filter: str) -> list[int]:
+    out = subprocess.run(["tshark", "-r", str(path), *DECODE, "-Y", display_filter, "-T",
+                          "fields", "-e", "frame.number"], check=True, capture_output=True,
+                         text=True).stdout
+    return [int(n) for n in out.split()]
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", ["forwarded", "delayed", "dropped"])
+@pytest.mark.parametrize("seconds, true_ns", [("2.5", 2_500_000_000),
+                                              ("-0.731942", -731_942_000)])
+def test_the_shifted_clock_is_recovered_within_its_bound(tmp_path, name, seconds, true_ns):
+    r = report(name, shifted(tmp_path, name, seconds))
+    assert r.offset is not None
+    assert r.offset.low <= true_ns <= r.offset.high
+    assert abs(r.offset.estimate - true_ns) <= r.offset.uncertainty
+    assert r.offset.uncertainty < 50_000        # undelayed answers bound it within 50 us
+
+
+def test_the_same_tcp_connection_and_a_relays_legs_are_paired():
+    forwarded, delayed = report("forwarded"), report("delayed")
+    assert [(p.how, p.a.client, p.a.server) for p in forwarded.pairings] == [
+        ("tcp", ("10.0.0.2", 50123), ("10.0.0.1", 11209))]
+    assert [(p.how, p.a.server, p.b.server) for p in delayed.pairings] == [
+        ("dcp", ("192.0.2.254", 11209), ("10.0.0.1", 11209))]
+    # every one of the 66 messages (tshark's count) seen at both points
+    assert [len(m) for m in forwarded.pairings[0].matched] == [23, 43]
+    assert forwarded.bounds[0].a_nearer_client
+
+
+@pytest.mark.tshark
+def test_the_lag_per_vbucket_is_the_injected_delay(tmp_path):
+    r = report("delayed", shifted(tmp_path, "delayed", "2.5"))
+    assert {v.vbucket: v.messages for v in r.lags} == {0: 9, 1: 5, 2: 7}
+    for t in r.transits:
+        if t.sent.vbucket is not None and t.direction == 1:
+            delay = DELAYS_MS[t.sent.vbucket] * 1_000_000
+            assert delay - r.offset.uncertainty <= t.lag_ns <= delay + RELAY_SLACK_NS, t
+
+
+def test_a_router_adds_no_lag():
+    r = report("forwarded")
+    assert r.lags and all(v.max_ns < 100_000 for v in r.lags)
+
+
+@pytest.mark.tshark
+def test_the_dropped_message_is_reported_at_its_sending_frame_with_the_gap(tmp_path):
+    r = report("dropped", shifted(tmp_path, "dropped", "-0.731942"))
+    assert [(f.rule, f.vbucket, f.fields["seqno"]) for f in r.findings] == [
+        ("message-lost-between-points", 1, 2)]
+    f = r.findings[0]
+    sent = tshark_frames(SAMPLES / "dropped-active.pcapng", "couchbase.vbucket==1 && "
+                         "couchbase.opcode==0x57 && couchbase.extras.by_seqno==2")
+    assert f.frames == (f.frame,) and [f.frame] == sent
+    replica = SAMPLES / "dropped-replica.pcapng"
+    vb1 = "couchbase.vbucket==1 && couchbase.opcode==0x57 && couchbase.extras.by_seqno=="
+    assert tshark_frames(replica, vb1 + "2") == []
+    assert f.fields["gap_frames"] == tshark_frames(replica, vb1 + "1") + tshark_frames(
+        replica, vb1 + "3")
+    assert (f.fields["point"], f.fields["other_point"]) == ("active", "replica")
+
+
+@pytest.mark.parametrize("name", ["forwarded", "delayed"])
+def test_clean_two_point_captures_report_no_loss(name):
+    r = report(name)
+    assert r.offset is not None and r.findings == []
+
+
+def test_the_points_swapped_negate_the_offset_and_keep_the_finding():
+    a = read_point("active", str(SAMPLES / "dropped-active.pcapng"))
+    b = read_point("replica", str(SAMPLES / "dropped-replica.pcapng"))
+    forward, swapped = compare(b, a), compare(a, b)
+    assert (swapped.offset.low, swapped.offset.high) == (-forward.offset.high,
+                                                         -forward.offset.low)
+    assert [(f.frame, f.fields["gap_frames"]) for f in swapped.findings] == [
+        (f.frame, f.fields["gap_frames"]) for f in forward.findings]
+
+
+def test_the_rule_is_catalogued_with_its_two_point_sample():
+    rule = RULES["message-lost-between-points"]
+    assert rule.family == "nodes" and (SAMPLES.parent / rule.sample).is_file()
+    other = SAMPLES.parent / rule.sample.replace("-active", "-replica")
+    assert other.is_file()
+    r = compare(read_point("replica", str(other)), read_point("active", str(SAMPLES.parent /
+                                                                          rule.sample)))
+    assert [f.rule for f in r.findings] == [rule.id]
+
+
+def test_cli_table_and_exit_code(capsys):
+    rc = main(["nodes", f"replica={SAMPLES / 'dropped-replica.pcapng'}",
+               f"active={SAMPLES / 'dropped-active.pcapng'}"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "clock offset (active - replica)" in out and "message-lost-between-points" in out
+    assert main(["nodes", str(SAMPLES / "delayed-replica.pcapng"),
+                 str(SAMPLES / "delayed-active.pcapng")]) == 0
+    out = capsys.readouterr().out
+    assert "no message lost between the points" in out
+    assert "delayed-replica conn 1" in out
+
+
+def test_cli_jsonl_records(capsys):
+    rc = main(["nodes", str(SAMPLES / "dropped-replica.pcapng"),
+               str(SAMPLES / "dropped-active.pcapng"), "--format", "jsonl"])
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 1
+    assert all("type" in r and "ts_ns" in r for r in records)
+    types = [r["type"] for r in records]
+    assert types[:2] == ["clock_offset", "connection_pair"]
+    assert types.count("lag") == 20 and types.count("finding") == 1
+    lags = [r for r in records if r["type"] == "lag"]
+    assert [int(r["ts_ns"]) for r in lags] == sorted(int(r["ts_ns"]) for r in lags)
+
+
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture at all")
+    assert main(["nodes", str(bad), str(SAMPLES / "dropped-active.pcapng")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_jsonl_matches_the_schema(capsys):
+    import jsonschema
+    schema = json.loads((SAMPLES.parent.parent / "docs" / "jsonl-schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for name in ("forwarded", "dropped"):
+        main(["nodes", str(SAMPLES / f"{name}-replica.pcapng"),
+              str(SAMPLES / f"{name}-active.pcapng"), "--format", "jsonl"])
+        for line in capsys.readouterr().out.splitlines():
+            assert not list(validator.iter_errors(json.loads(line))), line
+
+
+def test_captures_of_different_runs_decide_no_offset_and_judge_no_loss(capsys):
+    """The same DCP connection name and messages, from two runs seconds apart: the
+    observations contradict each other, so neither an offset nor a loss is claimed."""
+    r = compare(read_point("replica", str(SAMPLES / "forwarded-replica.pcapng")),
+                read_point("active", str(SAMPLES / "dropped-active.pcapng")))
+    assert [p.how for p in r.pairings] == ["dcp"]
+    assert r.offset is None and r.findings == [] and r.lags == []
+    assert main(["nodes", str(SAMPLES / "forwarded-replica.pcapng"),
+                 str(SAMPLES / "dropped-active.pcapng")]) == 0
+    out = capsys.readouterr().out
+    assert "not decided" in out and "losses not judged" in out
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", ["forwarded", "delayed"])
+def test_a_frame_the_replica_capture_missed_is_not_a_loss(tmp_path, name):
+    """The frame carrying vb 1's mutation 2 deleted from the replica's capture: a hole in
+    what that capture holds (one TCP connection, or a relay leg with a gap), not a message
+    the network or the relay lost."""
+    replica = SAMPLES / f"{name}-replica.pcapng"
+    frames = tshark_frames(replica, "couchbase.vbucket==1 && couchbase.opcode==0x57 && "
+                           "couchbase.extras.by_seqno==2")
+    assert len(frames) == 1
+    cut = tmp_path / "cut.pcapng"
+    subprocess.run(["editcap", str(replica), str(cut), str(frames[0])], check=True,
+                   capture_output=True)
+    r = compare(read_point("replica", str(cut)),
+                read_point("active", str(SAMPLES / f"{name}-active.pcapng")))
+    assert r.offset is not None and r.offset.low <= 0 <= r.offset.high
+    assert r.findings == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NETNS_SKIP is not None, reason=f"no network namespaces: {NETNS_SKIP}")
+def test_live_relay_drop_is_found_again(tmp_path):
+    """The harness rebuilds the dropped pair: the relay really withheld the mutation from
+    the replica, and the two new captures report it at the active node's sending frame."""
+    multinode.SAMPLES["dropped"](tmp_path)
+    r = compare(read_point("replica", str(tmp_path / "dropped-replica.pcapng")),
+                read_point("active", str(tmp_path / "dropped-active.pcapng")))
+    assert [len(m) for m in r.pairings[0].b.messages] == [23, 43]
+    assert [len(m) for m in r.pairings[0].a.messages] == [23, 42]
+    assert [(f.vbucket, f.fields["seqno"]) for f in r.findings] == [(1, 2)]
+    assert r.offset.low <= 0 <= r.offset.high
