@@ -9,7 +9,7 @@ from ..reassembly.pdus import Summary
 from ..reassembly.tcp_streams import TcpStreams
 from ..reports.connections import ConnectionActivity, activity_table
 from ..reports.messages import Clock, jsonl_line
-from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options,
+from .common import (EXIT_BAD_INPUT, EXIT_OK, INTERRUPTED, add_capture_options, add_file_argument,
                      add_output_option, add_progress_option, add_time_option, capture_notes,
                      error_record, not_decoded, open_output, ports_report, run_pass,
                      with_examples)
@@ -27,7 +27,7 @@ def register(sub) -> None:
                     "RST and which side sent it first, or still open at the capture's end).",
         **with_examples("dcpdissect connections samples/identity-restart-correct.pcap",
                         "dcpdissect connections samples/encap/vxlan.pcap --format csv"))
-    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    add_file_argument(p)
     p.add_argument("--format", choices=("table", "jsonl", "csv"), default="table")
     add_output_option(p)
     add_time_option(p)
