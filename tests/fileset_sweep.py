@@ -1,7 +1,9 @@
 """Ring buffers: every sample and fuzzed captures split into 2 to 10 files with ``editcap -c``
 and ``editcap -i`` give exactly the findings of the whole file, read as one file set by
-``analyze`` and by the pipeline (``python tests/fileset_sweep.py [--fuzz N]``, numbers on
-stdout).
+``analyze`` and by the pipeline, unless the capture's timestamps go back in time further
+than the time-order window (fuzzed captures): the files are then merged by time, and the
+findings are those of ``mergecap``'s merge of the files (``python tests/fileset_sweep.py
+[--fuzz N]``, numbers on stdout).
 
 For each capture and each split (``-c`` into about 2, 3, 5 and 10 files by frame count;
 ``-i`` into about 2, 3, 5 and 10 files by time): the findings of the files read as one
@@ -64,7 +66,7 @@ def split(path: Path, where: Path, how: str, value: str) -> list[Path]:
     return sorted(where.iterdir())
 
 
-def check(path: Path, work: Path, totals: Counter, failed: list) -> None:
+def check(path: Path, work: Path, totals: Counter, failed: list, late: dict) -> None:
     whole, summary = analyze_file(str(path), OPTIONS)
     want = (records(whole), counts(summary))
     frames, duration = editcap_frames(path)
@@ -95,9 +97,25 @@ def check(path: Path, work: Path, totals: Counter, failed: list) -> None:
             [piped] = run_local([str(work / f"{how}{parts}")], OPTIONS).values()
             same_pipe = (records(piped.findings), counts(piped.summary)) == want
             totals[f"{how} splits equal in the pipeline"] += same_pipe
-            if not (same and same_pipe):
+            if same and same_pipe:
+                continue
+            merged = _mergecap(files, work / f"{how}{parts}-merged")
+            if (records(got), counts(s)) == merged == \
+                    (records(piped.findings), counts(piped.summary)):
+                totals[f"{how} splits not equal, equal to mergecap's merge"] += 1
+                late[path.name] = max(late.get(path.name, 0), summary.late_max_ns)
+            else:
                 failed.append((path.name, how, value, len(files), len(want[0]), len(got),
                                len(piped.findings)))
+
+
+def _mergecap(files: list[Path], where: Path) -> tuple:
+    """The findings and counts of ``mergecap``'s merge of ``files``."""
+    where.mkdir(parents=True)
+    merged = where / "merged.pcapng"
+    subprocess.run(["mergecap", "-w", str(merged), *map(str, files)], capture_output=True)
+    found, s = analyze_file(str(merged), OPTIONS)
+    return records(found), counts(s)
 
 
 def _up_to_fault(path: Path, where: Path) -> tuple:
@@ -113,15 +131,19 @@ def main(argv: list[str]) -> int:
     count = int(argv[argv.index("--fuzz") + 1]) if "--fuzz" in argv else 20
     totals: Counter = Counter()
     failed: list = []
+    late: dict = {}             # capture -> how far its frames went back in time (ns)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fileset-sweep-") as tmp:
         work = Path(tmp)
         for kind, captures in (("sample", every_sample(work)), ("fuzzed", fuzzed(work, count))):
             for i, capture in enumerate(captures):
                 totals[f"{kind} captures"] += 1
-                check(capture, work / f"{kind}-{i}", totals, failed)
+                check(capture, work / f"{kind}-{i}", totals, failed, late)
     for k, v in totals.items():
         print(f"{k}: {v}")
+    for name, ns in late.items():
+        print(f"  equal to mergecap's merge only: {name} (frames up to {ns / 1e9:.0f} s "
+              "back in time)")
     for f in failed:
         print("  differs: {} editcap {} {} ({} files): whole {} findings, set {}, "
               "pipeline {}".format(*f))

@@ -23,10 +23,10 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
-from .readers import CaptureError, Frame, open_capture
+from .readers import CaptureError, CaptureReader, Frame, open_capture
 
-__all__ = ["FileSet", "FileSetReader", "FrameFiles", "capture_files", "open_source", "ring_family",
-           "ring_number"]
+__all__ = ["FileSet", "FileSetReader", "FrameFiles", "capture_files", "group_rings",
+           "open_source", "ring_family", "ring_number"]
 
 CAPTURE_NAME = re.compile(r"\.(pcap|pcapng|cap)\d*(\.gz)?$", re.IGNORECASE)
 # dumpcap's and editcap's prefix_NNNNN_YYYYMMDDhhmmss.ext
@@ -123,7 +123,7 @@ class FileSet:
         return FileSetReader(self.paths)
 
 
-def open_source(source) -> "FileSetReader | object":
+def open_source(source) -> "FileSetReader | CaptureReader":
     """A reader of ``source``: a path (or ``-``) as :func:`open_capture` opens it, or a
     :class:`FileSet`."""
     return source.open() if isinstance(source, FileSet) else open_capture(source)
@@ -205,10 +205,10 @@ class _Member:
 class FileSetReader:
     """Iterable, context-managed reader of a :class:`FileSet`: the frames of every file
     merged by timestamp, numbered in merged order (see the module; :attr:`frame_files`
-    says where each comes from); a file is opened when
-    the merge reaches its first frame and closed at its end. ``size`` and ``bytes_read``
-    sum the files' (for progress); ``on_secrets`` gets each file's decryption secrets as
-    its walk meets them, after the frames merged so far."""
+    says where each comes from). A file is opened when the merge reaches its first frame
+    and closed at its end. ``size`` and ``bytes_read`` sum the files' (for progress);
+    ``on_secrets`` gets each file's decryption secrets as its walk meets them, after the
+    frames merged so far."""
 
     format = "set"
     compressed = False

@@ -186,7 +186,7 @@ def _schemas():
     finding_cols = [("capture_file", S), ("rule", S), ("severity", S), ("title", S),
                     ("message", S), ("frame", L), ("frames", LA), ("time", S), ("ts_ns", L),
                     ("connection", I), ("vbucket", I), ("opaque", L), ("fields", S),
-                    ("context", LA), ("pdu", Y)]
+                    ("context", LA), ("pdu", Y), ("file", S), ("file_frame", L)]
     conn_cols = [("client_ip", S), ("client_port", I), ("server_ip", S), ("server_port", I),
                  ("mid_stream", B), ("opened_frame", L), ("opened_ts_ns", L),
                  ("closed_frame", L), ("closed_ts_ns", L), ("close_reason", S),
@@ -485,8 +485,8 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if secret is not None:
         pseudonyms = Pseudonyms(secret)
         findings = {p: [redact_finding(f, pseudonyms) for f in fs] for p, fs in findings.items()}
-        state.finding_rows = {p: [tables.finding_row(p, f) for f in fs]
-                              for p, fs in findings.items()}
+        state.finding_rows = {p: [tables.finding_row(p, f, summaries[p].locate(f.frame))
+                                  for f in fs] for p, fs in findings.items()}
     counts = {p: state.counts.get(p, 0) for p in paths}
     state.streams.sort(key=lambda r: r[0])     # each file's rows are in order already
     files = [_file_row(summaries[p], len(findings[p]), counts[p]) for p in paths]
@@ -573,7 +573,8 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
         state.summaries[w.path] = w.summary
         state.findings[w.path] = w.findings
         state.counts[w.path] = w.messages
-        state.finding_rows[w.path] = [tables.finding_row(w.path, f) for f in w.findings]
+        state.finding_rows[w.path] = [tables.finding_row(w.path, f, w.summary.locate(f.frame))
+                                      for f in w.findings]
         state.conn_rows[w.path] = [(w.path,) + tuple(c) for c in w.connections]
         state.streams += w.streams
         if w.error is not None:
