@@ -199,3 +199,7 @@ def test_spark_pipeline_keeps_a_ring_together(spark, tmp_path):
     assert records(res.findings[name]) == records(analyze_file(str(SEED))[0])
     assert res.findings[lone] == []
     assert res.summaries[name].frames == 34
+    import pyarrow.parquet as pq
+    [row] = pq.read_table(tmp_path / "out" / "findings").to_pylist()
+    assert (row["capture_file"], row["frame"], row["file"], row["file_frame"]) == \
+        (name, 28, files[2], 4)

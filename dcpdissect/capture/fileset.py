@@ -242,11 +242,11 @@ class FileSetReader:
         return self._iter
 
     def _merge(self) -> Iterator[Frame]:
-        heap: list = []             # (merge time, file index, frame)
-        last = [0] * len(self.members)      # each file's newest merge time
+        heap: list = []             # (merge time, file index, frame) of each open file
         waiting = [m for m in self.members if m.first_ts is not None][::-1]
         push, pop = heapq.heappush, heapq.heappop
         where = self.frame_files
+        new, frame_type = _NEW_FRAME, Frame
         while heap or waiting:
             while waiting and (not heap or waiting[-1].first_ts <= heap[0][0]):
                 m = waiting.pop()
@@ -256,20 +256,26 @@ class FileSetReader:
             if not heap:
                 break
             ts, i, frame = pop(heap)
-            last[i] = ts
-            where.add(i, frame.number)
-            yield _NEW_FRAME(Frame, (where.frames, frame[1], frame[2], frame[3], frame[4],
-                                     frame[5]))
             m = self.members[i]
-            try:
-                nxt = next(m.frames, None)
-            except CaptureError as exc:
-                m.error, nxt = exc, None
-            if nxt is None:
-                self._done += m.reader.bytes_read
-                m.close()
-            else:
-                push(heap, (nxt.ts_ns or last[i], i, nxt))
+            # this file's frames go on without the heap while they come first
+            top = heap[0][:2] if heap else None
+            opens = waiting[-1].first_ts if waiting else None
+            while True:
+                where.add(i, frame[0])
+                yield new(frame_type, (where.frames, frame[1], frame[2], frame[3], frame[4],
+                                       frame[5]))
+                try:
+                    frame = next(m.frames, None)
+                except CaptureError as exc:
+                    m.error, frame = exc, None
+                if frame is None:
+                    self._done += m.reader.bytes_read
+                    m.close()
+                    break
+                ts = frame[1] or ts             # no time: the file's newest
+                if top is not None and (ts, i) > top or opens is not None and ts >= opens:
+                    push(heap, (ts, i, frame))
+                    break
         faults = [m.error for m in self.members if m.error is not None]
         if faults:
             raise faults[0]
