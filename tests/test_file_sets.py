@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,25 @@ def test_spark_pipeline_keeps_a_ring_together(spark, tmp_path):
     [row] = pq.read_table(tmp_path / "out" / "findings").to_pylist()
     assert (row["capture_file"], row["frame"], row["file"], row["file_frame"]) == \
         (name, 28, files[2], 4)
+
+
+def test_decryption_secrets_of_a_file_open_its_tls(tmp_path):
+    """A pcapng whose key log is a decryption secrets block, its blocks cut into two files
+    (editcap 4.0 cannot write such a file): the TLS connections are opened with the first
+    file's secrets and the resume in the second is found, as in the whole file."""
+    src = SAMPLES / "pcapng" / "tls13-resume-collapsed-dsb.pcapng"
+    data, blocks, pos = src.read_bytes(), [], 0
+    while pos < len(data):
+        kind, size = struct.unpack_from("<II", data, pos)
+        blocks.append((kind, data[pos:pos + size]))
+        pos += size
+    head = b"".join(b for kind, b in blocks if kind in (0x0A0D0D0A, 1))    # SHB, IDB
+    rest = [b for kind, b in blocks if kind not in (0x0A0D0D0A, 1)]        # DSB first
+    half = len(rest) // 2
+    files = [tmp_path / f"r_0000{n}_20261127000000.pcapng" for n in (1, 2)]
+    files[0].write_bytes(head + b"".join(rest[:half]))
+    files[1].write_bytes(head + b"".join(rest[half:]))
+    whole, summary = analyze_file(str(src))
+    got, s = analyze_file(FileSet(map(str, files)))
+    assert summary.tls_decrypted == s.tls_decrypted == 2
+    assert records(got) == records(whole) and whole
