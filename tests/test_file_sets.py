@@ -164,10 +164,20 @@ def test_unreadable_file_of_a_set(tmp_path):
         f"dcpdissect: error: {text}: not a pcap or pcapng file (starts with 6e6f7420)"
 
 
-def test_evidence_bundle_of_a_set(tmp_path):
+@pytest.mark.tshark
+def test_evidence_bundle_and_annotated_copy_of_a_set(tmp_path):
     files = editcap(SEED, tmp_path / "ring", "-c", "12")
-    proc = cli("analyze", *files, "--evidence", str(tmp_path / "ev"))
+    annotated = tmp_path / "annotated.pcapng"
+    proc = cli("analyze", *files, "--evidence", str(tmp_path / "ev"), "--annotate",
+               str(annotated))
     assert proc.returncode == 1, proc.stderr
+    # the annotated copy is the merged capture: tshark finds the comment at frame 28 of 34
+    shown = subprocess.run(["tshark", "-r", str(annotated), "-T", "fields", "-e",
+                            "frame.number", "-e", "frame.comment"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    assert len(shown) == 34
+    assert [line.split("\t")[0] for line in shown if "resume-collapsed-snapshot" in line] == \
+        ["28"]
     tsv = (tmp_path / "ev" / "frames.tsv").read_text().splitlines()
     assert tsv[0] == "evidence_frame\toriginal_frame\tcut_bytes\tfile\tfile_frame"
     rows = [r.split("\t") for r in tsv[1:]]
