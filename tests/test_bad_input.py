@@ -21,11 +21,12 @@ NO_MCBP_LAST_TS_NS = "1657872986793226000"   # its frame 236 (tshark: frame.time
 def _inputs(tmp: Path) -> dict[str, tuple[str, bytes | None, str]]:
     """case -> (file argument, bytes on stdin, what the error line must say)."""
     (tmp / "empty.pcap").write_bytes(b"")
+    (tmp / "no-captures").mkdir()                   # a directory without capture files
     (tmp / "text.pcap").write_text("hello, I am a text file\n")
     (tmp / "cut.pcap").write_bytes(SAMPLE.read_bytes()[:24 + 7])   # inside frame 1's header
     return {
         "missing": (str(tmp / "missing.pcap"), None, "no such file"),
-        "directory": (str(tmp), None, "is a directory"),
+        "directory": (str(tmp / "no-captures"), None, "is a directory"),
         "empty": (str(tmp / "empty.pcap"), None, "empty file"),
         "text": (str(tmp / "text.pcap"), None, "not a pcap or pcapng file"),
         "cut header": (str(tmp / "cut.pcap"), None, "frame 1: file cut mid-record"),

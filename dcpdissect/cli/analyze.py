@@ -10,11 +10,11 @@ from tabulate import tabulate
 from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary, counted
 from ..reports.findings import (FINDING_HEADERS, INFO_ROWS, finding_record, finding_row,
-                                findings_table, fold, summary_rows)
+                                findings_table, fold, frame_files_lines, summary_rows)
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
-                     add_capture_options, add_fail_on_option, add_min_severity_option,
-                     add_output_option, add_progress_option, at_least,
+                     add_capture_options, add_fail_on_option, add_file_argument,
+                     add_min_severity_option, add_output_option, add_progress_option, at_least,
                      add_time_option, capture_options, capture_notes, fails, live_output,
                      error_record, not_decoded, open_output, os_error, ports_report,
                      run_pass, with_examples)
@@ -26,7 +26,7 @@ def register(sub) -> None:
         "dcpdissect analyze samples/rollback-violations.pcap --plot plots --annotate "
         "annotated.pcapng --fail-on never",
         "dcpdissect analyze samples/resume-collapsed.pcap --format markdown --evidence bundle"))
-    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    add_file_argument(p)
     p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
                    help="html: one self-contained page (findings first, each with the "
                         "timeline of its moment; then the capture, connections and streams)")
@@ -182,7 +182,8 @@ class _Shown:
         waiting, self.waiting = sorted(self.waiting, key=Finding.sort_key), []
         if self.jsonl:
             for f in waiting:
-                self.out.write(jsonl_line(finding_record(f, self.legend.record(f.connection))))
+                self.out.write(jsonl_line(finding_record(f, self.legend.record(f.connection),
+                                                         self.summary.locate(f.frame))))
             self.out.flush()
         elif self.table is not None:
             for f in waiting:
@@ -243,6 +244,8 @@ def _write_report(args, out, findings, summary, legend, moments, streams, analyz
         out.write(findings_table(findings, shown.clock, whole=args.rule or ()))
     if args.format == "table" and findings:
         out.write("\n" + legend.table(cited))
+        if summary.frame_files:
+            out.write("\nfiles\n" + "".join(f"{line}\n" for line in frame_files_lines(summary)))
 
 
 def _write_evidence(args, capture_copy: str, findings, summary, progress) -> int:

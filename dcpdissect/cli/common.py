@@ -123,6 +123,25 @@ def fails(findings, fail_on: str) -> bool:
     return fail_on != "never" and bool(at_least(findings, fail_on))
 
 
+class _CaptureFiles(argparse.Action):
+    """The ``file`` arguments as one capture: ``-`` (stdin), one file, or a
+    :class:`~dcpdissect.capture.fileset.FileSet` of several files, directories and globs."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..capture.fileset import FileSet, capture_files
+        if "-" in values and len(values) > 1:
+            parser.error("stdin (-) is read alone, not with other files")
+        paths = capture_files(values) or values     # (a directory without any: its error)
+        setattr(namespace, self.dest, paths[0] if len(paths) == 1 else FileSet(paths))
+
+
+def add_file_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="+", action=_CaptureFiles, metavar="FILE",
+                   help="pcap or pcapng file (gzip allowed), or - for stdin; several files, "
+                        "directories or globs of one capture point (ring-buffer files) are "
+                        "read as one capture, their frames merged in time order")
+
+
 def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=parse_port, action="append", default=[], metavar="N",
                    help="also decode TCP port N as MCBP (11210 and 11209 always are)")
@@ -254,7 +273,7 @@ def error_record(args, summary, text: str, out=None) -> None:
     ``ts_ns`` is the time of the last frame read (None: none was)."""
     from ..reports.messages import jsonl_line
     (out or sys.stdout).write(jsonl_line({"type": "error", "ts_ns": summary.last_ts_ns,
-                                          "file": args.file, "error": text}))
+                                          "file": str(args.file), "error": text}))
 
 
 def not_decoded(args, summary, jsonl: bool, out=None) -> int | None:

@@ -9,7 +9,7 @@ from ..reassembly.pdus import Summary
 from ..reassembly.tcp_streams import TcpStreams
 from ..reports.connections import ConnectionActivity, activity_table
 from ..reports.messages import Clock
-from .common import (EXIT_BAD_INPUT, add_capture_options, add_output_option,
+from .common import (EXIT_BAD_INPUT, add_capture_options, add_file_argument, add_output_option,
                      add_progress_option, add_time_option, close_output, end_of_run,
                      not_decoded, open_output, run_pass, with_examples, write_jsonl)
 
@@ -26,7 +26,7 @@ def register(sub) -> None:
                     "RST and which side sent it first, or still open at the capture's end).",
         **with_examples("dcpdissect connections samples/identity-restart-correct.pcap",
                         "dcpdissect connections samples/encap/vxlan.pcap --format csv"))
-    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    add_file_argument(p)
     p.add_argument("--format", choices=("table", "jsonl", "csv"), default="table")
     add_output_option(p)
     add_time_option(p)

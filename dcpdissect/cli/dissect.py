@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import sys
 
 from tabulate import tabulate
@@ -15,7 +16,7 @@ from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_jso
                                 message_record, table_row)
 from ..reports.redact import Pseudonyms, redact_record
 from .common import (EXIT_BAD_INPUT, LiveTable, TimeWindow, add_capture_options,
-                     add_output_option, add_progress_option, add_time_option,
+                     add_file_argument, add_output_option, add_progress_option, add_time_option,
                      checked_opcode, close_output, connection_list, end_of_run,
                      error_record, live_output, not_decoded, open_output, parse_follow,
                      parse_instant, parse_vbucket, run_pass, vbucket_list, with_examples)
@@ -30,7 +31,7 @@ def register(sub) -> None:
         "dcpdissect dissect samples/resume-collapsed.pcap",
         "dcpdissect dissect samples/rollback-correct.pcap --follow vb:3 --time relative",
         "dcpdissect dissect samples/stream-markers.pcap --opcode DcpSnapshotMarker --format jsonl"))
-    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    add_file_argument(p)
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.add_argument("--opcode", type=checked_opcode, action="append",
                    help="only this opcode (number or name, e.g. 0x56 or DcpSnapshotMarker)")
@@ -125,6 +126,7 @@ class _Rows:
         self.streams = StreamFilter(chosen(args.vbucket, "vb"), chosen(args.stream_id, "sid"),
                                     chosen(args.conn, "conn"), stream_only=bool(follow))
         self.window = TimeWindow(args.time_from, args.time_to, summary)
+        self.summary = summary
         self.by_stream, self.by_time = bool(self.streams), bool(self.window)
         self.collections = CollectionsView()    # collection ids and names of document keys
         self.writer = writer
@@ -146,6 +148,8 @@ class _Rows:
             self.kept += 1
             record = self.make_record(pdu, msg, doc_key,
                                       self.collections.stream_filter(pdu.conn, msg))
+            if self.summary.frame_files:
+                record = self._placed(record, pdu.frame)
         if self.ordered is not None:
             self.ordered.add(pdu, msg, record)
         elif record is not None:
@@ -155,6 +159,15 @@ class _Rows:
                 else:
                     record["convention"] = None
             self.writer.emit(record)
+
+    def _placed(self, record, frame: int):
+        """A message record of a file set with the file and frame there (``file``,
+        ``file_frame``) of its frame."""
+        path, number = self.summary.locate(frame)
+        if self.writer.as_text:
+            return record + f',"file":{json.dumps(path)},"file_frame":{number}'
+        record["file"], record["file_frame"] = path, number
+        return record
 
     def on_event(self, ev) -> None:
         self.collections.feed(ev)

@@ -28,7 +28,12 @@ def register(sub) -> None:
         **with_examples("dcpdissect pipeline samples/resume-collapsed.pcap "
                         "samples/rollback-correct.pcap --out tables --report report.md"))
     p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="capture files, directories (searched recursively) or globs")
+                   help="capture files, directories (searched recursively) or globs; the "
+                        "files of a ring buffer (tcpdump -C/-W, dumpcap, editcap -c/-i "
+                        "names) are read as one capture")
+    p.add_argument("--one-capture", action="store_true",
+                   help="read all the inputs as one capture (the files of one capture "
+                        "point, whatever their names), their frames merged in time order")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory (or URI) for the Parquet tables")
     p.add_argument("--master", default=None,
@@ -72,7 +77,7 @@ def cmd_pipeline(args) -> int:
     spark = spark_session(args.master, conf={**spark_stage_progress(), **conf})
     try:
         result = run_pipeline(spark, paths, args.out, capture_options(args), args.chunk_size,
-                              redact=args.redact)
+                              redact=args.redact, one_capture=args.one_capture)
     except Exception as exc:                     # noqa: BLE001 - Spark's own errors vary
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return _error(f"the Spark job failed ({reason[:300]}); a Java heap error wants more "

@@ -6,7 +6,7 @@ import sys
 
 from ..reassembly.pdus import Summary, counted
 from ..reports.messages import Clock
-from .common import (EXIT_BAD_INPUT, add_capture_options, add_output_option,
+from .common import (EXIT_BAD_INPUT, add_capture_options, add_file_argument, add_output_option,
                      add_time_option, close_output, connection_list, end_of_run, not_decoded,
                      open_output, run_pass, vbucket_list, with_examples, write_jsonl)
 
@@ -23,7 +23,7 @@ def register(sub) -> None:
                         "dcpdissect streams samples/resume-collapsed.pcap --with-findings",
                         "dcpdissect streams samples/lifecycle-legal.pcap --vbucket 0,2 "
                         "--format jsonl"))
-    p.add_argument("file", help="pcap or pcapng file (gzip allowed), or - for stdin")
+    add_file_argument(p)
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     p.add_argument("--vbucket", type=vbucket_list, action="extend", metavar="N[,M]",
                    help="only the streams of these vbuckets (repeatable)")

@@ -27,11 +27,10 @@ the ``analyze`` pass itself, plus the rows of the ``messages`` and ``streams`` t
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from ..capture.fileset import FileSet, capture_files, group_rings
 from ..reassembly.pdus import Options, Summary
 from .chunks import FileIndex, index_file
 from .filepass import analyze_whole
@@ -39,37 +38,19 @@ from .frames import index_chunk
 from .groups import TcpClock, run_group
 from .merge import FileMerge
 
-CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
-
-
 # -- inputs ------------------------------------------------------------------------------
 
-def expand_inputs(inputs: Iterable[str]) -> list[str]:
-    """Files, directories (searched recursively for capture suffixes) and globs → paths,
-    in a stable order, each once. Names that match nothing are kept (they become errors)."""
-    out: list[str] = []
-    seen = set()
+expand_inputs = capture_files       # files, directories (recursively) and globs -> paths
 
-    def add(p: str) -> None:
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
 
-    for item in inputs:
-        if os.path.isdir(item):
-            for root, dirs, files in os.walk(item):
-                dirs.sort()
-                for name in sorted(files):
-                    if name.lower().endswith(CAPTURE_SUFFIXES):
-                        add(os.path.join(root, name))
-        elif not os.path.exists(item) and glob.has_magic(item):
-            for p in sorted(glob.glob(item, recursive=True)):
-                if os.path.isdir(p):
-                    continue
-                add(p)
-        else:
-            add(item)
-    return out
+def capture_units(paths: list[str], one_capture: bool = False) -> list:
+    """The captures the pipeline judges each on its own: a path, or a
+    :class:`~dcpdissect.capture.fileset.FileSet` for the files of one ring buffer
+    (:func:`~dcpdissect.capture.fileset.group_rings`), or for all of ``paths`` with
+    ``one_capture``."""
+    if one_capture and len(paths) > 1:
+        return [FileSet(paths)]
+    return [g[0] if len(g) == 1 else FileSet(g) for g in group_rings(paths)]
 
 
 def index_inputs(paths: list[str], chunk_size: int) -> list[FileIndex]:
@@ -94,15 +75,18 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
               groups: int = 4, keep_events: bool = False,
               clock: bool = True) -> dict[str, FileResult]:
     """Every stage in this process, in the order an engine would run them: unsplittable
-    (compressed) files whole, the others indexed per chunk (stage A), their flows packed
-    into about ``groups`` analysis groups and analysed per group (stage B), groups run
-    again as :mod:`.merge` asks, the results merged; a file whose stage A met IP fragments
+    (compressed) files and file sets (:func:`capture_units`) whole, the others indexed per
+    chunk (stage A), their flows packed into about ``groups`` analysis groups and analysed
+    per group (stage B), groups run again as :mod:`.merge` asks, the results merged; a file whose stage A met IP fragments
     is read whole after all. ``keep_events``: the merged events of chunked files in
     :attr:`FileResult.events`; ``clock=False`` leaves the file-wide clock out (lingering
     FINs then expire only on a group's own frames)."""
     options = options or Options()
     results = {}
-    for path in expand_inputs(inputs):
+    for path in capture_units(expand_inputs(inputs)):
+        if isinstance(path, FileSet):
+            results[str(path)] = _whole_result(path, options)
+            continue
         idx = index_file(path, chunk_size, block_frames) if block_frames else \
             index_file(path, chunk_size)
         if not idx.splittable and idx.error is None:
@@ -130,13 +114,13 @@ def run_local(inputs: Iterable[str], options: Options | None = None,
     return results
 
 
-def _whole_result(path: str, options: Options) -> FileResult:
-    """:func:`analyze_whole` of one file as a :class:`FileResult`."""
+def _whole_result(path, options: Options) -> FileResult:
+    """:func:`analyze_whole` of one file or file set as a :class:`FileResult`."""
     got: list = []
     for _cols in analyze_whole(path, options, got):
         pass
     w = got[0]
-    return FileResult(path, w.findings, w.summary, w.messages, w.connections,
+    return FileResult(w.path, w.findings, w.summary, w.messages, w.connections,
                       [w.error] if w.error else [], None, w.streams)
 
 

@@ -98,19 +98,21 @@ class WholeFile(NamedTuple):
     error: CaptureError | None
 
 
-def analyze_whole(path: str, options: Options | None, result: list,
+def analyze_whole(path, options: Options | None, result: list,
                   batch_rows: int = 4096, time: bool = True,
                   header: bool = True, pseudonyms=None) -> Iterator[dict]:
-    """A file read whole in one pass, exactly as ``analyze`` reads it: yields the
+    """A file (or :class:`~dcpdissect.capture.fileset.FileSet`, named by its ``str``) read
+    whole in one pass, exactly as ``analyze`` reads it: yields the
     ``messages`` rows (:meth:`~.tables.MessageColumns.columns`, document keys as their
     ``pseudonyms`` when given) every ``batch_rows`` messages and, when exhausted, appends a
     :class:`WholeFile` (findings, summary, connection and stream rows) to ``result``."""
+    source, path = path, str(path)
     summary = Summary()
     analyzer = Analyzer()
     streams = StreamSummary(analyzer)
     rows = FileRows(path, analyzer, batch_rows, time, header, pseudonyms=pseudonyms)
     run = Pass([streams, rows], MAX_FINDINGS_PER_RULE)
-    for _ in run.steps(iter_events(path, options, summary)):
+    for _ in run.steps(iter_events(source, options, summary)):
         yield from rows.drain()
     run.finish()
     yield from rows.drain()

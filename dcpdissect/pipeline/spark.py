@@ -36,6 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from ..capture.fileset import FileSet
 from ..capture.readers import CaptureError, open_capture
 from ..reassembly.pdus import Options, Summary
 from ..reports.messages import is_u64_name, iso_time
@@ -185,7 +186,7 @@ def _schemas():
     finding_cols = [("capture_file", S), ("rule", S), ("severity", S), ("title", S),
                     ("message", S), ("frame", L), ("frames", LA), ("time", S), ("ts_ns", L),
                     ("connection", I), ("vbucket", I), ("opaque", L), ("fields", S),
-                    ("context", LA), ("pdu", Y)]
+                    ("context", LA), ("pdu", Y), ("file", S), ("file_frame", L)]
     conn_cols = [("client_ip", S), ("client_port", I), ("server_ip", S), ("server_port", I),
                  ("mid_stream", B), ("opened_frame", L), ("opened_ts_ns", L),
                  ("closed_frame", L), ("closed_ts_ns", L), ("close_reason", S),
@@ -227,9 +228,11 @@ def _stderr(text: str) -> None:
 
 
 
-def _probe(path: str, chunk_size: int):
+def _probe(path, chunk_size: int):
     """(read whole?, open error): a file is read whole in one task when it is compressed
-    or fits in one chunk."""
+    or fits in one chunk, a file set always (its files' faults come as it is read)."""
+    if isinstance(path, FileSet):
+        return True, None
     try:
         reader = open_capture(path)
     except CaptureError as exc:
@@ -237,6 +240,11 @@ def _probe(path: str, chunk_size: int):
     with reader:
         compressed, size = reader.compressed, reader.size
     return compressed or size is None or size <= chunk_size, None
+
+
+def _bytes(path) -> int:
+    """The size of a file, or of every file of a set."""
+    return sum(map(os.path.getsize, path.paths if isinstance(path, FileSet) else (path,)))
 
 
 def _local_dir(spark, out: str) -> str | None:
@@ -414,10 +422,15 @@ def _write_table(spark, out: str, local: str | None, name: str, table, rows: lis
 def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  progress: Callable[[str], None] | None = _stderr,
-                 index_on_executors: bool | None = None, redact: bool = False) -> PipelineResult:
+                 index_on_executors: bool | None = None, redact: bool = False,
+                 one_capture: bool = False) -> PipelineResult:
     """Run the pipeline on ``inputs`` (files, directories, globs) and write the Parquet
-    tables under ``out``; return what the CLI prints. Files that are compressed or fit in
-    one chunk are analysed whole, one task each; larger ones go through the chunked stages.
+    tables under ``out``; return what the CLI prints. The files of a ring buffer, or all
+    of them with ``one_capture``, are one capture (:func:`~.core.capture_units`), keyed by
+    its name (``str`` of its :class:`~dcpdissect.capture.fileset.FileSet`) and analysed
+    whole in one task, so that its connections stay together. Files that are compressed or
+    fit in one chunk are analysed whole, one task each; larger ones go through the chunked
+    stages.
     Their index pass runs as a Spark job when ``index_on_executors`` (default: from
     ``INDEX_ON_EXECUTORS`` files on). With ``redact`` the findings are made from the
     captures as they are; the tables and the result carry document keys as their
@@ -432,15 +445,17 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     t0 = time.monotonic()
     out = out.rstrip("/") or "/"
 
-    paths = core.expand_inputs(inputs)
-    if not paths:
+    units = core.capture_units(core.expand_inputs(inputs), one_capture)
+    if not units:
         say("pipeline: no capture files")
         return PipelineResult([], {}, {}, {}, [], out, timings)
+    sources = {str(u): u for u in units}
+    paths = list(sources)
     local = _local_dir(spark, out)
     state = _State(paths)
     whole, split = [], []
     for p in paths:
-        is_whole, error = _probe(p, chunk_size)
+        is_whole, error = _probe(sources[p], chunk_size)
         if error is not None:
             state.errors.append(_error_row(error, "index", None, None))
             state.totals[p].errors.append(error)
@@ -453,7 +468,8 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if whole:
         t1 = time.monotonic()
         say(f"pipeline: {len(whole)} file(s) analysed whole, one task each")
-        _run_whole(spark, whole, out, local, options, sch, state, timings, secret)
+        _run_whole(spark, [sources[p] for p in whole], out, local, options, sch, state,
+                   timings, secret)
         timings["whole files"] = time.monotonic() - t1
     if split:
         _run_chunked(spark, split, out, local, options, chunk_size, sch, state, say, timings,
@@ -469,8 +485,8 @@ def run_pipeline(spark, inputs: Iterable[str], out: str, options: Options | None
     if secret is not None:
         pseudonyms = Pseudonyms(secret)
         findings = {p: [redact_finding(f, pseudonyms) for f in fs] for p, fs in findings.items()}
-        state.finding_rows = {p: [tables.finding_row(p, f) for f in fs]
-                              for p, fs in findings.items()}
+        state.finding_rows = {p: [tables.finding_row(p, f, summaries[p].locate(f.frame))
+                                  for f in fs] for p, fs in findings.items()}
     counts = {p: state.counts.get(p, 0) for p in paths}
     state.streams.sort(key=lambda r: r[0])     # each file's rows are in order already
     files = [_file_row(summaries[p], len(findings[p]), counts[p]) for p in paths]
@@ -516,7 +532,7 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
     Each task's CPU and wall time are summed in ``timings``. ``secret``: the key of the
     document keys' pseudonyms (None: keys as they are)."""
     sc = spark.sparkContext
-    files = sorted(files, key=lambda p: -os.path.getsize(p))
+    files = sorted(files, key=lambda p: -_bytes(p))
     message_schema = sch["message"][1]
     where = os.path.join(local, "messages") if local is not None else None
 
@@ -557,7 +573,8 @@ def _run_whole(spark, files: list[str], out: str, local: str | None, options: Op
         state.summaries[w.path] = w.summary
         state.findings[w.path] = w.findings
         state.counts[w.path] = w.messages
-        state.finding_rows[w.path] = [tables.finding_row(w.path, f) for f in w.findings]
+        state.finding_rows[w.path] = [tables.finding_row(w.path, f, w.summary.locate(f.frame))
+                                      for f in w.findings]
         state.conn_rows[w.path] = [(w.path,) + tuple(c) for c in w.connections]
         state.streams += w.streams
         if w.error is not None:

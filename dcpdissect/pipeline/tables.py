@@ -213,15 +213,18 @@ def message_row(path: str, pdu: Pdu) -> tuple:
 
 
 FINDING_COLUMNS = ("capture_file", "rule", "severity", "title", "message", "frame", "frames",
-                   "time", "ts_ns", "connection", "vbucket", "opaque", "fields", "context", "pdu")
+                   "time", "ts_ns", "connection", "vbucket", "opaque", "fields", "context", "pdu",
+                   "file", "file_frame")
 
 
-def finding_row(path: str, f: Finding) -> tuple:
+def finding_row(path: str, f: Finding, where: tuple[str, int] | None = None) -> tuple:
+    """One ``findings`` row (:data:`FINDING_COLUMNS`); ``where``: the file and its frame
+    number of the finding's frame when the capture is a file set."""
     from ..reports.findings import finding_record
     r = finding_record(f)
     return (path, r["rule"], r["severity"], r["title"], r["message"], r["frame"], r["frames"],
             r["time"], f.ts_ns, r["connection"], r["vbucket"], r["opaque"], _json(r["fields"]),
-            list(f.context), f.pdu)
+            list(f.context), f.pdu) + (where or (None, None))
 
 
 def dumps(ev) -> bytes:

@@ -30,7 +30,8 @@ from ..capture.fragments import Defragmenter
 from ..capture.keylog import KeyLog
 from ..capture.order import WINDOW_NS, TimeOrder
 from ..capture.packets import Decoder
-from ..capture.readers import TLS_KEY_LOG, CaptureError, Frame, open_capture
+from ..capture.fileset import open_source
+from ..capture.readers import TLS_KEY_LOG, CaptureError, Frame
 from ..protocol import DCP_PORTS, TLS_PORTS
 from ..codec.header import frame_size
 from ..protocol import HEADER_SIZE
@@ -130,6 +131,12 @@ class Summary:
     secrets_ignored: dict = field(default_factory=dict)  # secrets type -> blocks not used
     late_frames: int = 0                # frames later than the time-order window allows
     late_max_ns: int = 0                # how far the furthest was behind the newest frame
+    # a file set's: where each merged frame comes from (FrameFiles; None: one file)
+    frame_files: object = field(default=None, compare=False)
+
+    def locate(self, frame: int | None) -> tuple[str, int] | None:
+        """(file, frame number in that file) of a frame of a file set (None: one file)."""
+        return self.frame_files.locate(frame) if self.frame_files and frame else None
 
     @property
     def not_mcbp(self) -> int:
@@ -507,14 +514,16 @@ class PduStream:
                 summary.lost_pdus += 1
 
 
-def iter_events(path: str, options: Options | None = None, summary: Summary | None = None,
+def iter_events(path, options: Options | None = None, summary: Summary | None = None,
                 reader_hook=None) -> Iterator:
-    """All events of one capture file. On a capture fault, flush and yield what was
-    decoded, record the fault in ``summary.error`` and raise the ``CaptureError``."""
+    """All events of one capture file or :class:`~dcpdissect.capture.fileset.FileSet`. On
+    a capture fault, flush and yield what was decoded, record the fault in
+    ``summary.error`` and raise the ``CaptureError``."""
     stream = PduStream(options, summary)
-    stream.summary.path = path
+    stream.summary.path = str(path)
     try:
-        with open_capture(path) as reader:
+        with open_source(path) as reader:
+            stream.summary.frame_files = getattr(reader, "frame_files", None)
             if reader_hook is not None:
                 reader_hook(reader)
             yield from stream.feed_capture(reader)

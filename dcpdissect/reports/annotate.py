@@ -9,7 +9,8 @@ records that carry no packet (pcapng custom blocks and the like) are left out.
 from __future__ import annotations
 
 from ..analysis.findings import Finding
-from ..capture.readers import NO_LINKTYPE, open_capture
+from ..capture.fileset import open_source
+from ..capture.readers import NO_LINKTYPE
 from ..capture.pcapwrite import PcapngWriter
 from .markdown import finding_frames
 
@@ -26,13 +27,14 @@ def finding_comments(findings: list[Finding]) -> dict[int, list[str]]:
 
 
 def write_annotated(source: str, target: str, findings: list[Finding]) -> tuple[int, int]:
-    """Copy ``source`` (pcap or pcapng, gzip allowed) to the pcapng file ``target`` with
-    the findings' comments; returns (frames written, frames commented). Raises
-    CaptureError for an unreadable source and OSError for an unwritable target."""
+    """Copy ``source`` (pcap or pcapng, gzip allowed; a file set merged) to the pcapng
+    file ``target`` with the findings' comments; returns (frames written, frames
+    commented). Raises CaptureError for an unreadable source and OSError for an unwritable
+    target."""
     comments = finding_comments(findings)
     interfaces: dict[tuple[int, int], int] = {}     # (input interface, link type) -> output
     written = commented = 0
-    with open_capture(source) as reader, open(target, "wb") as fh:
+    with open_source(source) as reader, open(target, "wb") as fh:
         out = PcapngWriter(fh)
         for frame in reader:
             if frame.linktype == NO_LINKTYPE:

@@ -28,7 +28,8 @@ from ..analysis.findings import Finding
 from ..capture.fragments import Defragmenter
 from ..capture.order import TimeOrder
 from ..capture.packets import Decoder, decode_packet
-from ..capture.readers import CaptureError, open_capture
+from ..capture.fileset import open_source
+from ..capture.readers import CaptureError
 from ..codec.header import peek
 from ..protocol import (HEADER_SIZE, NEGOTIATION_OPCODES, REQUEST_MAGICS, STREAM_OPENING_OPCODES,
                         opcode_code)
@@ -182,7 +183,7 @@ class CaptureIndex:
         if self.redact:
             decoder.log = []
         try:
-            with open_capture(self.path) as reader:
+            with open_source(self.path) as reader:
                 for fr in TimeOrder(reader):            # the order the analysis saw them in
                     self.total_frames = max(self.total_frames, fr.number)
                     if fr.number in opens:

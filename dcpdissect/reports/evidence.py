@@ -35,7 +35,8 @@ from pathlib import Path
 
 from ..analysis.findings import Finding
 from ..capture.packets import decode_packet
-from ..capture.readers import NO_LINKTYPE, CaptureError, open_capture
+from ..capture.fileset import open_source
+from ..capture.readers import NO_LINKTYPE, CaptureError
 from ..protocol import DCP_PORTS
 from ..reassembly.pdus import Options
 from ..reassembly.tcp import MASK
@@ -189,7 +190,7 @@ def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool, com
     cuts = cap.alignment_cuts(keep)
     frames = []
     try:
-        with open_capture(cap.path) as reader:
+        with open_source(cap.path) as reader:
             frames = [fr for fr in reader if fr.number in keep and fr.linktype != NO_LINKTYPE]
     except CaptureError:
         pass
@@ -313,7 +314,6 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     ``[rule] message`` on its frames), ``report.md``, ``frames.tsv``, ``README.txt`` and the
     Lua plugin into ``out_dir``. Without findings only ``report.md`` and ``README.txt`` are written.
     ``widen=False`` keeps the context step whatever the trimmed capture reproduces."""
-    path = str(path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in BUNDLE_FILES:
@@ -353,7 +353,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     connections = {c: f"{o.client[0]}:{o.client[1]} → {o.server[0]}:{o.server[1]}"
                    for c, o in cap.opened.items() if c in conns}
     notes = [f"Evidence capture `{name}`: {len(frame_map)} of {summary.frames} frames of "
-             f"`{Path(path).name}` (selection: {STEPS[step]}). Frame numbers below, in the "
+             f"`{Path(str(path)).name}` (selection: {STEPS[step]}). Frame numbers below, in the "
              "messages too, refer to it; the original numbers are given alongside.",
              f"Show the offending PDUs with the bundled Wireshark plugin (`{PLUGIN}`), in "
              f"this directory:\n\n```\n{command}\n```",
@@ -391,16 +391,13 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     if redact:
         shown = [redact_finding(f, pseudonyms) for f in shown]
     report = markdown_report(path, shown, summary, frame_map,
-                             title=f"dcpdissect evidence: {Path(path).name}",
+                             title=f"dcpdissect evidence: {Path(str(path)).name}",
                              notes=notes, connections=connections)
     (out / "report.md").write_text(report, encoding="utf-8")
-    (out / "frames.tsv").write_text(
-        "evidence_frame\toriginal_frame\tcut_bytes\n"
-        + "".join(f"{new}\t{old}\t{cuts.get(old, 0)}\n" for old, new in sorted(frame_map.items())),
-        encoding="utf-8")
+    (out / "frames.tsv").write_text(_frames_tsv(frame_map, cuts, summary), encoding="utf-8")
     digest = hashlib.sha256(pcap.read_bytes()).hexdigest()
     readme = [
-        f"Evidence bundle for {Path(path).name} (written by dcpdissect analyze --evidence)",
+        f"Evidence bundle for {Path(str(path)).name} (written by dcpdissect analyze --evidence)",
         "",
         f"{name:<16} {len(frame_map)} frames, SHA-256 {digest}; each finding a packet "
         "comment on its frames",
@@ -418,6 +415,10 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         f"  {reanalyze}",
         "",
         "Frame numbers in report.md refer to the evidence capture.",
+        *([f"The original capture is {len(summary.frame_files.files)} files read as one: "
+           "its frame numbers are those of their frames merged in time order (mergecap's "
+           "order); frames.tsv gives each one's file and frame number there."]
+          if summary.frame_files else []),
         ("Not reproduced by the trimmed capture: "
          + ", ".join(f"{f.rule} (original frame {f.frame})" for f in missing) + "."
          if missing else f"Every bundled finding is reproduced (selection: {STEPS[step]})."),
@@ -436,14 +437,28 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     return Bundle(out, pcap, len(frame_map), STEPS[step], missing)
 
 
-def _write_empty(path: str, summary, out: Path) -> Bundle:
+def _frames_tsv(frame_map: dict[int, int], cuts: dict[int, int], summary) -> str:
+    """frames.tsv: each evidence frame's number in the original capture, and for a file
+    set the file and frame number there."""
+    where = summary.frame_files
+    head = "evidence_frame\toriginal_frame\tcut_bytes" + ("\tfile\tfile_frame" if where else "")
+    rows = [head]
+    for old, new in sorted(frame_map.items()):
+        row = f"{new}\t{old}\t{cuts.get(old, 0)}"
+        if where:
+            row += "\t{}\t{}".format(*(where.locate(old) or ("", "")))
+        rows.append(row)
+    return "\n".join(rows) + "\n"
+
+
+def _write_empty(path, summary, out: Path) -> Bundle:
     """No findings: a report and a README that say so, and no capture."""
     (out / "report.md").write_text(
-        markdown_report(path, [], summary, title=f"dcpdissect evidence: {Path(path).name}",
+        markdown_report(path, [], summary, title=f"dcpdissect evidence: {Path(str(path)).name}",
                         notes=["No findings: no evidence capture was written."]),
         encoding="utf-8")
     (out / "README.txt").write_text(
-        f"Evidence bundle for {Path(path).name} (written by dcpdissect analyze --evidence)\n\n"
+        f"Evidence bundle for {Path(str(path)).name} (written by dcpdissect analyze --evidence)\n\n"
         "No findings: no evidence capture was written.\n", encoding="utf-8")
     return Bundle(out, None, 0, STEPS[0], [])
 

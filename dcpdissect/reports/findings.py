@@ -13,7 +13,22 @@ from .messages import Clock, iso_time
 FINDING_HEADERS = ("frame", "time", "conn", "vb", "rule", "message")
 
 
-def finding_record(f: Finding, connection_info: dict | None = None) -> dict:
+def frame_files_lines(summary, limit: int = 20) -> list[str]:
+    """Where the frames of a file set come from, a line per run of frames from one file
+    (the first ``limit`` runs); none for one file."""
+    if not summary.frame_files:
+        return []
+    runs = list(summary.frame_files.runs())
+    lines = [f"frames {a}–{b}: {path} frames {first}–{first + b - a}" if b > a
+             else f"frame {a}: {path} frame {first}" for a, b, path, first in runs[:limit]]
+    if len(runs) > limit:
+        lines.append(f"... {len(runs) - limit} more runs (the jsonl records give each "
+                     "frame's file)")
+    return lines
+
+
+def finding_record(f: Finding, connection_info: dict | None = None,
+                   where: tuple[str, int] | None = None) -> dict:
     """The object of one finding: ``analyze --format jsonl`` writes it with
     :func:`~dcpdissect.reports.messages.jsonl_line` (``ts_ns``, ``vbucket_uuid`` and the
     seqnos and uuids in ``fields`` as decimal strings), with the legend entry of its
@@ -22,7 +37,8 @@ def finding_record(f: Finding, connection_info: dict | None = None) -> dict:
     are the uuid and frame of the stream request of the stream the finding falls in (None:
     no such stream, or not accounted), the ``req_vbucket_uuid`` and ``request_frame`` of
     that stream's record: findings join streams on (``connection``, ``vbucket``,
-    ``vbucket_uuid``), and on ``request_frame`` for the one stream."""
+    ``vbucket_uuid``), and on ``request_frame`` for the one stream. ``where``: the file
+    and frame there of ``frame`` when the capture is a file set (``file``, ``file_frame``)."""
     record = {
         "type": "finding",
         "rule": f.rule,
@@ -40,6 +56,8 @@ def finding_record(f: Finding, connection_info: dict | None = None) -> dict:
         "opaque": f.opaque,
         "fields": f.fields,
     }
+    if where is not None:
+        record["file"], record["file_frame"] = where
     if connection_info is not None:
         record["connection_info"] = connection_info
     return record

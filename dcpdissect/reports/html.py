@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..analysis.rules import INFO, RULES, SEVERITY_RANK
 from .findings import INFO_ROWS
-from .markdown import HEXDUMP_BYTES, finding_frames, frame_filter, hexdump, sha256_of
+from .markdown import HEXDUMP_BYTES, file_rows, finding_frames, frame_filter, hexdump
 from .messages import iso_time
 from .moment_plot import conn_color, layout, moment_svg
 from .moments import finding_key
@@ -106,7 +106,7 @@ def html_report(path, findings: list, summary, legend, moments, *, streams=None,
                '<a href="#streams">Streams</a></nav>')
     out += _findings_table(findings, figures, numbers, detailed)
     out += _details(findings, figures, legend, moments, numbers, whole)
-    out += _capture(name, path, findings, summary, moments)
+    out += _capture(path, findings, summary, moments)
     out += _connections(legend)
     out.append('<h2 id="streams">Streams</h2>')
     if streams is not None:
@@ -335,15 +335,15 @@ def _event_text(ev) -> str:
     return f"{ev.kind.removeprefix('Dcp')}{sid} seqno {ev.seqno}"
 
 
-def _capture(name, path, findings, summary, moments) -> list[str]:
-    rows = [("file", name), ("SHA-256", sha256_of(path) or "unavailable"),
-            ("frames", summary.frames), ("TCP connections", summary.connections),
-            ("messages", summary.pdus),
+def _capture(path, findings, summary, moments) -> list[str]:
+    rows = [*file_rows(path, summary), ("frames", summary.frames),
+            ("TCP connections", summary.connections), ("messages", summary.pdus),
             ("time span", _span(summary, moments.last_ts if moments is not None else None)),
             ("gaps", f"{summary.gaps} ({summary.gap_bytes} bytes)"),
             ("findings", len(findings))]
     if summary.not_mcbp:
-        rows.insert(4, ("TCP connections not MCBP", f"{summary.not_mcbp} (not decoded)"))
+        rows.insert(len(rows) - 4,        # before messages
+                    ("TCP connections not MCBP", f"{summary.not_mcbp} (not decoded)"))
     if summary.error:
         rows.append(("stopped", summary.error))
     out = ['<h2 id="capture">Capture</h2>', "<table>"]

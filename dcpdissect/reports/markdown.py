@@ -17,6 +17,24 @@ REDACTED_NOTE = ("**Redaction applied**: document keys and values are replaced b
                  "distinct) in the messages, fields and hexdumps below.")
 
 
+def file_rows(path, summary) -> list[tuple[str, str]]:
+    """The capture table's rows naming the input: its file and digest, or for a file set
+    each file with its digest and where its frames are in the merged numbering."""
+    if not summary.frame_files:
+        return [("file", Path(str(path)).name),
+                ("SHA-256", sha256_of(path) or "unavailable")]
+    runs: dict[str, list[str]] = {}
+    for a, b, p, _first in summary.frame_files.runs():
+        runs.setdefault(p, []).append(f"{a}–{b}" if b > a else str(a))
+    rows = [("files", f"{len(summary.frame_files.files)}, read as one capture: frames "
+                      "merged in time order and numbered in that order (as mergecap does)")]
+    for p in summary.frame_files.files:
+        frames = ", ".join(runs.get(p, ())[:8]) + (", ..." if len(runs.get(p, ())) > 8 else "")
+        rows.append((Path(p).name, f"frames {frames or 'none'}; SHA-256 "
+                                   f"{sha256_of(p) or 'unavailable'}"))
+    return rows
+
+
 def sha256_of(path) -> str | None:
     try:
         h = hashlib.sha256()
@@ -95,8 +113,8 @@ def markdown_report(path, findings: list[Finding], summary, frame_map: dict[int,
     out += [n for note in notes for n in (note, "")]
     out += ["## Capture", "",
             "| | |", "|---|---|",
-            f"| file | `{name}` |",
-            f"| SHA-256 | `{sha256_of(path) or 'unavailable'}` |",
+            *(f"| {k} | {v} |" if summary.frame_files else f"| {k} | `{v}` |"
+              for k, v in file_rows(path, summary)),
             f"| frames | {summary.frames} |",
             f"| TCP connections | {summary.connections} |",
             f"| messages | {summary.pdus} |",
