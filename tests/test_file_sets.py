@@ -40,6 +40,27 @@ def cli(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd)
 
 
+def test_a_ring_buffer_whose_clock_stepped_back_is_read_in_ring_order(tmp_path):
+    """The seed split into three ring files, the second one's clock set back a day (an NTP
+    step): the files are read in ring order, as the capture was written, so the set gives
+    the findings of the three files concatenated (``mergecap -a``), frame for frame, not of
+    their merge by time (which would put the second file first)."""
+    files = editcap(SEED, tmp_path / "ring", "-c", "12")
+    assert len(files) == 3
+    stepped = tmp_path / "stepped"
+    subprocess.run(["editcap", "-t", "-86400", files[1], str(stepped)], check=True)
+    shutil.move(stepped, files[1])
+    whole = tmp_path / "concatenated.pcap"
+    subprocess.run(["mergecap", "-a", "-F", "pcap", "-w", str(whole), *files], check=True)
+    by_time = tmp_path / "by-time.pcap"
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(by_time), *files], check=True)
+    want, _ = analyze_file(str(whole))
+    got, _ = analyze_file(FileSet(files[::-1]))
+    assert records(got) == records(want)
+    assert [(f.rule, f.frame) for f in want] == [("resume-collapsed-snapshot", 28)]
+    assert records(analyze_file(str(by_time))[0]) != records(want)     # the case is met
+
+
 @pytest.mark.parametrize("sample,how", [
     ("resume-collapsed.pcap", ("-c", "12")),
     ("resume-collapsed.pcap", ("-i", "0.01")),

@@ -9,7 +9,11 @@ numbers it the same), which for the consecutive files of a split is its number i
 whole file; :meth:`FrameFiles.locate` gives back its file and its number there.
 
 Files are ordered by their first frame's time, then by the number in a ring-buffer name
-(:func:`ring_number`), then by name. A file that cannot be read does not stop the others:
+(:func:`ring_number`), then by name. The files of one ring buffer (:func:`group_rings`) are
+read in turn, in the order of their numbers, each once the one before it has ended: the
+tool that wrote them cut one capture in that order, so a clock that steps back between two
+of them does not reorder their frames (within a file, and across, the time-order window of
+the reassembly still sorts what arrives out of order, as in a single file). A file that cannot be read does not stop the others:
 its fault is raised after every frame of the others (the first fault, when several).
 """
 
@@ -165,12 +169,14 @@ class _Member:
     """One file of a set: where it goes in the order (its first frame's time, probed at
     the start), and its reader once the merge has reached that time."""
 
-    __slots__ = ("path", "index", "ring", "first_ts", "size", "reader", "frames", "error")
+    __slots__ = ("path", "index", "ring", "first_ts", "size", "reader", "frames", "error",
+                 "next")
 
     def __init__(self, path: str):
         self.path = path
         self.ring = ring_number(path)
         self.first_ts = self.size = self.reader = self.frames = self.error = None
+        self.next = None            # the next file of its ring buffer
         head = self.start()
         if self.reader is not None:
             self.size = self.reader.size
@@ -218,7 +224,13 @@ class FileSetReader:
         self.paths = tuple(paths)
         self.path = str(FileSet(self.paths))
         self.on_secrets = None
-        self.members = sorted((_Member(p) for p in self.paths), key=_Member.order)
+        members = {p: _Member(p) for p in self.paths}
+        for ring in group_rings(list(self.paths)):          # a ring buffer's files in turn
+            chain = sorted((members[p] for p in ring),
+                           key=lambda m: (m.ring is not None, m.ring or 0, m.path))
+            for a, b in zip(chain, chain[1:]):
+                a.next = b
+        self.members = sorted(members.values(), key=_Member.order)
         for i, m in enumerate(self.members):
             m.index = i
         sizes = [m.size for m in self.members]
@@ -243,7 +255,9 @@ class FileSetReader:
 
     def _merge(self) -> Iterator[Frame]:
         heap: list = []             # (merge time, file index, frame) of each open file
-        waiting = [m for m in self.members if m.first_ts is not None][::-1]
+        later = {m.next.index for m in self.members if m.next is not None}
+        waiting = [m for m in self.members if m.index not in later]
+        waiting = self._queued(waiting, [])
         push, pop = heapq.heappush, heapq.heappop
         where = self.frame_files
         new, frame_type = _NEW_FRAME, Frame
@@ -271,6 +285,8 @@ class FileSetReader:
                 if frame is None:
                     self._done += m.reader.bytes_read
                     m.close()
+                    if m.next is not None:     # the next file of its ring buffer may start
+                        waiting = self._queued([m.next], waiting)
                     break
                 ts = frame[1] or ts             # no time: the file's newest
                 if top is not None and (ts, i) > top or opens is not None and ts >= opens:
@@ -279,6 +295,17 @@ class FileSetReader:
         faults = [m.error for m in self.members if m.error is not None]
         if faults:
             raise faults[0]
+
+    @staticmethod
+    def _queued(new: list, waiting: list) -> list:
+        """``waiting`` with the files ``new`` (an empty one: the next of its ring buffer in
+        its place), latest first time first (the next to open is last)."""
+        for m in new:
+            while m is not None and m.first_ts is None:
+                m = m.next
+            if m is not None:
+                waiting.append(m)
+        return sorted(waiting, key=lambda m: (m.first_ts, m.index), reverse=True)
 
     def __enter__(self) -> "FileSetReader":
         return self
