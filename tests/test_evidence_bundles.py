@@ -4,7 +4,6 @@ original ones to. The expected findings come from tests/golden/findings.jsonl; t
 mapping from the bundle's frames.tsv; the tshark command from its README.txt, run as
 written with the bundled plugin."""
 
-import gzip
 import json
 import os
 import re
@@ -226,17 +225,6 @@ NEEDS_THE_KEY_LOG = {"tls-problems-dsb.pcapng", "tls13-half-dsb.pcapng",
                      "tls13-resume-collapsed-dsb.pcapng"}
 
 
-def every_sample(tmp_path):
-    """Every capture under samples/ (a gzipped one decompressed into ``tmp_path``)."""
-    for path in sorted(SAMPLES.rglob("*")):
-        if path.name.endswith(".gz"):
-            plain = tmp_path / path.name[:-3]
-            plain.write_bytes(gzip.decompress(path.read_bytes()))
-            yield plain
-        elif path.suffix in (".pcap", ".pcapng"):
-            yield path
-
-
 @pytest.mark.slow
 def test_redacted_bundles_give_the_findings_of_the_unredacted_ones(tmp_path):
     """On every sample with findings the redacted bundle's capture gives exactly the
@@ -244,6 +232,7 @@ def test_redacted_bundles_give_the_findings_of_the_unredacted_ones(tmp_path):
     a key log, and names as not reproduced exactly what the unredacted capture without a key
     log does not give back: nothing, except on the captures of NEEDS_THE_KEY_LOG."""
     compared, lossy = 0, set()
+    from redaction_sweep import every_sample
     for path in every_sample(tmp_path):
         findings, summary = analyze_file(str(path))
         if not findings:
