@@ -257,3 +257,15 @@ def test_decryption_secrets_of_a_file_open_its_tls(tmp_path):
     got, s = analyze_file(FileSet(map(str, files)))
     assert summary.tls_decrypted == s.tls_decrypted == 2
     assert records(got) == records(whole) and whole
+
+
+def test_every_table_names_the_files_of_a_set(tmp_path):
+    """``editcap -c 12`` cuts the seed's 34 frames into files of 12, 12 and 10: each table
+    command ends with where its frames came from."""
+    files = editcap(SEED, tmp_path / "ring", "-c", "12")
+    for command in ("analyze", "dissect", "streams", "connections"):
+        proc = cli(command, str(tmp_path / "ring"))
+        assert proc.returncode == (1 if command == "analyze" else 0), (command, proc.stderr)
+        assert proc.stdout.endswith(f"\nfiles\nframes 1–12: {files[0]} frames 1–12\n"
+                                    f"frames 13–24: {files[1]} frames 1–12\n"
+                                    f"frames 25–34: {files[2]} frames 1–10\n"), command

@@ -10,7 +10,7 @@ from tabulate import tabulate
 from ..capture.readers import CaptureError
 from ..reassembly.pdus import Summary, counted
 from ..reports.findings import (FINDING_HEADERS, INFO_ROWS, finding_record, finding_row,
-                                findings_table, fold, frame_files_lines, summary_rows)
+                                findings_table, files_block, fold, summary_rows)
 from ..reports.messages import Clock, jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, INTERRUPTED, LiveTable,
                      add_capture_options, add_fail_on_option, add_file_argument,
@@ -244,8 +244,7 @@ def _write_report(args, out, findings, summary, legend, moments, streams, analyz
         out.write(findings_table(findings, shown.clock, whole=args.rule or ()))
     if args.format == "table" and findings:
         out.write("\n" + legend.table(cited))
-        if summary.frame_files:
-            out.write("\nfiles\n" + "".join(f"{line}\n" for line in frame_files_lines(summary)))
+        out.write(files_block(summary))
 
 
 def _write_evidence(args, capture_copy: str, findings, summary, progress) -> int:

@@ -8,6 +8,7 @@ import sys
 from ..reassembly.pdus import Summary
 from ..reassembly.tcp_streams import TcpStreams
 from ..reports.connections import ConnectionActivity, activity_table
+from ..reports.findings import files_block
 from ..reports.messages import Clock
 from .common import (EXIT_BAD_INPUT, add_capture_options, add_file_argument, add_output_option,
                      add_progress_option, add_time_option, close_output, end_of_run,
@@ -53,7 +54,7 @@ def cmd_connections(args) -> int:
     elif args.format == "csv":
         _write_csv(out, records)
     else:
-        out.write(activity_table(records, Clock(args.time, summary)))
+        out.write(activity_table(records, Clock(args.time, summary)) + files_block(summary))
     close_output(out)
     print(summary.line(), file=sys.stderr)
     return end_of_run(summary, run)

@@ -14,6 +14,7 @@ from ..reassembly.pdus import Summary
 from ..reports.connections import ConnectionLegend
 from ..reports.messages import (TABLE_HEADERS, Clock, labelled_json, message_json, message_line,
                                 message_record, table_row)
+from ..reports.findings import files_block
 from ..reports.redact import Pseudonyms, redact_record
 from .common import (EXIT_BAD_INPUT, LiveTable, TimeWindow, add_capture_options,
                      add_file_argument, add_output_option, add_progress_option, add_time_option,
@@ -102,7 +103,7 @@ def _dissect(args, out) -> int:
     if summary.error and args.format == "jsonl":
         error_record(args, summary, summary.error, out)
     if args.format == "table" and writer.shown:
-        out.write("\n" + legend.table(writer.shown))
+        out.write("\n" + legend.table(writer.shown) + files_block(summary))
     close_output(out)
     print(summary.line(), file=sys.stderr)
     if note := rows.nothing_matched(args, legend.opened):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..reassembly.pdus import Summary, counted
+from ..reports.findings import files_block
 from ..reports.messages import Clock
 from .common import (EXIT_BAD_INPUT, add_capture_options, add_file_argument, add_output_option,
                      add_time_option, close_output, connection_list, end_of_run, not_decoded,
@@ -57,7 +58,7 @@ def cmd_streams(args) -> int:
     if args.format == "jsonl":
         write_jsonl(args, summary, records, out)
     else:
-        out.write(streams_table(records, Clock(args.time, summary)))
+        out.write(streams_table(records, Clock(args.time, summary)) + files_block(summary))
     close_output(out)
     print(f"{summary.line()}, {counted(len(every), 'stream')}", file=sys.stderr)
     if every and not records:

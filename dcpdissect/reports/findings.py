@@ -27,6 +27,12 @@ def frame_files_lines(summary, limit: int = 20) -> list[str]:
     return lines
 
 
+def files_block(summary) -> str:
+    """The ``files`` block under a table of a file set's frames ("" for one file)."""
+    lines = frame_files_lines(summary)
+    return "\nfiles\n" + "".join(f"{line}\n" for line in lines) if lines else ""
+
+
 def finding_record(f: Finding, connection_info: dict | None = None,
                    where: tuple[str, int] | None = None) -> dict:
     """The object of one finding: ``analyze --format jsonl`` writes it with
