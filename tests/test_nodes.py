@@ -215,3 +215,52 @@ def test_live_relay_drop_is_found_again(tmp_path):
     assert [len(m) for m in r.pairings[0].a.messages] == [23, 42]
     assert [(f.vbucket, f.fields["seqno"]) for f in r.findings] == [(1, 2)]
     assert r.offset.low <= 0 <= r.offset.high
+
+
+def ring_files(tmp_path: Path, capture: Path, per_file: int) -> list[Path]:
+    """``capture`` cut by ``editcap -c`` into ring files of ``per_file`` frames."""
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    subprocess.run(["editcap", "-c", str(per_file), str(capture), str(ring / "point.pcapng")],
+                   check=True, capture_output=True)
+    return sorted(ring.iterdir())
+
+
+@pytest.mark.tshark
+def test_a_point_split_into_ring_files_says_what_the_whole_file_says(tmp_path):
+    """The active node's capture of the dropped pair (35 frames) cut into three ring files
+    and read as one point: the same offset bound, lags and finding, at the same frame."""
+    from dcpdissect.capture.fileset import FileSet
+    whole_path = SAMPLES / "dropped-active.pcapng"
+    files = ring_files(tmp_path, whole_path, 12)
+    assert len(files) == 3
+    replica = read_point("replica", str(SAMPLES / "dropped-replica.pcapng"))
+    whole = compare(replica, read_point("active", str(whole_path)))
+    split = compare(replica, read_point("active", FileSet(map(str, files))))
+    assert split.offset == whole.offset is not None
+    assert split.lags == whole.lags and len(split.lags) == 3
+    assert [(t.sent.frame, t.received.frame, t.lag_ns) for t in split.transits] == [
+        (t.sent.frame, t.received.frame, t.lag_ns) for t in whole.transits]
+    assert [(f.frame, f.fields["gap_frames"]) for f in split.findings] == [
+        (f.frame, f.fields["gap_frames"]) for f in whole.findings]
+    assert [f.frame for f in split.findings] == tshark_frames(
+        whole_path, "couchbase.vbucket==1 && couchbase.opcode==0x57 && "
+        "couchbase.extras.by_seqno==2")
+
+
+def test_cli_points_as_directories_globs_and_repeated_options(tmp_path, capsys):
+    files = ring_files(tmp_path, SAMPLES / "dropped-active.pcapng", 12)
+    replica = SAMPLES / "dropped-replica.pcapng"
+    runs = [[f"replica={replica}", f"active={files[0].parent}"],
+            [f"replica={replica}", "--point", f"active={files[0].parent / 'point_*.pcapng'}"],
+            ["--point", f"replica={replica}",
+             *[arg for f in files for arg in ("--point", f"active={f}")]]]
+    outputs = []
+    for argv in runs:
+        assert main(["nodes", *argv, "--format", "jsonl"]) == 1
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        outputs.append([r for r in records if r["type"] in ("clock_offset", "finding")])
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert [r.get("rule") for r in outputs[0]] == [None, "message-lost-between-points"]
+    assert main(["nodes", "--point", f"a={replica}"]) == 2
+    assert "two capture points are compared, 1 given" in capsys.readouterr().err

@@ -75,7 +75,7 @@ class PointConnection:
 
 @dataclass
 class Point:
-    """One capture point: its name, file and MCBP connections."""
+    """One capture point: its name, file (or file set) and MCBP connections."""
     name: str
     path: str
     connections: list[PointConnection]
@@ -117,8 +117,9 @@ def _dcp_name(pdu: Pdu) -> str | None:
     return pdu.data[at:at + head.keylen].decode("utf-8", "replace")
 
 
-def read_point(name: str, path: str, options: Options | None = None) -> Point:
-    """The MCBP connections of one capture file (raises ``CaptureError`` on a bad one)."""
+def read_point(name: str, path, options: Options | None = None) -> Point:
+    """The MCBP connections of one capture file or
+    :class:`~dcpdissect.capture.fileset.FileSet` (raises ``CaptureError`` on a bad one)."""
     log = _SegmentLog()
     options = Options(**{**(vars(options) if options else {}), "tcp_streams": log})
     summary = Summary()
@@ -145,7 +146,7 @@ def read_point(name: str, path: str, options: Options | None = None) -> Point:
         for src, seq, length, frame, ts in log.data.get(conn.conversation, ()):
             direction = C2S if src == conn.client else S2C
             conn.segments[direction].setdefault((seq, length), (frame, ts))
-    return Point(name, path, sorted(conns.values(), key=lambda c: c.conn), summary)
+    return Point(name, str(path), sorted(conns.values(), key=lambda c: c.conn), summary)
 
 
 # --- pairing --------------------------------------------------------------------------------

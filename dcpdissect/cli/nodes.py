@@ -26,10 +26,15 @@ def register(sub) -> None:
             "dcpdissect nodes replica=samples/multinode/delayed-replica.pcapng "
             "active=samples/multinode/delayed-active.pcapng",
             "dcpdissect nodes samples/multinode/dropped-replica.pcapng "
-            "samples/multinode/dropped-active.pcapng --format jsonl"))
-    p.add_argument("points", nargs=2, metavar="[NAME=]FILE",
-                   help="a capture point: its pcap or pcapng file (gzip allowed), named NAME "
-                        "(default: the file's name)")
+            "samples/multinode/dropped-active.pcapng --format jsonl",
+            "dcpdissect nodes --point replica='ring/replica_*.pcapng' --point active=active/"))
+    p.add_argument("points", nargs="*", metavar="[NAME=]PATH",
+                   help="a capture point: its pcap or pcapng file (gzip allowed), or a "
+                        "directory or quoted glob of its ring-buffer files (read as one "
+                        "capture), named NAME (default: the file's name)")
+    p.add_argument("--point", action="append", default=[], metavar="NAME=PATH",
+                   help="a capture point as above; given again with the same NAME, one more "
+                        "file, directory or glob of that point")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     add_output_option(p)
     add_capture_options(p)
@@ -43,13 +48,34 @@ def _point(text: str) -> tuple[str, str]:
     return Path(text).name.split(".")[0], text
 
 
+def capture_points(positional: list[str], options: list[str]) -> list[tuple[str, object]]:
+    """The capture points given, in order: (name, source), the source one file or a
+    :class:`~dcpdissect.capture.fileset.FileSet`; the paths of ``--point`` options with
+    one NAME make one point."""
+    from ..capture.fileset import FileSet, capture_files
+    paths: dict[str, list[str]] = {}
+    for k, text in enumerate(positional):
+        name, path = _point(text)
+        paths.setdefault(name if name not in paths else f"{name}-{k + 1}", []).append(path)
+    for text in options:
+        name, path = _point(text)
+        paths.setdefault(name, []).append(path)
+    out = []
+    for name, given in paths.items():
+        files = capture_files(given) or given
+        out.append((name, files[0] if len(files) == 1 else FileSet(files)))
+    return out
+
+
 def cmd_nodes(args) -> int:
     from ..analysis.nodes import compare, read_point
     from ..reports.nodes import nodes_records, nodes_text
 
-    points = [_point(p) for p in args.points]
-    if points[0][0] == points[1][0]:
-        points = [(f"{name}-{k}", path) for k, (name, path) in enumerate(points, 1)]
+    points = capture_points(args.points, args.point)
+    if len(points) != 2:
+        print(f"dcpdissect nodes: error: two capture points are compared, {len(points)} "
+              "given", file=sys.stderr)
+        return EXIT_BAD_INPUT
     read = []
     for name, path in points:
         try:
