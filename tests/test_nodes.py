@@ -136,7 +136,7 @@ def test_cli_table_and_exit_code(capsys):
                  str(SAMPLES / "delayed-active.pcapng")]) == 0
     out = capsys.readouterr().out
     assert "no message lost between the points" in out
-    assert "delayed-replica conn 1" in out
+    assert "10.0.0.2 conn 1" in out         # unnamed points are named by their addresses
 
 
 def test_cli_jsonl_records(capsys):
@@ -264,3 +264,43 @@ def test_cli_points_as_directories_globs_and_repeated_options(tmp_path, capsys):
     assert [r.get("rule") for r in outputs[0]] == [None, "message-lost-between-points"]
     assert main(["nodes", "--point", f"a={replica}"]) == 2
     assert "two capture points are compared, 1 given" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["forwarded", "delayed", "dropped"])
+def test_unnamed_points_are_named_by_their_node_address(name):
+    """One connection per capture: both of its addresses are in every connection, so the
+    offset's orientation decides (the replica's capture is nearer the client, 10.0.0.2);
+    the finding names the points so."""
+    replica = str(SAMPLES / f"{name}-replica.pcapng")
+    active = str(SAMPLES / f"{name}-active.pcapng")
+    for first, second, names in ((replica, active, ("10.0.0.2", "10.0.0.1")),
+                                 (active, replica, ("10.0.0.1", "10.0.0.2"))):
+        r = compare(read_point("x", first, provisional=True),
+                    read_point("y", second, provisional=True))
+        assert (r.a.name, r.b.name) == names
+        assert [(f.fields["point"], f.fields["other_point"]) for f in r.findings] == (
+            [("10.0.0.1", "10.0.0.2")] if name == "dropped" else [])
+
+
+def test_a_given_name_is_kept_and_an_undecided_point_keeps_its_file_name():
+    r = compare(read_point("replica", str(SAMPLES / "delayed-replica.pcapng")),
+                read_point("delayed-active", str(SAMPLES / "delayed-active.pcapng"),
+                           provisional=True))
+    assert (r.a.name, r.b.name) == ("replica", "10.0.0.1")
+    # captures of two runs: no offset, so nothing orients their one connection
+    r = compare(read_point("forwarded-replica", str(SAMPLES / "forwarded-replica.pcapng"),
+                           provisional=True),
+                read_point("dropped-active", str(SAMPLES / "dropped-active.pcapng"),
+                           provisional=True))
+    assert (r.a.name, r.b.name) == ("forwarded-replica", "dropped-active")
+
+
+def test_the_address_in_every_connection_is_the_points_node():
+    """add-stream.pcap: ns_server 10.0.0.2:43210 -> 10.0.0.2:11209 and the consumer
+    10.0.0.2:50200 -> 10.0.0.1:11209 (tshark's tcp.stream 0 and 1), both on node 10.0.0.2."""
+    from dcpdissect.analysis.nodes import local_addresses, node_address
+    point = read_point("add-stream", str(SAMPLES.parent / "add-stream.pcap"))
+    assert local_addresses(point) == {"10.0.0.2"}
+    assert node_address(point, "a", [], {}) == "10.0.0.2"
+    assert node_address(read_point("r", str(SAMPLES / "forwarded-replica.pcapng")), "a",
+                        [], {}) is None

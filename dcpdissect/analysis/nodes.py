@@ -75,11 +75,14 @@ class PointConnection:
 
 @dataclass
 class Point:
-    """One capture point: its name, file (or file set) and MCBP connections."""
+    """One capture point: its name, file (or file set) and MCBP connections. A name that
+    is ``provisional`` (the file's) gives way to the point's node address when its
+    connections decide it (:func:`node_address`)."""
     name: str
     path: str
     connections: list[PointConnection]
     summary: Summary
+    provisional: bool = False
 
 
 class _SegmentLog(TcpStreams):
@@ -117,7 +120,8 @@ def _dcp_name(pdu: Pdu) -> str | None:
     return pdu.data[at:at + head.keylen].decode("utf-8", "replace")
 
 
-def read_point(name: str, path, options: Options | None = None) -> Point:
+def read_point(name: str, path, options: Options | None = None,
+               provisional: bool = False) -> Point:
     """The MCBP connections of one capture file or
     :class:`~dcpdissect.capture.fileset.FileSet` (raises ``CaptureError`` on a bad one)."""
     log = _SegmentLog()
@@ -146,7 +150,8 @@ def read_point(name: str, path, options: Options | None = None) -> Point:
         for src, seq, length, frame, ts in log.data.get(conn.conversation, ()):
             direction = C2S if src == conn.client else S2C
             conn.segments[direction].setdefault((seq, length), (frame, ts))
-    return Point(name, str(path), sorted(conns.values(), key=lambda c: c.conn), summary)
+    return Point(name, str(path), sorted(conns.values(), key=lambda c: c.conn), summary,
+                 provisional)
 
 
 # --- pairing --------------------------------------------------------------------------------
@@ -355,6 +360,42 @@ def _lost(m: Message, before: Message, after: Message, sender: PointConnection,
                 "gap_frames": [before.frame, after.frame]})
 
 
+# --- naming a point by its node ---------------------------------------------------------
+
+def local_addresses(point: Point) -> set[str]:
+    """The addresses found in every connection of the point (none without connections)."""
+    ends = [{c.client[0], c.server[0]} for c in point.connections]
+    return set.intersection(*ends) if ends else set()
+
+
+def node_address(point: Point, side: str, pairings: list[Pairing],
+                 bounds: dict[int, Bound]) -> str | None:
+    """The address of the node the point captured on (``side``: 'a' or 'b' in the
+    pairings): the one address in every connection of its capture; when there are two (a
+    capture of one connection), the one at the point's end of its paired connections, the
+    client's when the bounds put the point nearer the client. None when not decided."""
+    candidates = local_addresses(point)
+    if len(candidates) > 1:
+        ends = set()
+        for k, bound in bounds.items():
+            conn = getattr(pairings[k], side)
+            ends.add((conn.client if bound.a_nearer_client == (side == "a") else conn.server)[0])
+        candidates &= ends
+    return next(iter(candidates)) if len(candidates) == 1 else None
+
+
+def _name_points(a: Point, b: Point, pairings: list[Pairing], bounds: dict[int, Bound]) -> None:
+    """Provisional names replaced by the node addresses decided, unless that gives both
+    points one name."""
+    found = {side: node_address(pt, side, pairings, bounds) if pt.provisional else None
+             for side, pt in (("a", a), ("b", b))}
+    if (found["a"] or a.name) == (found["b"] or b.name):
+        return
+    for side, pt in (("a", a), ("b", b)):
+        if found[side] is not None:
+            pt.name, pt.provisional = found[side], False
+
+
 # --- two points together --------------------------------------------------------------------
 
 @dataclass
@@ -375,6 +416,7 @@ def compare(a: Point, b: Point) -> NodesReport:
     bounds = {k: bd for k, p in enumerate(pairings) if (bd := pair_bound(p)) is not None}
     offset = clock_offset(list(bounds.values()))
     moved, findings = [], []
+    _name_points(a, b, pairings, bounds if offset is not None else {})
     if offset is not None:
         for k, bound in bounds.items():
             moved += transits(pairings[k], bound, offset)

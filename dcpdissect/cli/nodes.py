@@ -31,7 +31,8 @@ def register(sub) -> None:
     p.add_argument("points", nargs="*", metavar="[NAME=]PATH",
                    help="a capture point: its pcap or pcapng file (gzip allowed), or a "
                         "directory or quoted glob of its ring-buffer files (read as one "
-                        "capture), named NAME (default: the file's name)")
+                        "capture), named NAME (default: its node's address, the one in "
+                        "every connection it saw, else the file's name)")
     p.add_argument("--point", action="append", default=[], metavar="NAME=PATH",
                    help="a capture point as above; given again with the same NAME, one more "
                         "file, directory or glob of that point")
@@ -41,29 +42,32 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_nodes)
 
 
-def _point(text: str) -> tuple[str, str]:
+def _point(text: str) -> tuple[str | None, str]:
     name, eq, path = text.partition("=")
     if eq and name and not Path(text).exists():
         return name, path
-    return Path(text).name.split(".")[0], text
+    return None, text
 
 
-def capture_points(positional: list[str], options: list[str]) -> list[tuple[str, object]]:
-    """The capture points given, in order: (name, source), the source one file or a
-    :class:`~dcpdissect.capture.fileset.FileSet`; the paths of ``--point`` options with
-    one NAME make one point."""
+def capture_points(positional: list[str], options: list[str]) -> list[tuple]:
+    """The capture points given, in order: (name, source, provisional), the source one
+    file or a :class:`~dcpdissect.capture.fileset.FileSet`; the paths of ``--point`` options
+    with one NAME make one point. A point without a NAME is named provisionally by its
+    first file (``-2`` added when the other point's name is the same)."""
     from ..capture.fileset import FileSet, capture_files
-    paths: dict[str, list[str]] = {}
-    for k, text in enumerate(positional):
+    paths: dict = {}
+    for k, text in enumerate([*positional, *options]):
         name, path = _point(text)
-        paths.setdefault(name if name not in paths else f"{name}-{k + 1}", []).append(path)
-    for text in options:
-        name, path = _point(text)
-        paths.setdefault(name, []).append(path)
-    out = []
-    for name, given in paths.items():
+        paths.setdefault(name if name is not None else (k, path), []).append(path)
+    out, taken = [], {key for key in paths if isinstance(key, str)}
+    for key, given in paths.items():
         files = capture_files(given) or given
-        out.append((name, files[0] if len(files) == 1 else FileSet(files)))
+        source = files[0] if len(files) == 1 else FileSet(files)
+        name = key if isinstance(key, str) else Path(files[0]).name.split(".")[0]
+        if not isinstance(key, str):
+            name = name if name not in taken else f"{name}-{len(out) + 1}"
+            taken.add(name)
+        out.append((name, source, not isinstance(key, str)))
     return out
 
 
@@ -77,9 +81,9 @@ def cmd_nodes(args) -> int:
               "given", file=sys.stderr)
         return EXIT_BAD_INPUT
     read = []
-    for name, path in points:
+    for name, source, provisional in points:
         try:
-            read.append(read_point(name, path, capture_options(args)))
+            read.append(read_point(name, source, capture_options(args), provisional))
         except CaptureError as exc:
             print(f"dcpdissect: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
