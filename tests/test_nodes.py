@@ -116,14 +116,17 @@ def test_the_points_swapped_negate_the_offset_and_keep_the_finding():
         (f.frame, f.fields["gap_frames"]) for f in forward.findings]
 
 
-def test_the_rule_is_catalogued_with_its_two_point_sample():
-    rule = RULES["message-lost-between-points"]
-    assert rule.family == "nodes" and (SAMPLES.parent / rule.sample).is_file()
-    other = SAMPLES.parent / rule.sample.replace("-active", "-replica")
+@pytest.mark.parametrize("rid", sorted(r.id for r in RULES.values() if r.family == "nodes"))
+def test_the_rule_is_catalogued_with_its_two_point_sample(rid):
+    rule = RULES[rid]
+    sample = SAMPLES.parent / rule.sample
+    assert sample.is_file()
+    swap = {"active": "replica", "replica": "active"}
+    stem, _, point = sample.stem.rpartition("-")
+    other = sample.with_name(f"{stem}-{swap[point]}.pcapng")
     assert other.is_file()
-    r = compare(read_point("replica", str(other)), read_point("active", str(SAMPLES.parent /
-                                                                          rule.sample)))
-    assert [f.rule for f in r.findings] == [rule.id]
+    r = compare(read_point(swap[point], str(other)), read_point(point, str(sample)))
+    assert [(f.rule, f.fields["point"]) for f in r.findings] == [(rule.id, point)]
 
 
 def test_cli_table_and_exit_code(capsys):
@@ -164,7 +167,7 @@ def test_cli_jsonl_matches_the_schema(capsys):
     import jsonschema
     schema = json.loads((SAMPLES.parent.parent / "docs" / "jsonl-schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
-    for name in ("forwarded", "dropped"):
+    for name in ("forwarded", "dropped", "ack-dropped"):
         main(["nodes", str(SAMPLES / f"{name}-replica.pcapng"),
               str(SAMPLES / f"{name}-active.pcapng"), "--format", "jsonl"])
         for line in capsys.readouterr().out.splitlines():
@@ -262,6 +265,9 @@ def test_cli_points_as_directories_globs_and_repeated_options(tmp_path, capsys):
         outputs.append([r for r in records if r["type"] in ("clock_offset", "finding")])
     assert outputs[0] == outputs[1] == outputs[2]
     assert [r.get("rule") for r in outputs[0]] == [None, "message-lost-between-points"]
+    # frame 21 of the whole file (tshark, see the README) is frame 21 - 12 of the 2nd file
+    finding = outputs[0][1]
+    assert (finding["frame"], finding["file"], finding["file_frame"]) == (21, str(files[1]), 9)
     assert main(["nodes", "--point", f"a={replica}"]) == 2
     assert "two capture points are compared, 1 given" in capsys.readouterr().err
 
@@ -304,3 +310,59 @@ def test_the_address_in_every_connection_is_the_points_node():
     assert node_address(point, "a", [], {}) == "10.0.0.2"
     assert node_address(read_point("r", str(SAMPLES / "forwarded-replica.pcapng")), "a",
                         [], {}) is None
+
+
+ACK = "couchbase.magic==0x81 && couchbase.opcode==0x56"
+ACK_MARKER = "couchbase.opcode==0x56 && couchbase.extras.flags.dcp_snapshot_marker_ack==1"
+
+
+@pytest.mark.tshark
+def test_a_snapshot_ack_the_relay_dropped_is_reported_with_the_frames_of_both_points(tmp_path):
+    """ack-dropped: the consumer acknowledged the takeover marker (the replica's capture
+    has the response), the relay did not forward it (the active node's has none, though
+    both have the marker and the consumer's noop answer after it). One finding, of the
+    snapshot rule rather than the generic one, at the replica's frames, citing the active
+    node's; the same with the clock shifted and with the points swapped."""
+    replica = SAMPLES / "ack-dropped-replica.pcapng"
+    active = SAMPLES / "ack-dropped-active.pcapng"
+    assert tshark_frames(active, ACK) == []
+    [ack] = tshark_frames(replica, ACK)
+    [marker] = tshark_frames(replica, ACK_MARKER)
+    [other_marker] = tshark_frames(active, ACK_MARKER)
+    before = tshark_frames(active, "couchbase.magic==0x80 && couchbase.opcode==0x53")
+    after = tshark_frames(active, "couchbase.magic==0x81 && couchbase.opcode==0x5c")
+    a, b = read_point("replica", str(replica)), read_point("active", str(shifted(
+        tmp_path, "ack-dropped", "2.5")))
+    for r in (compare(a, b), compare(b, a)):
+        assert [(f.rule, f.frame, f.vbucket, f.opaque) for f in r.findings] == [
+            ("snapshot-ack-lost-between-points", ack, 5, 0x1000)]
+        f = r.findings[0]
+        assert (f.fields["point"], f.fields["other_point"]) == ("replica", "active")
+        assert (f.fields["marker_frame"], f.fields["other_marker_frame"]) == (marker,
+                                                                              other_marker)
+        assert f.fields["gap_frames"] == before + after
+
+
+@pytest.mark.tshark
+def test_snapshot_acks_that_arrived_raise_nothing():
+    """acked: the same takeover through the relay, the ack forwarded (tshark: one ack at
+    each point); forwarded and delayed have no marker asking for one."""
+    for point in ("replica", "active"):
+        assert len(tshark_frames(SAMPLES / f"acked-{point}.pcapng", ACK)) == 1
+    for name in ("acked", "forwarded", "delayed"):
+        r = report(name)
+        assert r.offset is not None and r.findings == [], name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NETNS_SKIP is not None, reason=f"no network namespaces: {NETNS_SKIP}")
+def test_live_relay_ack_drop_is_found_again(tmp_path):
+    """The harness rebuilds ack-dropped: the relay really withheld the consumer's ack, and
+    the two new captures report it at the replica's frame."""
+    multinode.SAMPLES["ack-dropped"](tmp_path)
+    r = compare(read_point("replica", str(tmp_path / "ack-dropped-replica.pcapng")),
+                read_point("active", str(tmp_path / "ack-dropped-active.pcapng")))
+    assert [len(m) for m in r.pairings[0].a.messages] == [4, 6]
+    assert [len(m) for m in r.pairings[0].b.messages] == [3, 6]
+    assert [(f.rule, f.vbucket) for f in r.findings] == [("snapshot-ack-lost-between-points",
+                                                         5)]

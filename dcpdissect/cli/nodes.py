@@ -20,14 +20,16 @@ def register(sub) -> None:
                     "by their DCP connection name), the offset of the second capture's clock "
                     "from the first's with the bound that sending-before-receiving allows, "
                     "the lag of each producer message between the points per vbucket, and "
-                    "the messages sent at one point that never reached the other. Exit code "
-                    "1 when a message was lost.",
+                    "the messages sent at one point that never reached the other (a "
+                    "snapshot's ack among them). A point may be several ring-buffer files. "
+                    "Exit code 1 when a message was lost.",
         **with_examples(
             "dcpdissect nodes replica=samples/multinode/delayed-replica.pcapng "
             "active=samples/multinode/delayed-active.pcapng",
             "dcpdissect nodes samples/multinode/dropped-replica.pcapng "
             "samples/multinode/dropped-active.pcapng --format jsonl",
-            "dcpdissect nodes --point replica='ring/replica_*.pcapng' --point active=active/"))
+            "dcpdissect nodes samples/multinode/ack-dropped-replica.pcapng "
+            "--point active='samples/multinode/ack-dropped-active*'"))
     p.add_argument("points", nargs="*", metavar="[NAME=]PATH",
                    help="a capture point: its pcap or pcapng file (gzip allowed), or a "
                         "directory or quoted glob of its ring-buffer files (read as one "

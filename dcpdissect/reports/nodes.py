@@ -90,7 +90,8 @@ def _transit_record(t: Transit, names: dict[str, str]) -> dict:
 
 def nodes_records(r: NodesReport) -> list[dict]:
     """``clock_offset``, ``connection_pair``, then the ``lag`` of every producer stream
-    message seen at both points and the ``finding`` records, in time order."""
+    message seen at both points and the ``finding`` records, in time order (a finding at
+    a point read from several files with its ``file`` and ``file_frame``)."""
     names = {"a": r.a.name, "b": r.b.name}
     o = r.offset
     out = [{"type": "clock_offset", "ts_ns": r.a.summary.first_ts_ns, "point": r.b.name,
@@ -108,6 +109,8 @@ def nodes_records(r: NodesReport) -> list[dict]:
                     "low_ns": bound and bound.low, "high_ns": bound and bound.high})
     timed = [(t.ts_ns, _transit_record(t, names)) for t in r.transits
              if t.direction != C2S and t.sent.vbucket is not None]
-    timed += [(f.ts_ns or 0, finding_record(f)) for f in r.findings]
+    points = {r.a.name: r.a, r.b.name: r.b}
+    timed += [(f.ts_ns or 0, finding_record(f, where=points[f.fields["point"]].summary.locate(
+        f.frame))) for f in r.findings]
     out += [rec for _, rec in sorted(timed, key=lambda x: x[0])]
     return out
