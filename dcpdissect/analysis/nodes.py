@@ -378,6 +378,8 @@ def _acked_marker(pairing: Pairing, m: Message, consumer: PointConnection,
 def _lost_ack(marker: tuple[Message, Message], m: Message, before: Message, after: Message,
               sender: PointConnection, receiver: PointConnection, direction: int,
               names: tuple[str, str]) -> Finding:
+    """:func:`_lost`'s finding for a lost snapshot ack: the ack and its marker at the
+    consumer's point, the marker and the gap at the producer's."""
     mine, theirs = marker
     return Finding(
         SNAPSHOT_ACK_LOST_BETWEEN_POINTS.id,

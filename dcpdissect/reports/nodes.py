@@ -9,7 +9,7 @@ from tabulate import tabulate
 from ..analysis.nodes import C2S, NodesReport, Pairing, PointConnection, Transit
 from ..protocol import OPCODE_NAMES
 from .connections import _address
-from .findings import finding_record
+from .findings import finding_record, frame_files_lines
 from .messages import iso_time
 
 
@@ -66,6 +66,10 @@ def nodes_text(r: NodesReport) -> str:
                               headers=("frame", "point", "vb", "rule", "message")))
     else:
         lines.append("no message lost between the points")
+    for point in (r.a, r.b):
+        if point.summary.frame_files:
+            lines += ["", f"files of {point.name} (its frames are numbered across them)",
+                      *frame_files_lines(point.summary)]
     return "\n".join(lines) + "\n"
 
 
