@@ -23,7 +23,11 @@ sent, the downstream point did not see it arrive, and messages of the same direc
 and after it were seen at both (so the downstream capture covered that time and that part
 of the stream). Only relayed legs are judged: on one TCP connection the kernel retransmits
 until the bytes arrive, so a message missing there is a capture's loss, not the network's;
-a downstream direction with bytes the capture missed is not judged either.
+a downstream direction with bytes the capture missed is not judged either. A consumer's
+ack of a snapshot marker with the Ack flag lost so (the marker seen at both points) is
+reported as such, with the marker's frames at both points.
+
+A point given no name is named by its node's address (:func:`node_address`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from statistics import median
 
+from ..codec.decode import decode
 from ..codec.header import peek
-from ..protocol import HEADER_SIZE, ITEM_OPCODES, OPCODE_NAMES, REQUEST_MAGICS, STREAM_OPCODES
+from ..protocol import (HEADER_SIZE, ITEM_OPCODES, OPCODE_NAMES, REQUEST_MAGICS, SNAPSHOT_ACK,
+                        STREAM_OPCODES, opcode_code)
 from ..reassembly.connections import ConnectionOpened
 from ..reassembly.framing import LostPdu, Pdu
 from ..reassembly.pdus import Options, Summary, iter_events
@@ -42,9 +48,10 @@ from ..reassembly.tcp import StreamGap
 from ..reassembly.tcp_streams import TcpStreams
 from .findings import Finding
 from .negotiation import DCP_OPEN
-from .rules.nodes import MESSAGE_LOST_BETWEEN_POINTS
+from .rules.nodes import MESSAGE_LOST_BETWEEN_POINTS, SNAPSHOT_ACK_LOST_BETWEEN_POINTS
 
 C2S, S2C = 0, 1
+MARKER = opcode_code("DcpSnapshotMarker")
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,9 @@ class Message:
     opcode: int
     vbucket: int | None         # stream requests only (marker, items, stream end, ...)
     seqno: int | None           # items only
+    request: bool
+    opaque: int
+    asks_ack: bool              # a snapshot marker with the Ack flag
 
 
 @dataclass
@@ -75,11 +85,14 @@ class PointConnection:
 
 @dataclass
 class Point:
-    """One capture point: its name, file and MCBP connections."""
+    """One capture point: its name, file (or file set) and MCBP connections. A name that
+    is ``provisional`` (the file's) gives way to the point's node address when its
+    connections decide it (:func:`node_address`)."""
     name: str
     path: str
     connections: list[PointConnection]
     summary: Summary
+    provisional: bool = False
 
 
 class _SegmentLog(TcpStreams):
@@ -105,8 +118,10 @@ def _message(pdu: Pdu) -> Message:
     if vbucket is not None and head.opcode in ITEM_OPCODES and head.extlen >= 8:
         at = HEADER_SIZE + head.framing_len        # by_seqno: the items' first extras field
         seqno = int.from_bytes(pdu.data[at:at + 8], "big")
+    asks_ack = (request and head.opcode == MARKER
+                and bool(decode(pdu.data).fields.get("flags", 0) & SNAPSHOT_ACK))
     return Message(pdu.frame, pdu.ts_ns, hashlib.blake2b(pdu.data, digest_size=16).digest(),
-                   head.opcode, vbucket, seqno)
+                   head.opcode, vbucket, seqno, request, head.opaque, asks_ack)
 
 
 def _dcp_name(pdu: Pdu) -> str | None:
@@ -117,8 +132,10 @@ def _dcp_name(pdu: Pdu) -> str | None:
     return pdu.data[at:at + head.keylen].decode("utf-8", "replace")
 
 
-def read_point(name: str, path: str, options: Options | None = None) -> Point:
-    """The MCBP connections of one capture file (raises ``CaptureError`` on a bad one)."""
+def read_point(name: str, path, options: Options | None = None,
+               provisional: bool = False) -> Point:
+    """The MCBP connections of one capture file or
+    :class:`~dcpdissect.capture.fileset.FileSet` (raises ``CaptureError`` on a bad one)."""
     log = _SegmentLog()
     options = Options(**{**(vars(options) if options else {}), "tcp_streams": log})
     summary = Summary()
@@ -145,7 +162,8 @@ def read_point(name: str, path: str, options: Options | None = None) -> Point:
         for src, seq, length, frame, ts in log.data.get(conn.conversation, ()):
             direction = C2S if src == conn.client else S2C
             conn.segments[direction].setdefault((seq, length), (frame, ts))
-    return Point(name, path, sorted(conns.values(), key=lambda c: c.conn), summary)
+    return Point(name, str(path), sorted(conns.values(), key=lambda c: c.conn), summary,
+                 provisional)
 
 
 # --- pairing --------------------------------------------------------------------------------
@@ -332,9 +350,50 @@ def lost_messages(pairing: Pairing, bound: Bound, names: tuple[str, str]) -> lis
         sent, got = sender.messages[d], receiver.messages[d]
         for (i0, j0), (i1, j1) in zip(pairs, pairs[1:]):
             for k in range(i0 + 1, i1):
-                out.append(_lost(sent[k], got[j0], got[j1], sender, receiver, d,
-                                 names if up == "a" else names[::-1]))
+                gap = (sent[k], got[j0], got[j1], sender, receiver, d,
+                       names if up == "a" else names[::-1])
+                marker = _acked_marker(pairing, sent[k], sender, receiver) if d == C2S else None
+                out.append(_lost(*gap) if marker is None else _lost_ack(marker, *gap))
     return out
+
+
+def _acked_marker(pairing: Pairing, m: Message, consumer: PointConnection,
+                  producer: PointConnection) -> tuple[Message, Message] | None:
+    """The snapshot marker with the Ack flag that the consumer's response ``m``
+    acknowledges, as the consumer's point and the producer's point saw it: the last one of
+    the response's opaque seen at both, before the response; None for any other message."""
+    if m.request or m.opcode != MARKER:
+        return None
+    mine, theirs = (0, 1) if consumer is pairing.a else (1, 0)
+    found = None
+    for pair in pairing.matched[S2C]:
+        marker = consumer.messages[S2C][pair[mine]]
+        if marker.ts_ns > m.ts_ns:
+            break
+        if marker.asks_ack and marker.opaque == m.opaque:
+            found = marker, producer.messages[S2C][pair[theirs]]
+    return found
+
+
+def _lost_ack(marker: tuple[Message, Message], m: Message, before: Message, after: Message,
+              sender: PointConnection, receiver: PointConnection, direction: int,
+              names: tuple[str, str]) -> Finding:
+    """:func:`_lost`'s finding for a lost snapshot ack: the ack and its marker at the
+    consumer's point, the marker and the gap at the producer's."""
+    mine, theirs = marker
+    return Finding(
+        SNAPSHOT_ACK_LOST_BETWEEN_POINTS.id,
+        f"the ack of vb {mine.vbucket}'s snapshot marker (opaque {m.opaque:#x}) sent at "
+        f"{names[0]} frame {m.frame} (conn {sender.conn}, the marker at frame {mine.frame}) "
+        f"never reached {names[1]}: conn {receiver.conn} has the marker asking for it at "
+        f"frame {theirs.frame} and the consumer's messages before and after the ack, frames "
+        f"{before.frame} and {after.frame}",
+        m.frame, (m.frame,), m.ts_ns, sender.conn, mine.vbucket, m.opaque,
+        fields={"point": names[0], "direction": "c2s", "opcode": m.opcode,
+                "marker_frame": mine.frame, "other_point": names[1],
+                "other_connection": receiver.conn, "other_marker_frame": theirs.frame,
+                "gap_frames": [before.frame, after.frame]},
+        context=(mine.frame,))
 
 
 def _lost(m: Message, before: Message, after: Message, sender: PointConnection,
@@ -352,6 +411,42 @@ def _lost(m: Message, before: Message, after: Message, sender: PointConnection,
                 "opcode": m.opcode, "seqno": m.seqno, "other_point": names[1],
                 "other_connection": receiver.conn,
                 "gap_frames": [before.frame, after.frame]})
+
+
+# --- naming a point by its node ---------------------------------------------------------
+
+def local_addresses(point: Point) -> set[str]:
+    """The addresses found in every connection of the point (none without connections)."""
+    ends = [{c.client[0], c.server[0]} for c in point.connections]
+    return set.intersection(*ends) if ends else set()
+
+
+def node_address(point: Point, side: str, pairings: list[Pairing],
+                 bounds: dict[int, Bound]) -> str | None:
+    """The address of the node the point captured on (``side``: 'a' or 'b' in the
+    pairings): the one address in every connection of its capture; when there are two (a
+    capture of one connection), the one at the point's end of its paired connections, the
+    client's when the bounds put the point nearer the client. None when not decided."""
+    candidates = local_addresses(point)
+    if len(candidates) > 1:
+        ends = set()
+        for k, bound in bounds.items():
+            conn = getattr(pairings[k], side)
+            ends.add((conn.client if bound.a_nearer_client == (side == "a") else conn.server)[0])
+        candidates &= ends
+    return next(iter(candidates)) if len(candidates) == 1 else None
+
+
+def _name_points(a: Point, b: Point, pairings: list[Pairing], bounds: dict[int, Bound]) -> None:
+    """Provisional names replaced by the node addresses decided, unless that gives both
+    points one name."""
+    found = {side: node_address(pt, side, pairings, bounds) if pt.provisional else None
+             for side, pt in (("a", a), ("b", b))}
+    if (found["a"] or a.name) == (found["b"] or b.name):
+        return
+    for side, pt in (("a", a), ("b", b)):
+        if found[side] is not None:
+            pt.name, pt.provisional = found[side], False
 
 
 # --- two points together --------------------------------------------------------------------
@@ -374,6 +469,7 @@ def compare(a: Point, b: Point) -> NodesReport:
     bounds = {k: bd for k, p in enumerate(pairings) if (bd := pair_bound(p)) is not None}
     offset = clock_offset(list(bounds.values()))
     moved, findings = [], []
+    _name_points(a, b, pairings, bounds if offset is not None else {})
     if offset is not None:
         for k, bound in bounds.items():
             moved += transits(pairings[k], bound, offset)

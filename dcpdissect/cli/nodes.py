@@ -20,40 +20,72 @@ def register(sub) -> None:
                     "by their DCP connection name), the offset of the second capture's clock "
                     "from the first's with the bound that sending-before-receiving allows, "
                     "the lag of each producer message between the points per vbucket, and "
-                    "the messages sent at one point that never reached the other. Exit code "
-                    "1 when a message was lost.",
+                    "the messages sent at one point that never reached the other (a "
+                    "snapshot's ack among them). A point may be several ring-buffer files. "
+                    "Exit code 1 when a message was lost.",
         **with_examples(
             "dcpdissect nodes replica=samples/multinode/delayed-replica.pcapng "
             "active=samples/multinode/delayed-active.pcapng",
             "dcpdissect nodes samples/multinode/dropped-replica.pcapng "
-            "samples/multinode/dropped-active.pcapng --format jsonl"))
-    p.add_argument("points", nargs=2, metavar="[NAME=]FILE",
-                   help="a capture point: its pcap or pcapng file (gzip allowed), named NAME "
-                        "(default: the file's name)")
+            "samples/multinode/dropped-active.pcapng --format jsonl",
+            "dcpdissect nodes samples/multinode/ack-dropped-replica.pcapng "
+            "--point active='samples/multinode/ack-dropped-active*'"))
+    p.add_argument("points", nargs="*", metavar="[NAME=]PATH",
+                   help="a capture point: its pcap or pcapng file (gzip allowed), or a "
+                        "directory or quoted glob of its ring-buffer files (read as one "
+                        "capture), named NAME (default: its node's address, the one in "
+                        "every connection it saw, else the file's name)")
+    p.add_argument("--point", action="append", default=[], metavar="NAME=PATH",
+                   help="a capture point as above; given again with the same NAME, one more "
+                        "file, directory or glob of that point")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
     add_output_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_nodes)
 
 
-def _point(text: str) -> tuple[str, str]:
+def _point(text: str) -> tuple[str | None, str]:
     name, eq, path = text.partition("=")
     if eq and name and not Path(text).exists():
         return name, path
-    return Path(text).name.split(".")[0], text
+    return None, text
+
+
+def capture_points(positional: list[str], options: list[str]) -> list[tuple]:
+    """The capture points given, in order: (name, source, provisional), the source one
+    file or a :class:`~dcpdissect.capture.fileset.FileSet`; the paths of ``--point`` options
+    with one NAME make one point. A point without a NAME is named provisionally by its
+    first file (``-2`` added when the other point's name is the same)."""
+    from ..capture.fileset import FileSet, capture_files
+    paths: dict = {}
+    for k, text in enumerate([*positional, *options]):
+        name, path = _point(text)
+        paths.setdefault(name if name is not None else (k, path), []).append(path)
+    out, taken = [], {key for key in paths if isinstance(key, str)}
+    for key, given in paths.items():
+        files = capture_files(given) or given
+        source = files[0] if len(files) == 1 else FileSet(files)
+        name = key if isinstance(key, str) else Path(files[0]).name.split(".")[0]
+        if not isinstance(key, str):
+            name = name if name not in taken else f"{name}-{len(out) + 1}"
+            taken.add(name)
+        out.append((name, source, not isinstance(key, str)))
+    return out
 
 
 def cmd_nodes(args) -> int:
     from ..analysis.nodes import compare, read_point
     from ..reports.nodes import nodes_records, nodes_text
 
-    points = [_point(p) for p in args.points]
-    if points[0][0] == points[1][0]:
-        points = [(f"{name}-{k}", path) for k, (name, path) in enumerate(points, 1)]
+    points = capture_points(args.points, args.point)
+    if len(points) != 2:
+        print(f"dcpdissect nodes: error: two capture points are compared, {len(points)} "
+              "given", file=sys.stderr)
+        return EXIT_BAD_INPUT
     read = []
-    for name, path in points:
+    for name, source, provisional in points:
         try:
-            read.append(read_point(name, path, capture_options(args)))
+            read.append(read_point(name, source, capture_options(args), provisional))
         except CaptureError as exc:
             print(f"dcpdissect: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -16,7 +16,7 @@ _FAMILY_TITLES = {
     "tls": "TLS connections decrypted with --tls-keylog, and those that cannot be",
     "nodes": "what only two capture points of the same traffic decide (`dcpdissect nodes`); "
              "the sample is the capture whose frame is reported, the other point is named "
-             "like it with `-replica`",
+             "like it with `-active` and `-replica` swapped",
 }
 
 

@@ -9,7 +9,7 @@ from tabulate import tabulate
 from ..analysis.nodes import C2S, NodesReport, Pairing, PointConnection, Transit
 from ..protocol import OPCODE_NAMES
 from .connections import _address
-from .findings import finding_record
+from .findings import finding_record, frame_files_lines
 from .messages import iso_time
 
 
@@ -66,6 +66,10 @@ def nodes_text(r: NodesReport) -> str:
                               headers=("frame", "point", "vb", "rule", "message")))
     else:
         lines.append("no message lost between the points")
+    for point in (r.a, r.b):
+        if point.summary.frame_files:
+            lines += ["", f"files of {point.name} (its frames are numbered across them)",
+                      *frame_files_lines(point.summary)]
     return "\n".join(lines) + "\n"
 
 
@@ -90,7 +94,8 @@ def _transit_record(t: Transit, names: dict[str, str]) -> dict:
 
 def nodes_records(r: NodesReport) -> list[dict]:
     """``clock_offset``, ``connection_pair``, then the ``lag`` of every producer stream
-    message seen at both points and the ``finding`` records, in time order."""
+    message seen at both points and the ``finding`` records, in time order (a finding at
+    a point read from several files with its ``file`` and ``file_frame``)."""
     names = {"a": r.a.name, "b": r.b.name}
     o = r.offset
     out = [{"type": "clock_offset", "ts_ns": r.a.summary.first_ts_ns, "point": r.b.name,
@@ -108,6 +113,8 @@ def nodes_records(r: NodesReport) -> list[dict]:
                     "low_ns": bound and bound.low, "high_ns": bound and bound.high})
     timed = [(t.ts_ns, _transit_record(t, names)) for t in r.transits
              if t.direction != C2S and t.sent.vbucket is not None]
-    timed += [(f.ts_ns or 0, finding_record(f)) for f in r.findings]
+    points = {r.a.name: r.a, r.b.name: r.b}
+    timed += [(f.ts_ns or 0, finding_record(f, where=points[f.fields["point"]].summary.locate(
+        f.frame))) for f in r.findings]
     out += [rec for _, rec in sorted(timed, key=lambda x: x[0])]
     return out

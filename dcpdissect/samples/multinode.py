@@ -15,6 +15,10 @@ chosen per sample:
   were made on has no netem qdisc.)
 - ``dropped``: the relay forwards at once but drops one producer message
   (:func:`dropped_message`).
+- ``acked``: the relay forwards a takeover stream (:func:`takeover`) whose snapshot
+  marker asks for an ack, and the consumer's ack, at once.
+- ``ack-dropped``: the relay does not forward the consumer's ack; the producer, waiting for
+  it, sends no vbucket state.
 
 ``python -m dcpdissect.samples.multinode samples/multinode`` rebuilds them and their README
 (root, dumpcap, tshark, editcap, capinfos and ``ip netns``). The captures share this host's clock: a
@@ -29,16 +33,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..codec import encode
 from ..codec.header import peek
+from .dsl import Script, dcp_open, doc, failover, marker, mutation, ok, stream_req
 from .realnet import Capture, Marker, Namespaces, NamespaceNet, missing
 from .replay import Connection, Event, Player
-from .scenarios_basic import replication
+from .scenarios_basic import CONSUMER, PRODUCER_11209, REPLICATION_NAME, replication
 
 SIDES = {"10.0.0.2": "client", "10.0.0.1": "server"}     # the replica, the active node
 POINTS = {"client": "replica", "server": "active"}         # capture file suffix per side
 DELAYS_MS = {0: 20, 1: 50, 2: 5}    # the relay's delay per vbucket in ``delayed``
 RELAY_AT = "192.0.2.254"            # the router's address on the replica's side
 DROPPED = (1, 2)                    # (vbucket, seqno) of the mutation dropped in ``dropped``
+TAKEOVER = (5, 0x1000)              # the vbucket and opaque of the takeover stream
+ACK = ok(0x56, TAKEOVER[1])         # the consumer's ack of the snapshot marker
 
 
 def dropped_message(script) -> bytes:
@@ -48,6 +56,32 @@ def dropped_message(script) -> bytes:
     return next(m for d, _, m in script.messages
                 if d == "s2c" and m[1] == 0x57 and peek(m).specific == vbucket
                 and int.from_bytes(m[24:32], "big") == seqno)
+
+
+def takeover(ack_arrives: bool) -> Script:
+    """A takeover stream of one vbucket (the stream request's takeover flag): in
+    TakeoverSend kv_engine's ActiveStream::snapshot sets the Ack flag on the marker and
+    counts it in waitForSnapshot; PassiveStream::handleSnapshotEnd answers it with a
+    success response once the snapshot's end item is processed; the producer sends the
+    vbucket's pending state only when no ack is awaited. A noop answered comes between.
+    ``ack_arrives`` False: the ack does not reach the producer, which sends no state."""
+    vb, opaque = TAKEOVER
+    s = Script(CONSUMER, PRODUCER_11209)
+    s.c2s(dcp_open(REPLICATION_NAME, 0x25, 1))
+    s.s2c(ok(0x50, 1))
+    s.c2s(stream_req(vb, opaque, flags=0x1))
+    s.s2c(failover(opaque, (0x5A5A000000000005, 0)))
+    s.s2c(marker(vb, opaque, 0, 2, "memory+checkpoint+ack"),
+          mutation(vb, opaque, 1, "airline_10", doc(1)),
+          mutation(vb, opaque, 2, "airline_11", doc(2)))
+    s.c2s(ACK)
+    s.s2c(encode(0x5C, opaque=0x20))
+    s.c2s(ok(0x5C, 0x20))
+    if ack_arrives:
+        s.s2c(encode(0x5B, {"state": 3}, vbucket=vb, opaque=opaque))
+        s.c2s(ok(0x5B, opaque))
+    s.conv.close()
+    return s
 
 
 class TwoPoints:
@@ -87,7 +121,7 @@ class TwoPoints:
 class RelayedPlayer(Player):
     """A :class:`Player` whose consumer connects to the relay at ``relay_at`` (ip, port)
     instead of the producer; the producer accepts the relay's connection. ``drop``: the
-    producer message the relay does not forward."""
+    message the relay does not forward (either way)."""
 
     def __init__(self, scripts, net, relay_at: tuple[str, int], drop: bytes | None = None):
         super().__init__(scripts, net)
@@ -106,7 +140,7 @@ class RelayedPlayer(Player):
                                                  {"c2s": client, "s2c": accepted})
 
     def delivered(self, ev: Event) -> bytes:
-        if self.drop is None or ev.direction != "s2c" or self.drop not in ev.frames:
+        if self.drop is None or self.drop not in ev.frames:
             return ev.data
         frames = ev.frames
         frames.remove(self.drop)
@@ -121,7 +155,12 @@ def forwarded(out: Path) -> None:
 
 def relayed(out: Path, name: str, delays: dict[int, int], drop: bool) -> None:
     script = replication()
-    dropped = dropped_message(script) if drop else None
+    relay_script(out, name, script, delays, dropped_message(script) if drop else None)
+
+
+def relay_script(out: Path, name: str, script: Script, delays: dict[int, int],
+                 dropped: bytes | None) -> None:
+    """``script`` played through the relay, which delays and drops as told."""
     server = f"{script.conv.server.ip}:{script.conv.server.port}"
     with TwoPoints() as lab:
         cmd = ["ip", "netns", "exec", lab.spaces.ns["router"], sys.executable, "-m",
@@ -152,12 +191,19 @@ HOW = {
                + ", ".join(f"vbucket {vb} {ms} ms" for vb, ms in DELAYS_MS.items()),
     "dropped": "the relay forwards at once, but not the producer's DcpMutation of vbucket "
                f"{DROPPED[0]} seqno {DROPPED[1]}",
+    "acked": f"the relay forwards at once a takeover stream of vbucket {TAKEOVER[0]}: a "
+             "snapshot marker with the Ack flag, the consumer's ack, the vbucket's pending "
+             "state",
+    "ack-dropped": "the same, but the relay does not forward the consumer's ack (and the "
+                   "producer, still waiting for it, sends no vbucket state)",
 }
 
 SAMPLES = {
     "forwarded": forwarded,
     "delayed": lambda out: relayed(out, "delayed", DELAYS_MS, drop=False),
     "dropped": lambda out: relayed(out, "dropped", {}, drop=True),
+    "acked": lambda out: relay_script(out, "acked", takeover(True), {}, None),
+    "ack-dropped": lambda out: relay_script(out, "ack-dropped", takeover(False), {}, ACK),
 }
 
 
@@ -211,7 +257,8 @@ def readme(out: Path) -> str:
         "# Two-point captures",
         "",
         "One clean replication (`scenarios_basic.replication`: the replica 10.0.0.2 streams",
-        "vbuckets 0, 1 and 2 from the active node 10.0.0.1:11209) played over real kernel TCP",
+        "vbuckets 0, 1 and 2 from the active node 10.0.0.1:11209; in `acked` and `ack-dropped`",
+        "a takeover stream of vbucket 5, `multinode.takeover`) played over real kernel TCP",
         "between two network namespaces with a router namespace between them, and captured at",
         "two points at once: dumpcap on the replica's veth (`*-replica.pcapng`) and on the",
         "active node's veth (`*-active.pcapng`), full snaplen, no segmentation offload.",
@@ -231,8 +278,25 @@ def readme(out: Path) -> str:
         f"`dropped-replica.pcapng` has vbucket {vb}'s seqno {seqno - 1} in frame "
         f"{', '.join(around[0])} and seqno {seqno + 1} in frame {', '.join(around[1])}, and",
         f"no seqno {seqno} (`tshark -d tcp.port==11209,couchbase -Y '{mutation}{seqno}'`).",
+        *_ack_lines(out),
         "",
     ])
+
+
+def _ack_lines(out: Path) -> list[str]:
+    """Where ``ack-dropped``'s marker and ack are, by tshark."""
+    ack = "couchbase.magic==0x81 && couchbase.opcode==0x56"
+    marker = "couchbase.opcode==0x56 && couchbase.extras.flags.dcp_snapshot_marker_ack==1"
+    frames = {(point, what): ", ".join(_tshark(out / f"ack-dropped-{point}.pcapng", "-Y", flt,
+                                               "-T", "fields", "-e", "frame.number")) or "none"
+              for point in POINTS.values() for what, flt in (("ack", ack), ("marker", marker))}
+    return [
+        "In `ack-dropped`, the marker with the Ack flag is frame "
+        f"{frames['replica', 'marker']} of `ack-dropped-replica.pcapng` and frame",
+        f"{frames['active', 'marker']} of `ack-dropped-active.pcapng`; the consumer's ack is "
+        f"frame {frames['replica', 'ack']} of the first and",
+        f"{frames['active', 'ack']} in the second (`-Y '{ack}'`).",
+    ]
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 ``python -m dcpdissect.samples.relay LISTEN CONNECT [--delay VB=MS ...] [--drop HEX]``
 accepts one connection on ``LISTEN`` (ip:port), connects to ``CONNECT`` and forwards both
-byte streams, as a proxy does. The producer's stream is re-framed into MCBP messages: a DCP
-stream message of a vbucket given ``--delay`` is forwarded that many milliseconds after the
-relay received it, and the first message equal to ``--drop`` (its bytes in hex) is not
+byte streams, as a proxy does, re-framed into MCBP messages: a producer's DCP stream message
+of a vbucket given ``--delay`` is forwarded that many milliseconds after the relay received
+it, and the first message equal to ``--drop`` (its bytes in hex), either way, is not
 forwarded. Prints ``ready`` once listening; exits when both directions have ended.
 """
 
@@ -23,12 +23,6 @@ from ..protocol import HEADER_SIZE, REQUEST_MAGICS, STREAM_OPCODES
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host, int(port)
-
-
-def _forward(src: socket.socket, dst: socket.socket) -> None:
-    while chunk := src.recv(1 << 16):
-        dst.sendall(chunk)
-    dst.shutdown(socket.SHUT_WR)
 
 
 def _delay(message: bytes, delays: dict[int, float]) -> float:
@@ -80,7 +74,8 @@ def relay(listen: tuple[str, int], connect: tuple[str, int], delays: dict[int, f
     upstream = socket.create_connection(connect)
     for sock in (downstream, upstream):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    to_producer = threading.Thread(target=_forward, args=(downstream, upstream))
+    to_producer = threading.Thread(target=_forward_framed,
+                                   args=(downstream, upstream, {}, drop))
     to_producer.start()
     _forward_framed(upstream, downstream, delays, drop)
     to_producer.join()
@@ -95,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("connect", type=_address, help="ip:port of the producer")
     p.add_argument("--delay", type=_vbucket_delay, action="append", default=[],
                    metavar="VB=MS", help="forward this vbucket's stream messages MS ms late")
-    p.add_argument("--drop", type=bytes.fromhex, help="the producer message not to forward (hex)")
+    p.add_argument("--drop", type=bytes.fromhex, help="the message not to forward (hex)")
     args = p.parse_args(argv)
     relay(args.listen, args.connect, dict(args.delay), args.drop)
     return 0

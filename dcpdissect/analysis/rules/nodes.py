@@ -1,8 +1,8 @@
 """Rules that only several capture points decide (:mod:`dcpdissect.analysis.nodes`).
 
 Their samples are pairs of captures under ``samples/multinode/``: the rule's sample is the
-capture it reports frames of; the other point is named like it with ``-replica`` for
-``-active``.
+capture it reports frames of; the other point is named like it with ``-active`` and
+``-replica`` swapped.
 """
 
 from .model import ERROR, family
@@ -19,4 +19,17 @@ MESSAGE_LOST_BETWEEN_POINTS = rule(
     "a rollback); on one TCP connection the kernel retransmits, so only relayed legs are "
     "judged", "multinode/dropped-active.pcapng")
 
-RULES = (MESSAGE_LOST_BETWEEN_POINTS,)
+SNAPSHOT_ACK_LOST_BETWEEN_POINTS = rule(
+    "snapshot-ack-lost-between-points", ERROR,
+    "a snapshot acknowledged at the consumer's capture point never reached the producer's, "
+    "which saw the marker asking for it and the consumer's messages after the ack",
+    "engines/ep/src/dcp/passive_stream.cc PassiveStream::handleSnapshotEnd answers a marker "
+    "with the Ack flag (0x08) by a success response once the snapshot's end item is "
+    "processed; active_stream.cc ActiveStream sets the flag in TakeoverSend and counts it in "
+    "waitForSnapshot, and sends the vbucket's new state only when no ack is awaited: an ack "
+    "lost between the relay's legs stalls the takeover (the rebalance's vbucket move) with "
+    "both ends believing they did their part; judged on relayed legs, as "
+    "message-lost-between-points (which it replaces for that message)",
+    "multinode/ack-dropped-replica.pcapng")
+
+RULES = (MESSAGE_LOST_BETWEEN_POINTS, SNAPSHOT_ACK_LOST_BETWEEN_POINTS)
