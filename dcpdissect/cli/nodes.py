@@ -8,7 +8,7 @@ from pathlib import Path
 from ..capture.readers import CaptureError
 from ..reports.messages import jsonl_line
 from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, add_capture_options,
-                     add_output_option, capture_options, open_output, with_examples)
+                     add_output_option, capture_options, open_output, os_error, with_examples)
 
 
 def register(sub) -> None:
@@ -39,6 +39,14 @@ def register(sub) -> None:
                    help="a capture point as above; given again with the same NAME, one more "
                         "file, directory or glob of that point")
     p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--evidence", metavar="DIR|FILE.zip|FILE.tar.gz",
+                   help="write a bug-report bundle: per point a trimmed capture of the "
+                        "findings' connections with its frames.tsv, one Markdown report and "
+                        "the commands that compare them again; into a directory, or as one "
+                        "archive to attach")
+    p.add_argument("--redact", action="store_true",
+                   help="in the --evidence bundle, replace document keys and values by "
+                        "same-length pseudonyms, equal ones equal at both points")
     add_output_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_nodes)
@@ -82,6 +90,11 @@ def cmd_nodes(args) -> int:
         print(f"dcpdissect nodes: error: two capture points are compared, {len(points)} "
               "given", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.evidence:
+        from ..reports.evidence import check_evidence_dir
+        if problem := check_evidence_dir(args.evidence):
+            print(f"dcpdissect: error: --evidence {problem}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     read = []
     for name, source, provisional in points:
         try:
@@ -103,4 +116,30 @@ def cmd_nodes(args) -> int:
         out.close()
     for point in read:
         print(f"{point.name}: {point.summary.line()}", file=sys.stderr)
+    if args.evidence and _write_evidence(args, report, [source for _, source, _ in points]):
+        return EXIT_BAD_INPUT
     return EXIT_FINDINGS if report.findings else EXIT_OK
+
+
+def _write_evidence(args, report, sources) -> bool:
+    """``--evidence``: the bundle, said on stderr. Whether it could not be written."""
+    from ..reports.nodes_evidence import write_nodes_evidence
+    try:
+        bundle = write_nodes_evidence(report, sources, args.evidence, args.redact,
+                                      capture_options(args))
+    except OSError as exc:
+        print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
+        return True
+    if not bundle.points:
+        print(f"no findings: no evidence capture written (README.txt and report.md in "
+              f"{bundle.path} say so)", file=sys.stderr)
+        return False
+    print(f"evidence written to {bundle.path}: "
+          + ", ".join(f"{p.pcap} with {p.frames} frames" for p in bundle.points),
+          file=sys.stderr)
+    if bundle.unreproduced:
+        print("dcpdissect: warning: the evidence captures do not reproduce "
+              f"{len(bundle.unreproduced)} findings: "
+              + ", ".join(f"{f.rule} ({f.fields['point']} frame {f.frame})"
+                          for f in bundle.unreproduced), file=sys.stderr)
+    return False

@@ -181,7 +181,7 @@ def renumber(text: str, frame_map: dict[int, int]) -> str:
     return _FRAME_REF.sub(sub, text)
 
 
-def _write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool, comments=None):
+def write_pcap(cap: CaptureIndex, keep: set[int], dest: Path, redact: bool, comments=None):
     """Write the kept frames to ``dest`` (pcapng when they use several link types or
     ``comments`` is given; the suffix follows); the fragments of a kept reassembled packet are
     kept too. ``comments(frame_map)`` gives the packet comments by original frame number.
@@ -252,7 +252,7 @@ def _select(cap: CaptureIndex, chosen: list[Finding], work: Path, widen: bool, k
         keep |= cap.context_of(f)
     missing, step = list(chosen), 0
     while True:
-        pcap, frame_map, _ = _write_pcap(cap, keep, work / "trial", redact=False)
+        pcap, frame_map, _ = write_pcap(cap, keep, work / "trial", redact=False)
         missing = _unreproduced(cap, pcap, missing, frame_map, keylog)
         pcap.unlink()
         if not missing or not widen or step == len(STEPS) - 1:
@@ -278,28 +278,41 @@ def write_archive(path, findings: list[Finding], summary, archive, redact: bool 
                   options: Options | None = None) -> Bundle:
     """:func:`write_bundle` as one file to attach, ``.zip`` or ``.tar.gz`` (``.tgz``), its
     files in a folder named after it. The returned bundle's ``path`` is the archive."""
+    archive = Path(archive)
+    name = archive_folder(archive)
+    with tempfile.TemporaryDirectory(prefix="dcpdissect-bundle-") as work:
+        bundle = write_bundle(path, findings, summary, Path(work) / name, redact, options)
+        pack(bundle.path, archive)
+    return dataclasses.replace(bundle, path=archive,
+                               pcap=Path(name) / bundle.pcap.name if bundle.pcap else None)
+
+
+def archive_folder(archive: Path) -> str:
+    """The name of the folder an archive's files are in: the archive's, without suffix."""
+    suffix = next(a for a in ARCHIVES if archive.name.endswith(a))
+    return archive.name[:-len(suffix)] or "evidence"
+
+
+def pack(folder: Path, archive: Path) -> None:
+    """Write the directory ``folder`` (its files and subdirectories) as the archive
+    ``archive`` (``.zip`` or ``.tar.gz``), its files under :func:`archive_folder`."""
     import shutil
     import tarfile
     import zipfile
-    archive = Path(archive)
-    suffix = next(a for a in ARCHIVES if archive.name.endswith(a))
-    name = archive.name[:-len(suffix)] or "evidence"
-    with tempfile.TemporaryDirectory(prefix="dcpdissect-bundle-") as work:
-        bundle = write_bundle(path, findings, summary, Path(work) / name, redact, options)
-        part = archive.with_name(archive.name + ".part")
-        try:
-            if archive.name.endswith(".zip"):
-                with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
-                    for f in sorted(bundle.path.iterdir()):
-                        z.write(f, f"{name}/{f.name}")
-            else:
-                with tarfile.open(part, "w:gz") as t:
-                    t.add(bundle.path, name, filter=_anonymous)
-            shutil.move(part, archive)
-        finally:
-            part.unlink(missing_ok=True)
-    return dataclasses.replace(bundle, path=archive,
-                               pcap=Path(name) / bundle.pcap.name if bundle.pcap else None)
+    name = archive_folder(archive)
+    part = archive.with_name(archive.name + ".part")
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
+                for f in sorted(folder.rglob("*")):
+                    if f.is_file():
+                        z.write(f, f"{name}/{f.relative_to(folder).as_posix()}")
+        else:
+            with tarfile.open(part, "w:gz") as t:
+                t.add(folder, name, filter=_anonymous)
+        shutil.move(part, archive)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def write_evidence(path, findings: list[Finding], summary, out_dir, redact: bool = False,
@@ -337,7 +350,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
         return finding_comments([redact_finding(f, pseudonyms) for f in shown] if redact
                                 else shown)
 
-    pcap, frame_map, cuts = _write_pcap(cap, keep, out / "evidence", redact, comments)
+    pcap, frame_map, cuts = write_pcap(cap, keep, out / "evidence", redact, comments)
     if redact:              # "reproduced" says what the redacted capture itself gives back
         missing = _unreproduced(cap, pcap, chosen, frame_map, "")     # no key log shipped
     name = pcap.name
@@ -394,7 +407,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
                              title=f"dcpdissect evidence: {Path(str(path)).name}",
                              notes=notes, connections=connections)
     (out / "report.md").write_text(report, encoding="utf-8")
-    (out / "frames.tsv").write_text(_frames_tsv(frame_map, cuts, summary), encoding="utf-8")
+    (out / "frames.tsv").write_text(frames_tsv(frame_map, cuts, summary), encoding="utf-8")
     digest = hashlib.sha256(pcap.read_bytes()).hexdigest()
     readme = [
         f"Evidence bundle for {Path(str(path)).name} (written by dcpdissect analyze --evidence)",
@@ -437,7 +450,7 @@ def write_bundle(path, findings: list[Finding], summary, out_dir, redact: bool =
     return Bundle(out, pcap, len(frame_map), STEPS[step], missing)
 
 
-def _frames_tsv(frame_map: dict[int, int], cuts: dict[int, int], summary) -> str:
+def frames_tsv(frame_map: dict[int, int], cuts: dict[int, int], summary) -> str:
     """frames.tsv: each evidence frame's number in the original capture, and for a file
     set the file and frame number there."""
     where = summary.frame_files
