@@ -5,6 +5,7 @@ frames the samples' README names; the bundle's own command compares the trimmed 
 again and gives the finding back at those frames."""
 
 import io
+import re
 import subprocess
 import tarfile
 from contextlib import redirect_stdout
@@ -58,14 +59,15 @@ def rerun(bundle: Path) -> str:
 
 
 # (sample, rule, the point that saw it sent and its filter, the other point and the filters
-# of the frames it cites there), the frames per the samples' README and test_nodes.py
+# of the frames it cites there, the last of them the message after the gap), the frames
+# per the samples' README and test_nodes.py
+NOOP_REPLY = "couchbase.magic==0x81 && couchbase.opcode==0x5c"
 CASES = {
     "dropped": ("message-lost-between-points", "active", SEQNO + "2", "replica",
                 [SEQNO + "1", SEQNO + "3"]),
     "ack-dropped": ("snapshot-ack-lost-between-points", "replica", ACK, "active", [
         "couchbase.extras.flags.dcp_snapshot_marker_ack==1",
-        "couchbase.magic==0x80 && couchbase.opcode==0x53",
-        "couchbase.magic==0x81 && couchbase.opcode==0x5c"]),
+        "couchbase.magic==0x80 && couchbase.opcode==0x53", NOOP_REPLY]),
 }
 
 
@@ -84,8 +86,15 @@ def test_the_bundle_reproduces_the_finding_at_the_frames_tshark_finds(tmp_path, 
     assert len(cited) == len(around)
     assert [original(here)[n] for n in cited] == [
         int(tshark(SAMPLES / f"{name}-{receiver}.pcapng", f)[0]) for f in around]
+    # each capture ends with the message after the gap, as that point saw it
+    assert max(original(here).values()) == original(here)[cited[-1]]
+    assert max(original(there).values()) == int(
+        tshark(SAMPLES / f"{name}-{sender}.pcapng", around[-1])[0])
     [comment] = tshark(there / "evidence.pcapng", f"frame.number=={frame}", "frame.comment")
-    assert comment.startswith(f"[{rule}] ") and f"{sender} frame {frame}" in comment
+    assert comment.startswith(f"[{rule}] ")
+    listed = {point: {int(n) for n in frames.split(", ")} for point, frames in re.findall(
+        r"(\w+) frames? ([\d, ]+\d)", comment.split("in the evidence captures: ")[1])}
+    assert frame in listed[sender] and set(cited) == listed[receiver]
     for n in cited:
         [note] = tshark(here / "evidence.pcapng", f"frame.number=={n}", "frame.comment")
         assert note.startswith(f"[{rule}] ")

@@ -4,13 +4,15 @@ frames at that point) and ``frames.tsv``, one ``report.md`` and one ``README.txt
 ``dcpdissect nodes`` command that compares the two trimmed captures again, and the
 Wireshark plugin.
 
-A point's capture keeps every frame of its connections that a finding involves (the
+A point's capture keeps the frames of its connections that a finding involves (the
 finding's own connection at the point that saw the message sent, the paired connection at
-the other): their handshake, negotiation and stream requests and every message around the
-loss, so that the messages before and after it are seen at both points again. The two
-trimmed captures are compared again; a finding is reproduced when the same rule comes back
-at the point that saw it, at its frame's number in that point's trimmed capture. The clock
-offset and the lags of the trimmed captures rest on fewer observations: both are reported.
+the other) from their handshake (negotiation, DcpOpen, stream requests) up to the message
+after the gap (:func:`last_needed`), so that the messages before and after the loss are seen
+at both points again; when that does not reproduce every finding, the whole connections
+(:data:`STEPS`). The two trimmed captures are compared again; a finding is reproduced when
+the same rule comes back at the point that saw it, at its frame's number in that point's
+trimmed capture. The clock offset and the lags of the trimmed captures rest on fewer
+observations: both are reported.
 
 With ``redact=True`` both points are redacted with one :class:`~.redact.Pseudonyms`: a key or
 value seen at both points gets the same stand-in at both, so that the messages still match
@@ -27,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ..analysis.findings import Finding
-from ..analysis.nodes import NodesReport, compare, read_point
+from ..analysis.nodes import C2S, S2C, NodesReport, compare, read_point
 from ..protocol import DCP_PORTS
 from ..reassembly.pdus import Options
 from .capture_index import CaptureIndex
@@ -35,7 +37,7 @@ from .evidence import (PLUGIN, archive_folder, frames_tsv, is_archive, pack, tsh
                        write_pcap)
 from .redact import Pseudonyms, redact_finding
 
-TRIMMED = "evidence.pcapng"
+STEPS = ("connections up to the message after each gap", "whole connections")
 
 
 @dataclasses.dataclass
@@ -57,19 +59,22 @@ class NodesBundle:
     reproduced: list[Finding]
     unreproduced: list[Finding]
     rerun: NodesReport | None       # the two trimmed captures compared again
+    step: str = ""                  # the selection step (:data:`STEPS`) that was needed
     redacted: bool = False
 
 
-def at_points(f: Finding, names: tuple[str, str]) -> dict[str, Finding]:
-    """The finding as each point sees it: at the point that saw the message sent, itself;
-    at the other, its frames there (the messages around the gap, the marker asking for the
-    ack) on the paired connection."""
+def at_points(f: Finding) -> dict[str, Finding]:
+    """The finding as each point sees it: at the point that saw the message sent, its frame
+    (and the marker the lost ack answers); at the other, its frames there (the messages
+    around the gap, the marker asking for the ack) on the paired connection."""
+    mine = {*f.frames, *([f.fields["marker_frame"]] if "marker_frame" in f.fields else [])}
     other = list(f.fields["gap_frames"])
     if "other_marker_frame" in f.fields:
         other.insert(0, f.fields["other_marker_frame"])
     there = dataclasses.replace(f, frame=other[-1], frames=tuple(sorted(set(other))),
                                 connection=f.fields["other_connection"], context=())
-    return {f.fields["point"]: f, f.fields["other_point"]: there}
+    return {f.fields["point"]: dataclasses.replace(f, frames=tuple(sorted(mine))),
+            f.fields["other_point"]: there}
 
 
 def _folder_names(names: tuple[str, str]) -> tuple[str, str]:
@@ -79,16 +84,41 @@ def _folder_names(names: tuple[str, str]) -> tuple[str, str]:
     return safe[0], safe[1]
 
 
-def _trim(source, findings: list[Finding], options: Options | None,
-          pseudonyms: Pseudonyms | None) -> tuple[CaptureIndex, set[int]]:
-    """One point's index and the frames kept: every frame of the connections its findings
-    involve."""
+def last_needed(report: NodesReport, f: Finding) -> dict[str, int] | None:
+    """The last frame of each point a trimmed capture needs for ``f`` to be judged again:
+    the message after the gap, at the other point (the last of its gap frames) and as the
+    sending point sent it; None when that message is not found."""
+    side = (report.a.name, report.b.name).index(f.fields["point"])
+    direction = C2S if f.fields["direction"] == "c2s" else S2C
+    for p in report.pairings:
+        sender = (p.a, p.b)[side]
+        if sender.conn != f.connection or (p.b, p.a)[side].conn != f.fields["other_connection"]:
+            continue
+        sent = sender.messages[direction]
+        seen = [pair[side] for pair in p.matched[direction]]
+        matched = set(seen)
+        lost = [i for i, m in enumerate(sent) if m.frame == f.frame and i not in matched]
+        after = [sent[i].frame for i in seen if lost and i > lost[0]]
+        if after:
+            return {f.fields["point"]: after[0], f.fields["other_point"]:
+                    max(f.fields["gap_frames"])}
+    return None
+
+
+def _trim(source, findings: list[Finding], limits: list[int | None], options: Options | None,
+          pseudonyms: Pseudonyms | None) -> tuple[CaptureIndex, tuple[set[int], set[int]]]:
+    """One point's index and the frames kept at each step (:data:`STEPS`): the frames of
+    the connections its findings involve up to each finding's ``limits`` (None: all of
+    them), then all of them."""
     cap = CaptureIndex(source, findings, options, pseudonyms is not None, pseudonyms)
-    keep: set[int] = set()
-    for f in findings:
+    upto: set[int] = set()
+    whole: set[int] = set()
+    for f, limit in zip(findings, limits):
         for conn in cap.involved(f):
-            keep |= set(cap.conn_frames.get(conn, ())) | set(cap.handshake.get(conn, ()))
-    return cap, keep
+            frames = set(cap.conn_frames.get(conn, ())) | set(cap.handshake.get(conn, ()))
+            whole |= frames
+            upto |= {n for n in frames if limit is None or n <= limit}
+    return cap, (upto, whole)
 
 
 def write_nodes_bundle(report: NodesReport, sources: tuple, out_dir, redact: bool = False,
@@ -101,7 +131,7 @@ def write_nodes_bundle(report: NodesReport, sources: tuple, out_dir, redact: boo
     if not report.findings:
         return _write_empty(report, out)
     pseudonyms = Pseudonyms() if redact else None       # one secret for both points
-    seen = [at_points(f, names) for f in report.findings]
+    seen = [at_points(f) for f in report.findings]
     folders = _folder_names(names)
     maps: dict[str, dict[int, int]] = {}
 
@@ -120,24 +150,31 @@ def write_nodes_bundle(report: NodesReport, sources: tuple, out_dir, redact: boo
             return notes
         return at
 
-    trimmed = [_trim(source, [x[name] for x in seen], options, pseudonyms)
+    limits = [last_needed(report, f) for f in report.findings]
+    trimmed = [_trim(source, [x[name] for x in seen],
+                     [limit and limit[name] for limit in limits], options, pseudonyms)
                for name, source in zip(names, sources)]
-    for name, folder in zip(names, folders):
+    for folder in folders:
         (out / folder).mkdir(parents=True, exist_ok=True)
-    written = [write_pcap(cap, keep, out / folder / "evidence", redact, comments(name))
-               for name, folder, (cap, keep) in zip(names, folders, trimmed)]
-    # the first point's comments were written before the second point's numbers were known
-    cap, keep = trimmed[0]
-    written[0] = write_pcap(cap, keep, out / folders[0] / "evidence", redact, comments(names[0]))
-    points = [PointBundle(name, folder, pcap, len(frame_map), frame_map,
-                          sorted({n for x in seen for n in x[name].frames}))
-              for name, folder, (pcap, frame_map, _cuts) in zip(names, folders, written)]
-    rerun = compare(*(read_point(p.name, str(p.pcap), options) for p in points))
-    got = {(g.rule, g.fields["point"], g.frame) for g in rerun.findings}
-    reproduced = [f for f in report.findings
-                  if (f.rule, f.fields["point"], maps[f.fields["point"]].get(f.frame)) in got]
-    missing = [f for f in report.findings if f not in reproduced]
-    bundle = NodesBundle(out, points, reproduced, missing, rerun, redact)
+    for step in range(len(STEPS)):
+        written = [write_pcap(cap, keeps[step], out / folder / "evidence", redact,
+                              comments(name))
+                   for name, folder, (cap, keeps) in zip(names, folders, trimmed)]
+        # the first point's comments were written before the second's numbers were known
+        cap, keeps = trimmed[0]
+        written[0] = write_pcap(cap, keeps[step], out / folders[0] / "evidence", redact,
+                                comments(names[0]))
+        points = [PointBundle(name, folder, pcap, len(frame_map), frame_map,
+                              sorted({n for x in seen for n in x[name].frames}))
+                  for name, folder, (pcap, frame_map, _cuts) in zip(names, folders, written)]
+        rerun = compare(*(read_point(p.name, str(p.pcap), options) for p in points))
+        got = {(g.rule, g.fields["point"], g.frame) for g in rerun.findings}
+        reproduced = [f for f in report.findings
+                      if (f.rule, f.fields["point"], maps[f.fields["point"]].get(f.frame)) in got]
+        missing = [f for f in report.findings if f not in reproduced]
+        if not missing or all(keeps[step] == keeps[-1] for _, keeps in trimmed):
+            break
+    bundle = NodesBundle(out, points, reproduced, missing, rerun, STEPS[step], redact)
     for p, pt in zip(points, (report.a, report.b)):
         (out / p.folder / "frames.tsv").write_text(frames_tsv(p.frame_map, {}, pt.summary),
                                                    encoding="utf-8")
@@ -203,6 +240,8 @@ def _report_md(report: NodesReport, bundle: NodesBundle, seen, pseudonyms, ports
     names = (report.a.name, report.b.name)
     maps = {p.name: p.frame_map for p in bundle.points}
     lines = [f"# dcpdissect evidence: {names[0]} and {names[1]}", "",
+             f"Each evidence capture keeps the point's frames of the findings' connections "
+             f"(selection: {bundle.step}).", "",
              "| point | original capture | evidence capture | frames kept |",
              "| --- | --- | --- | --- |"]
     for p, pt in zip(bundle.points, (report.a, report.b)):
@@ -211,8 +250,8 @@ def _report_md(report: NodesReport, bundle: NodesBundle, seen, pseudonyms, ports
     rerun = bundle.rerun
     lines += ["", f"## Clock offset ({names[1]} - {names[0]})", "",
               f"- original captures: {_offset_line(report)}",
-              f"- evidence captures: {_offset_line(rerun)} (from the connections of the "
-              "findings only)", "",
+              f"- evidence captures: {_offset_line(rerun)} (from the frames kept "
+              "only)", "",
               "## Replication lag per vbucket (ms)", "",
               "| vb | messages | min | median | max | evidence: messages | min | median | "
               "max |", "| --- " * 9 + "|"]
@@ -276,7 +315,7 @@ def _readme(report: NodesReport, bundle: NodesBundle, ports) -> str:
         f"{f.rule} (original frame {f.frame} at {f.fields['point']})"
         for f in bundle.unreproduced) + "." if bundle.unreproduced
         else "Every finding is reproduced by the evidence captures (same rule, same point, "
-             "at the frame frames.tsv maps it to).")
+             f"at the frame frames.tsv maps it to; selection: {bundle.step}).")
     lines.append("Redaction: " + ("applied (document keys and values replaced by "
                                   "same-length pseudonyms, one secret for both points)."
                                   if bundle.redacted else "none."))
