@@ -151,3 +151,18 @@ def test_a_redacted_bundle_reproduces_and_leaks_no_document(tmp_path, name):
     readme = (redacted / "README.txt").read_text()
     assert "Every finding is reproduced" in readme and "Redaction: applied" in readme
     assert CASES[name][0] in rerun(redacted)
+
+
+def test_an_unusable_target_or_redact_alone_is_one_line_before_reading(tmp_path, capsys):
+    occupied = tmp_path / "file"
+    occupied.write_text("x")
+    assert bundle_of("dropped", occupied) == 2
+    assert bundle_of("dropped", occupied / "bundle") == 2
+    assert nodes(SAMPLES / "dropped-replica.pcapng", SAMPLES / "dropped-active.pcapng",
+                 "--redact")[0] == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"dcpdissect: error: --evidence {occupied}: exists and is not a directory",
+                   f"dcpdissect: error: --evidence {occupied / 'bundle'}: cannot create the "
+                   "directory (Not a directory)",
+                   "dcpdissect nodes: error: --redact redacts the --evidence bundle (the "
+                   "report itself shows no document)"]

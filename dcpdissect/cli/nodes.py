@@ -90,6 +90,10 @@ def cmd_nodes(args) -> int:
         print(f"dcpdissect nodes: error: two capture points are compared, {len(points)} "
               "given", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.redact and not args.evidence:
+        print("dcpdissect nodes: error: --redact redacts the --evidence bundle (the report "
+              "itself shows no document)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.evidence:
         from ..reports.evidence import check_evidence_dir
         if problem := check_evidence_dir(args.evidence):
