@@ -38,7 +38,9 @@ def register(sub) -> None:
     p.add_argument("--point", action="append", default=[], metavar="NAME=PATH",
                    help="a capture point as above; given again with the same NAME, one more "
                         "file, directory or glob of that point")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
+                   help="html: one self-contained page, findings first, then one timeline "
+                        "per DCP stream with a lane per point")
     add_output_option(p)
     add_capture_options(p)
     p.set_defaults(func=cmd_nodes)
@@ -96,6 +98,12 @@ def cmd_nodes(args) -> int:
     if args.format == "jsonl":
         for record in nodes_records(report):
             out.write(jsonl_line(record))
+    elif args.format == "markdown":
+        from ..reports.nodes import nodes_markdown
+        out.write(nodes_markdown(report))
+    elif args.format == "html":
+        from ..reports.nodes_html import nodes_html
+        out.write(nodes_html(report))
     else:
         out.write(nodes_text(report))
     out.flush()
