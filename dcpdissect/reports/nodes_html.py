@@ -20,7 +20,7 @@ from html import escape
 
 from ..analysis.nodes import C2S, S2C, Message, NodesReport, Pairing, upstream
 from ..analysis.rules import RULES, SEVERITY_RANK
-from ..protocol import OPCODE_NAMES
+from ..protocol import OPCODE_NAMES, STREAM_OPCODES, opcode_code
 from .html import CSS, _cells, _plural, _table
 from .markdown import frame_filter
 from .moment_plot import COLORS, FINDING_COLOR, FONT, _Canvas, _star, overlaps, text_box
@@ -31,6 +31,7 @@ AROUND = 8                  # messages drawn each side of a finding's
 WIDTH, HEIGHT = 980, 210
 LEFT, RIGHT, TOP, BOTTOM = 110, 16, 30, 40
 LANES = (TOP + 45, HEIGHT - BOTTOM - 35)    # the y of A's lane and of B's
+STREAM_ANSWERED = STREAM_OPCODES | {opcode_code("DcpStreamReq")}    # known by their opaque
 
 
 def point_color(side: str) -> str:
@@ -50,8 +51,8 @@ class Crossing:
 
 
 def _stream_vbuckets(p: Pairing) -> dict[int, int]:
-    """opaque -> vbucket of the producer's stream messages of a pairing (the consumer's
-    answers carry their stream's opaque)."""
+    """opaque -> vbucket of the producer's stream messages of a pairing: the stream's
+    request, its answer and the consumer's answers to the stream's messages carry it."""
     return {m.opaque: m.vbucket for conn in (p.a, p.b) for m in conn.messages[S2C]
             if m.vbucket is not None}
 
@@ -70,8 +71,9 @@ def crossings(r: NodesReport) -> dict[tuple[int, int], list[Crossing]]:
             shift_s, shift_r = (0, theta) if up == "a" else (theta, 0)
             got = dict(pair if up == "a" else pair[::-1] for pair in p.matched[d])
             for i, m in enumerate(sender.messages[d]):
-                vb = m.vbucket if m.vbucket is not None else vb_of.get(m.opaque)
-                if vb is None or (d == C2S and m.request and m.vbucket is None):
+                vb = m.vbucket if m.vbucket is not None else (
+                    vb_of.get(m.opaque) if m.opcode in STREAM_ANSWERED else None)
+                if vb is None:
                     continue
                 c = Crossing(up, m, m.ts_ns - shift_s)
                 if i in got:
@@ -293,12 +295,14 @@ def _ticks(c: _Canvas, ends: list, xs: list[float]) -> None:
     c.taken = []
     base = HEIGHT - BOTTOM + 16
     t0 = ends[0][0] if ends else 0
+    seen = set()
     for (ts, *_rest), px in zip(ends, xs):
         text = f"{(ts - t0) / 1e6:.3f} ms"
         box = text_box(px, base, text, "middle")
-        if box[0] < 0 or box[2] > WIDTH or any(overlaps(box, (t[0] - 10, t[1], t[2] + 10, t[3]))
+        if text in seen or box[0] < 0 or box[2] > WIDTH or any(overlaps(box, (t[0] - 10, t[1], t[2] + 10, t[3]))
                                                 for t in c.taken):
             continue
         c.text(px, base, text, anchor="middle", color="#444")
+        seen.add(text)
         c.parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{HEIGHT - BOTTOM}" '
                        f'y2="{HEIGHT - BOTTOM + 4}" stroke="#888"/>')
