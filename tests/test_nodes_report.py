@@ -173,3 +173,38 @@ def test_a_timeline_draws_the_window_around_its_finding_and_counts_the_rest(monk
     assert "3 of 7 messages drawn (4 not drawn); 1 never seen" in figure
     assert re.findall(r'data-unmatched="(\w)" data-frame="(\d+)"', figure) == [("b", "21")]
     assert len(re.findall(r'<circle data-point="a"', figure)) == 2     # seqnos 1 and 3
+
+
+@pytest.mark.tshark
+def test_a_timeline_holds_its_streams_messages_and_no_other(outputs):
+    """The delayed pair's vbucket 0: its first message is the consumer's stream request
+    at the frame tshark finds, and the DCP control answer that shares its opaque is not
+    drawn."""
+    request = tshark_frames(SAMPLES / "delayed-replica.pcapng",
+                            "couchbase.magic==0x80 && couchbase.opcode==0x53 && "
+                            "couchbase.vbucket==0")
+    assert len(request) == 1
+    figure = re.search(r'<figure id="timeline-1">.*?</figure>', outputs["delayed", "html"],
+                       re.S).group(0)
+    first = re.findall(r"<tr><td[^>]*>([^<]*)</td><td[^>]*>[^<]*</td><td>([^<]*)</td>",
+                       figure)[0]
+    assert first == (str(request[0]), "StreamReq")
+    assert "Control" not in figure
+
+
+def test_without_an_offset_there_is_no_timeline(tmp_path):
+    points = (str(SAMPLES / "forwarded-replica.pcapng"), str(SAMPLES / "dropped-active.pcapng"))
+    page = run(tmp_path, "apart", "html", *points)
+    assert "<svg" not in page and "No timeline" in page and "Losses not judged" in page
+    assert "Losses not judged" in run(tmp_path, "apart", "markdown", *points)
+
+
+def test_markdown_lists_the_files_of_a_ring_buffer_point(tmp_path):
+    from test_nodes import ring_files
+
+    files = ring_files(tmp_path, SAMPLES / "dropped-active.pcapng", 12)
+    md = run(tmp_path, "ring", "markdown", str(SAMPLES / "dropped-replica.pcapng"),
+             *(f"--point=active={f}" for f in files))
+    assert md.count(f"- frames 1–12: {files[0]} frames 1–12") == 1
+    finding = json.loads(re.search(r"```json\n(.*)\n```", md).group(1))
+    assert (finding["frame"], finding["file"], finding["file_frame"]) == (21, str(files[1]), 9)

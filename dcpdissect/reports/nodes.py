@@ -160,6 +160,10 @@ def nodes_markdown(r: NodesReport) -> str:
            "| | point | capture | frames | messages |", "|---|---|---|---|---|"]
     out += [f"| {side} | {_cell(pt.name)} | `{_cell(pt.path)}` | {pt.summary.frames} | "
             f"{pt.summary.pdus} |" for side, pt in (("A", r.a), ("B", r.b))]
+    for point in (r.a, r.b):
+        if point.summary.frame_files:
+            out += ["", f"Files of {_cell(point.name)} (its frames are numbered across them):",
+                    "", *(f"- {_cell(line)}" for line in frame_files_lines(point.summary))]
     out += ["", "## Connections", ""] + [f"- {_cell(line)}" for line in pair_lines(r)]
     out += ["", "## Clock offset", "", offset_text(r), ""]
     if r.lags:

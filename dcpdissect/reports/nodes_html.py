@@ -9,8 +9,8 @@ of one frame share a microsecond), the time under it. A line joins a message's s
 point to its receive at the other, so the lag is the line's slant, and a message sent that
 the other point never saw is drawn as a cross with no line. A finding's star stands by its
 message and links to the finding's row. At most :data:`MAX_MESSAGES` messages are drawn per
-timeline (around its findings, else its first ones); the others are counted. The labels are placed as :mod:`.moment_plot` places
-them (never overlapping)."""
+timeline (around its findings, else its first ones); the others are counted. The labels
+are placed as :mod:`.moment_plot` places them (never overlapping)."""
 
 from __future__ import annotations
 
@@ -299,8 +299,8 @@ def _ticks(c: _Canvas, ends: list, xs: list[float]) -> None:
     for (ts, *_rest), px in zip(ends, xs):
         text = f"{(ts - t0) / 1e6:.3f} ms"
         box = text_box(px, base, text, "middle")
-        if text in seen or box[0] < 0 or box[2] > WIDTH or any(overlaps(box, (t[0] - 10, t[1], t[2] + 10, t[3]))
-                                                for t in c.taken):
+        if text in seen or box[0] < 0 or box[2] > WIDTH or any(
+                overlaps(box, (t[0] - 10, t[1], t[2] + 10, t[3])) for t in c.taken):
             continue
         c.text(px, base, text, anchor="middle", color="#444")
         seen.add(text)
