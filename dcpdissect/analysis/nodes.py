@@ -296,7 +296,8 @@ class Transit:
     lag_ns: int
 
 
-def _upstream(bound: Bound, direction: int) -> str:
+def upstream(bound: Bound, direction: int) -> str:
+    """The point ('a' or 'b') that sends the messages of ``direction``."""
     return "a" if bound.a_nearer_client == (direction == C2S) else "b"
 
 
@@ -305,7 +306,7 @@ def transits(pairing: Pairing, bound: Bound, offset: ClockOffset) -> list[Transi
     out = []
     theta = offset.estimate
     for d in (C2S, S2C):
-        up = _upstream(bound, d)
+        up = upstream(bound, d)
         for i, j in pairing.matched[d]:
             ma, mb = pairing.a.messages[d][i], pairing.b.messages[d][j]
             if up == "a":
@@ -342,7 +343,7 @@ def lost_messages(pairing: Pairing, bound: Bound, names: tuple[str, str]) -> lis
         return []
     out = []
     for d in (C2S, S2C):
-        up = _upstream(bound, d)
+        up = upstream(bound, d)
         sender, receiver = (pairing.a, pairing.b) if up == "a" else (pairing.b, pairing.a)
         if receiver.gaps[d]:
             continue

@@ -38,7 +38,9 @@ def register(sub) -> None:
     p.add_argument("--point", action="append", default=[], metavar="NAME=PATH",
                    help="a capture point as above; given again with the same NAME, one more "
                         "file, directory or glob of that point")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table")
+    p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
+                   help="html: one self-contained page, findings first, then one timeline "
+                        "per DCP stream with a lane per point")
     p.add_argument("--evidence", metavar="DIR|FILE.zip|FILE.tar.gz",
                    help="write a bug-report bundle: per point a trimmed capture of the "
                         "findings' connections with its frames.tsv, one Markdown report and "
@@ -113,6 +115,12 @@ def cmd_nodes(args) -> int:
     if args.format == "jsonl":
         for record in nodes_records(report):
             out.write(jsonl_line(record))
+    elif args.format == "markdown":
+        from ..reports.nodes import nodes_markdown
+        out.write(nodes_markdown(report))
+    elif args.format == "html":
+        from ..reports.nodes_html import nodes_html
+        out.write(nodes_html(report))
     else:
         out.write(nodes_text(report))
     out.flush()

@@ -1,6 +1,6 @@
 """Two capture points together (``dcpdissect nodes``): the paired connections, the clock
 offset with its bound, the lag per vbucket and the messages lost between the points, as a
-text report or JSON-lines records."""
+text report, JSON-lines records or Markdown (the HTML page is :mod:`.nodes_html`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from tabulate import tabulate
 from ..analysis.nodes import C2S, NodesReport, Pairing, PointConnection, Transit
 from ..protocol import OPCODE_NAMES
 from .connections import _address
+from ..analysis.rules import RULES, SEVERITY_RANK
 from .findings import finding_record, frame_files_lines
-from .messages import iso_time
+from .markdown import _cell, finding_frames, frame_filter
+from .messages import iso_time, jsonl_line
 
 
 def _ms(ns: int) -> str:
@@ -31,31 +33,56 @@ def _label(c: PointConnection) -> str:
     return f"{_address(c.client)} -> {_address(c.server)}"
 
 
-def nodes_text(r: NodesReport) -> str:
-    names = (r.a.name, r.b.name)
-    lines = [f"points: A = {r.a.name} ({r.a.path}), B = {r.b.name} ({r.b.path})"]
-    lines.append(f"paired connections: {len(r.pairings)}")
-    lines += [f"  {_pair_text(p, names)}" for p in r.pairings]
-    unpaired = [(pt.name, c) for pt, side in ((r.a, "a"), (r.b, "b")) for c in pt.connections
-                if all(getattr(p, side) is not c for p in r.pairings)]
-    lines += [f"  {name} conn {c.conn} ({_label(c)}): not seen at the other point"
-              for name, c in unpaired]
+def offset_text(r: NodesReport) -> str:
+    """The clock offset of B from A with its bound, in words."""
     o = r.offset
     if o is None:
-        lines.append(f"clock offset ({r.b.name} - {r.a.name}): not decided (no connection seen "
-                     "at both points in both directions, or observations that contradict "
-                     "each other)")
-    else:
-        lines.append(f"clock offset ({r.b.name} - {r.a.name}): {_seconds(o.estimate)} "
-                     f"± {o.uncertainty / 1e3:.1f} us, within [{_seconds(o.low)}, "
-                     f"{_seconds(o.high)}] from {o.observations} observations")
+        return (f"clock offset ({r.b.name} - {r.a.name}): not decided (no connection seen "
+                "at both points in both directions, or observations that contradict "
+                "each other)")
+    return (f"clock offset ({r.b.name} - {r.a.name}): {_seconds(o.estimate)} "
+            f"± {o.uncertainty / 1e3:.1f} us, within [{_seconds(o.low)}, "
+            f"{_seconds(o.high)}] from {o.observations} observations")
+
+
+def pair_lines(r: NodesReport) -> list[str]:
+    """One line per paired connection, then one per connection seen at one point only."""
+    names = (r.a.name, r.b.name)
+    unpaired = [(pt.name, c) for pt, side in ((r.a, "a"), (r.b, "b")) for c in pt.connections
+                if all(getattr(p, side) is not c for p in r.pairings)]
+    return ([_pair_text(p, names) for p in r.pairings]
+            + [f"{name} conn {c.conn} ({_label(c)}): not seen at the other point"
+               for name, c in unpaired])
+
+
+LAG_HEADERS = ("vb", "messages", "min", "median", "max")
+
+
+def lag_rows(r: NodesReport) -> list[tuple]:
+    return [(v.vbucket, v.messages, _ms(v.min_ns), _ms(v.median_ns), _ms(v.max_ns))
+            for v in r.lags]
+
+
+def point_frames(f) -> list[tuple[str, list[int]]]:
+    """The frames a finding of two points cites, per point: at the sending point the
+    message (and the marker it acknowledges), at the other the messages around the gap
+    (and the marker there)."""
+    here = sorted({*finding_frames(f), *f.context})
+    there = sorted({*f.fields.get("gap_frames", ()),
+                    *([f.fields["other_marker_frame"]] if "other_marker_frame" in f.fields
+                      else ())})
+    return [(f.fields["point"], here), (f.fields["other_point"], there)]
+
+
+def nodes_text(r: NodesReport) -> str:
+    lines = [f"points: A = {r.a.name} ({r.a.path}), B = {r.b.name} ({r.b.path})",
+             f"paired connections: {len(r.pairings)}"]
+    lines += [f"  {line}" for line in pair_lines(r)]
+    lines.append(offset_text(r))
     if r.lags:
         lines += ["", "replication lag per vbucket (producer send -> consumer receive, "
                       "offset-corrected, ms):",
-                  tabulate([(v.vbucket, v.messages, _ms(v.min_ns), _ms(v.median_ns),
-                             _ms(v.max_ns)) for v in r.lags],
-                           headers=("vb", "messages", "min", "median", "max"),
-                           disable_numparse=True)]
+                  tabulate(lag_rows(r), headers=LAG_HEADERS, disable_numparse=True)]
     lines.append("")
     if r.offset is None:
         lines.append("losses not judged: without a clock offset the direction of travel "
@@ -118,3 +145,54 @@ def nodes_records(r: NodesReport) -> list[dict]:
         f.frame))) for f in r.findings]
     out += [rec for _, rec in sorted(timed, key=lambda x: x[0])]
     return out
+
+
+def _where(r: NodesReport, f) -> tuple[str, int] | None:
+    point = r.a if f.fields["point"] == r.a.name else r.b
+    return point.summary.locate(f.frame)
+
+
+def nodes_markdown(r: NodesReport) -> str:
+    """The points, paired connections, clock offset, lag per vbucket, then the findings
+    grouped by rule: each with its rule's title and rationale, its frames at each point
+    and a Wireshark filter per point."""
+    out = [f"# dcpdissect nodes: {r.a.name} and {r.b.name}", "", "## Points", "",
+           "| | point | capture | frames | messages |", "|---|---|---|---|---|"]
+    out += [f"| {side} | {_cell(pt.name)} | `{_cell(pt.path)}` | {pt.summary.frames} | "
+            f"{pt.summary.pdus} |" for side, pt in (("A", r.a), ("B", r.b))]
+    for point in (r.a, r.b):
+        if point.summary.frame_files:
+            out += ["", f"Files of {_cell(point.name)} (its frames are numbered across them):",
+                    "", *(f"- {_cell(line)}" for line in frame_files_lines(point.summary))]
+    out += ["", "## Connections", ""] + [f"- {_cell(line)}" for line in pair_lines(r)]
+    out += ["", "## Clock offset", "", offset_text(r), ""]
+    if r.lags:
+        out += ["## Replication lag per vbucket", "",
+                "Producer send -> consumer receive, offset-corrected, ms.", "",
+                "| " + " | ".join(LAG_HEADERS) + " |", "|---|---|---|---|---|"]
+        out += ["| " + " | ".join(map(str, row)) + " |" for row in lag_rows(r)] + [""]
+    out += ["## Findings", ""]
+    if r.offset is None:
+        return "\n".join(out + ["Losses not judged: without a clock offset the direction of "
+                                "travel between the points is not known."]) + "\n"
+    if not r.findings:
+        return "\n".join(out + ["No message lost between the points."]) + "\n"
+    groups: dict[str, list] = {}
+    for f in sorted(r.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule)):
+        groups.setdefault(f.rule, []).append(f)
+    out += ["| rule | severity | count | title |", "|---|---|---|---|"]
+    out += [f"| [`{rid}`](#{rid}) | {RULES[rid].severity} | {len(items)} | "
+            f"{_cell(RULES[rid].title)} |" for rid, items in groups.items()] + [""]
+    for rid, items in groups.items():
+        rule = RULES[rid]
+        out += [f"## {rid}", "", f"**{rule.severity}**: {rule.title}", "",
+                f"Rationale: {rule.rationale}", ""]
+        for f in items:
+            out += [f"### {f.fields['point']} frame {f.frame}: {f.message}", "",
+                    "| point | frames | Wireshark filter |", "|---|---|---|"]
+            out += [f"| {_cell(point)} | {', '.join(map(str, frames))} | "
+                    f"`{frame_filter(frames)}` |" for point, frames in point_frames(f)]
+            out += ["", "<details><summary>JSON</summary>", "", "```json",
+                    jsonl_line(finding_record(f, where=_where(r, f))).rstrip("\n"), "```", "",
+                    "</details>", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
