@@ -220,11 +220,26 @@ def pair_connections(a: Point, b: Point) -> list[Pairing]:
     for ca in unpaired_a:
         cb = next((c for c in free_b if ca.name is not None and c.name == ca.name), None)
         if cb is not None:
+            unpaired_a = [c for c in unpaired_a if c is not ca]
             free_b.remove(cb)
             pairs.append(Pairing(ca, cb, "dcp"))
+    pairs += _relay_legs(unpaired_a, b.connections, "a") + _relay_legs(free_b, a.connections, "b")
     for p in pairs:
         p.matched = tuple(_aligned(p.a.messages[d], p.b.messages[d]) for d in (C2S, S2C))
     return pairs
+
+
+def _relay_legs(unpaired: list[PointConnection], others: list[PointConnection],
+                side: str) -> list[Pairing]:
+    """A relay's other leg, when its capture holds both: each connection left unpaired
+    paired by DCP connection name with a connection of the other point already paired
+    (``side``: the point of the unpaired ones)."""
+    out = []
+    for c in unpaired:
+        other = next((o for o in others if c.name is not None and o.name == c.name), None)
+        if other is not None:
+            out.append(Pairing(c, other, "dcp") if side == "a" else Pairing(other, c, "dcp"))
+    return out
 
 
 # --- the clock offset -----------------------------------------------------------------------
@@ -336,9 +351,12 @@ def lag_per_vbucket(moved: list[Transit]) -> list[VbucketLag]:
             for vb, lags in sorted(by_vb.items())]
 
 
-def lost_messages(pairing: Pairing, bound: Bound, names: tuple[str, str]) -> list[Finding]:
+def lost_messages(pairing: Pairing, bound: Bound, names: tuple[str, str],
+                  elsewhere: tuple = (frozenset(), frozenset())) -> list[Finding]:
     """The messages of a relayed pairing sent at the upstream point and never seen at the
-    other between two messages that were (``names``: A's and B's)."""
+    other between two messages that were (``names``: A's and B's); not those whose bytes
+    the receiving point saw on another connection paired with the sender's
+    (``elsewhere[d]``: their digests, per direction)."""
     if pairing.how != "dcp":
         return []
     out = []
@@ -351,6 +369,8 @@ def lost_messages(pairing: Pairing, bound: Bound, names: tuple[str, str]) -> lis
         sent, got = sender.messages[d], receiver.messages[d]
         for (i0, j0), (i1, j1) in zip(pairs, pairs[1:]):
             for k in range(i0 + 1, i1):
+                if sent[k].digest in elsewhere[d]:
+                    continue
                 gap = (sent[k], got[j0], got[j1], sender, receiver, d,
                        names if up == "a" else names[::-1])
                 marker = _acked_marker(pairing, sent[k], sender, receiver) if d == C2S else None
@@ -465,6 +485,20 @@ class NodesReport:
     findings: list[Finding]
 
 
+def _seen_elsewhere(pairings: list[Pairing], pairing: Pairing) -> tuple:
+    """Per direction, the digests of the messages of the connections paired with either
+    end of ``pairing`` other than its other end (a relay point's other leg)."""
+    out = (set(), set())
+    for q in pairings:
+        if q is pairing:
+            continue
+        for mine, theirs in ((q.a, q.b), (q.b, q.a)):
+            if mine in (pairing.a, pairing.b) and theirs not in (pairing.a, pairing.b):
+                for d in (C2S, S2C):
+                    out[d].update(m.digest for m in theirs.messages[d])
+    return out
+
+
 def compare(a: Point, b: Point) -> NodesReport:
     pairings = pair_connections(a, b)
     bounds = {k: bd for k, p in enumerate(pairings) if (bd := pair_bound(p)) is not None}
@@ -474,7 +508,72 @@ def compare(a: Point, b: Point) -> NodesReport:
     if offset is not None:
         for k, bound in bounds.items():
             moved += transits(pairings[k], bound, offset)
-            findings += lost_messages(pairings[k], bound, (a.name, b.name))
+            findings += lost_messages(pairings[k], bound, (a.name, b.name),
+                                      _seen_elsewhere(pairings, pairings[k]))
     moved.sort(key=lambda t: t.ts_ns)
     findings.sort(key=lambda f: (f.ts_ns or 0, f.frame or 0))
     return NodesReport(a, b, pairings, bounds, offset, moved, lag_per_vbucket(moved), findings)
+
+
+# --- more than two points -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PointOffset:
+    """A point's clock minus the first point's, in ns, within [low, high]: the pairs'
+    bounds summed along ``chain`` (the points from the first to this one)."""
+    low: int
+    high: int
+    chain: tuple[str, ...]
+
+    @property
+    def estimate(self) -> int:
+        return (self.low + self.high) // 2
+
+    @property
+    def uncertainty(self) -> int:
+        return (self.high - self.low + 1) // 2
+
+
+@dataclass
+class PointsReport:
+    """Every pair of points (i < j, in the order given) compared, and each point's clock
+    offset from the first where the pairs' offsets chain (None where they do not)."""
+    points: list[Point]
+    pairs: list[NodesReport]
+    offsets: list[PointOffset | None]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.pairs for f in r.findings]
+
+
+def chain_offsets(count: int, pairs: list[tuple[int, int, ClockOffset | None]]
+                  ) -> list[PointOffset | None]:
+    """Each point's offset from point 0 through the pairs' offsets ((i, j, j's clock minus
+    i's)): along the chain whose summed bounds are the narrowest (the first in the pairs'
+    order among equals)."""
+    found: list[PointOffset | None] = [PointOffset(0, 0, (0,))] + [None] * (count - 1)
+    grew = True
+    while grew:
+        grew = False
+        for i, j, o in pairs:
+            if o is None:
+                continue
+            for src, dst, low, high in ((i, j, o.low, o.high), (j, i, -o.high, -o.low)):
+                f, old = found[src], found[dst]
+                if f is None:
+                    continue
+                new = PointOffset(f.low + low, f.high + high, (*f.chain, dst))
+                if old is None or new.high - new.low < old.high - old.low:
+                    found[dst], grew = new, True
+    return found
+
+
+def compare_points(points: list[Point]) -> PointsReport:
+    """Two or more points: every pair compared (:func:`compare`), the offsets chained."""
+    index = [(i, j) for i in range(len(points)) for j in range(i + 1, len(points))]
+    pairs = [compare(points[i], points[j]) for i, j in index]
+    chained = chain_offsets(len(points), [(i, j, r.offset) for (i, j), r in zip(index, pairs)])
+    offsets = [o and PointOffset(o.low, o.high, tuple(points[k].name for k in o.chain))
+               for o in chained]
+    return PointsReport(points, pairs, offsets)

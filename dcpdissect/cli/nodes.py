@@ -1,4 +1,4 @@
-"""``dcpdissect nodes``: two capture points of one replication, matched."""
+"""``dcpdissect nodes``: two or more capture points of one replication, matched."""
 
 from __future__ import annotations
 
@@ -13,15 +13,18 @@ from .common import (EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, add_capture_options
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "nodes", help="two capture points: matched connections, clock offset, lag, losses",
-        description="Two captures of the same traffic taken at two points (two nodes, or "
-                    "both sides of a proxy): the connections seen at both (one TCP "
+        "nodes", help="two or more capture points: matched connections, clock offset, lag, "
+                      "losses",
+        description="Captures of the same traffic taken at two or more points (nodes, or "
+                    "both sides of a proxy), compared pair by pair: the connections seen at both (one TCP "
                     "connection by its endpoints and sequence numbers, or a relay's two legs "
                     "by their DCP connection name), the offset of the second capture's clock "
                     "from the first's with the bound that sending-before-receiving allows, "
                     "the lag of each producer message between the points per vbucket, and "
                     "the messages sent at one point that never reached the other (a "
-                    "snapshot's ack among them). A point may be several ring-buffer files. "
+                    "snapshot's ack among them). With more than two points, every pair of "
+                    "points (in the order given) and each point's offset from the first, "
+                    "chained through the pairs. A point may be several ring-buffer files. "
                     "Exit code 1 when a message was lost.",
         **with_examples(
             "dcpdissect nodes replica=samples/multinode/delayed-replica.pcapng "
@@ -29,7 +32,10 @@ def register(sub) -> None:
             "dcpdissect nodes samples/multinode/dropped-replica.pcapng "
             "samples/multinode/dropped-active.pcapng --format jsonl",
             "dcpdissect nodes samples/multinode/ack-dropped-replica.pcapng "
-            "--point active='samples/multinode/ack-dropped-active*'"))
+            "--point active='samples/multinode/ack-dropped-active*'",
+            "dcpdissect nodes active=samples/multinode/dropped-relay-active.pcapng "
+            "relay=samples/multinode/dropped-relay-relay.pcapng "
+            "replica=samples/multinode/dropped-relay-replica.pcapng"))
     p.add_argument("points", nargs="*", metavar="[NAME=]PATH",
                    help="a capture point: its pcap or pcapng file (gzip allowed), or a "
                         "directory or quoted glob of its ring-buffer files (read as one "
@@ -40,9 +46,10 @@ def register(sub) -> None:
                         "file, directory or glob of that point")
     p.add_argument("--format", choices=("table", "jsonl", "markdown", "html"), default="table",
                    help="html: one self-contained page, findings first, then one timeline "
-                        "per DCP stream with a lane per point")
+                        "per DCP stream with a lane per point (more than two points: per "
+                        "pair of points)")
     p.add_argument("--evidence", metavar="DIR|FILE.zip|FILE.tar.gz",
-                   help="write a bug-report bundle: per point a trimmed capture of the "
+                   help="two points: write a bug-report bundle: per point a trimmed capture of the "
                         "findings' connections with its frames.tsv, one Markdown report and "
                         "the commands that compare them again; into a directory, or as one "
                         "archive to attach")
@@ -84,13 +91,16 @@ def capture_points(positional: list[str], options: list[str]) -> list[tuple]:
 
 
 def cmd_nodes(args) -> int:
-    from ..analysis.nodes import compare, read_point
-    from ..reports.nodes import nodes_records, nodes_text
+    from ..analysis.nodes import compare, compare_points, read_point
 
     points = capture_points(args.points, args.point)
-    if len(points) != 2:
-        print(f"dcpdissect nodes: error: two capture points are compared, {len(points)} "
-              "given", file=sys.stderr)
+    if len(points) < 2:
+        print(f"dcpdissect nodes: error: at least two capture points are compared, "
+              f"{len(points)} given", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.evidence and len(points) > 2:
+        print("dcpdissect nodes: error: --evidence takes two capture points, "
+              f"{len(points)} given", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.redact and not args.evidence:
         print("dcpdissect nodes: error: --redact redacts the --evidence bundle (the report "
@@ -111,18 +121,8 @@ def cmd_nodes(args) -> int:
     out = open_output(args.output)
     if out is None:
         return EXIT_BAD_INPUT
-    report = compare(*read)
-    if args.format == "jsonl":
-        for record in nodes_records(report):
-            out.write(jsonl_line(record))
-    elif args.format == "markdown":
-        from ..reports.nodes import nodes_markdown
-        out.write(nodes_markdown(report))
-    elif args.format == "html":
-        from ..reports.nodes_html import nodes_html
-        out.write(nodes_html(report))
-    else:
-        out.write(nodes_text(report))
+    report = compare(*read) if len(read) == 2 else compare_points(read)
+    out.write(_render(args.format, report))
     out.flush()
     if out is not sys.stdout:
         out.close()
@@ -131,6 +131,20 @@ def cmd_nodes(args) -> int:
     if args.evidence and _write_evidence(args, report, [source for _, source, _ in points]):
         return EXIT_BAD_INPUT
     return EXIT_FINDINGS if report.findings else EXIT_OK
+
+
+def _render(fmt: str, report) -> str:
+    """The report of two points (a ``NodesReport``) or more (a ``PointsReport``)."""
+    from ..analysis.nodes import NodesReport
+    from ..reports import nodes, nodes_html
+    two = isinstance(report, NodesReport)
+    if fmt == "jsonl":
+        records = nodes.nodes_records(report) if two else nodes.points_records(report)
+        return "".join(jsonl_line(record) for record in records)
+    render = {"markdown": (nodes.nodes_markdown, nodes.points_markdown),
+              "html": (nodes_html.nodes_html, nodes_html.points_html),
+              "table": (nodes.nodes_text, nodes.points_text)}[fmt]
+    return render[0 if two else 1](report)
 
 
 def _write_evidence(args, report, sources) -> bool:

@@ -1,12 +1,13 @@
 """Two capture points together (``dcpdissect nodes``): the paired connections, the clock
 offset with its bound, the lag per vbucket and the messages lost between the points, as a
-text report, JSON-lines records or Markdown (the HTML page is :mod:`.nodes_html`)."""
+text report, JSON-lines records or Markdown (the HTML page is :mod:`.nodes_html`). More
+than two points: each point's offset from the first, then every pair of points so."""
 
 from __future__ import annotations
 
 from tabulate import tabulate
 
-from ..analysis.nodes import C2S, NodesReport, Pairing, PointConnection, Transit
+from ..analysis.nodes import C2S, NodesReport, Pairing, PointConnection, PointsReport, Transit
 from ..protocol import OPCODE_NAMES
 from .connections import _address
 from ..analysis.rules import RULES, SEVERITY_RANK
@@ -195,4 +196,63 @@ def nodes_markdown(r: NodesReport) -> str:
             out += ["", "<details><summary>JSON</summary>", "", "```json",
                     jsonl_line(finding_record(f, where=_where(r, f))).rstrip("\n"), "```", "",
                     "</details>", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+NO_CONNECTION = "no connection seen at both points: nothing to compare"
+
+
+def offset_lines(m: PointsReport) -> list[str]:
+    """Each point's clock offset from the first point, with the chain of pairs it sums."""
+    first = m.points[0].name
+    out = []
+    for pt, o in zip(m.points[1:], m.offsets[1:]):
+        if o is None:
+            out.append(f"{pt.name} - {first}: not decided (no chain of pairs of points with "
+                       "a clock offset)")
+        else:
+            out.append(f"{pt.name} - {first}: {_seconds(o.estimate)} ± "
+                       f"{o.uncertainty / 1e3:.1f} us, within [{_seconds(o.low)}, "
+                       f"{_seconds(o.high)}] (pairs summed: {' -> '.join(o.chain)})")
+    return out
+
+
+def points_text(m: PointsReport) -> str:
+    """The points, their offsets from the first, then each pair's report."""
+    lines = ["points: " + ", ".join(f"{pt.name} ({pt.path})" for pt in m.points),
+             f"clock offsets from {m.points[0].name}:", *(f"  {x}" for x in offset_lines(m))]
+    for r in m.pairs:
+        lines += ["", f"== {r.a.name} and {r.b.name} =="]
+        lines += [NO_CONNECTION] if not r.pairings else nodes_text(r).rstrip("\n").split("\n")
+    return "\n".join(lines) + "\n"
+
+
+def points_records(m: PointsReport) -> list[dict]:
+    """A ``point_offset`` record per point after the first, then each pair's
+    :func:`nodes_records`, each with the ``pair`` of point names it is of."""
+    out = [{"type": "point_offset", "ts_ns": None, "point": pt.name,
+            "reference": m.points[0].name, "offset_ns": o and o.estimate,
+            "uncertainty_ns": o and o.uncertainty, "low_ns": o and o.low,
+            "high_ns": o and o.high, "chain": list(o.chain) if o else None}
+           for pt, o in zip(m.points[1:], m.offsets[1:])]
+    for r in m.pairs:
+        pair = [r.a.name, r.b.name]
+        out += [{**rec, "pair": pair} for rec in nodes_records(r)
+                if r.pairings or rec["type"] == "clock_offset"]
+    return out
+
+
+def points_markdown(m: PointsReport) -> str:
+    """The points and their offsets, then each pair's :func:`nodes_markdown`, a level
+    down."""
+    out = ["# dcpdissect nodes: " + ", ".join(pt.name for pt in m.points), "",
+           "## Clock offsets", "", f"From {_cell(m.points[0].name)}:", "",
+           *(f"- {_cell(x)}" for x in offset_lines(m))]
+    for r in m.pairs:
+        out += ["", f"## {_cell(r.a.name)} and {_cell(r.b.name)}", ""]
+        if not r.pairings:
+            out.append(NO_CONNECTION[0].upper() + NO_CONNECTION[1:] + ".")
+            continue
+        body = nodes_markdown(r).split("\n")[1:]
+        out += ["#" + line if line.startswith("#") else line for line in body]
     return "\n".join(out).rstrip("\n") + "\n"

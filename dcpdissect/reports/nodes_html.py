@@ -2,6 +2,8 @@
 the findings first with counts by severity, each with its rule and the frames and a
 Wireshark filter at each point; the points, connections, clock offset and lag per vbucket;
 then one timeline per DCP stream (a paired connection and a vbucket) with a lane per point.
+More than two points: the points' clock offsets, then each pair of points so (a timeline
+per pair of points and stream, two lanes each).
 
 In a timeline each message is drawn in its point's lane at its time, B's moved into A's
 clock by the offset: every send and receive has a column of its own, in time order (messages
@@ -18,13 +20,14 @@ from collections import Counter
 from dataclasses import dataclass
 from html import escape
 
-from ..analysis.nodes import C2S, S2C, Message, NodesReport, Pairing, upstream
+from ..analysis.nodes import C2S, S2C, Message, NodesReport, Pairing, PointsReport, upstream
 from ..analysis.rules import RULES, SEVERITY_RANK
 from ..protocol import OPCODE_NAMES, STREAM_OPCODES, opcode_code
 from .html import CSS, _cells, _plural, _table
 from .markdown import frame_filter
 from .moment_plot import COLORS, FINDING_COLOR, FONT, _Canvas, _star, overlaps, text_box
-from .nodes import LAG_HEADERS, lag_rows, offset_text, pair_lines, point_frames
+from .nodes import (LAG_HEADERS, NO_CONNECTION, lag_rows, offset_lines, offset_text, pair_lines,
+                    point_frames)
 
 MAX_MESSAGES = 40           # messages drawn per timeline
 AROUND = 8                  # messages drawn each side of a finding's
@@ -104,6 +107,34 @@ def _what(m: Message) -> str:
 def nodes_html(r: NodesReport) -> str:
     """The page."""
     title = f"dcpdissect nodes: {r.a.name} and {r.b.name}"
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{escape(title)}</title>", f"<style>{CSS}</style></head><body>",
+           f"<h1>{escape(title)}</h1>", *_pair_body(r),
+           "</body></html>"]
+    return "\n".join(out) + "\n"
+
+
+def points_html(m: PointsReport) -> str:
+    """The page of more than two points: the points with their offsets from the first,
+    then each pair's findings, connections, offset, lag and timelines (one per stream of
+    the pair, a lane per point of the pair)."""
+    title = "dcpdissect nodes: " + ", ".join(pt.name for pt in m.points)
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{escape(title)}</title>", f"<style>{CSS}</style></head><body>",
+           f"<h1>{escape(title)}</h1>", '<h2 id="offsets">Clock offsets</h2>', "<ul>"]
+    out += [f"<li>{escape(line)}</li>" for line in offset_lines(m)] + ["</ul>"]
+    for r in m.pairs:
+        out.append(f"<h1>{escape(r.a.name)} and {escape(r.b.name)}</h1>")
+        if not r.pairings:
+            out.append(f'<p class="note">{escape(NO_CONNECTION)}</p>')
+            continue
+        out += _pair_body(r)
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _pair_body(r: NodesReport) -> list[str]:
+    """A pair's findings, points, connections, offset, lag and timelines."""
     numbers = {id(f): n for n, f in enumerate(r.findings, 1)}
     streams = crossings(r) if r.offset is not None else {}
     figures = {}        # finding number -> timeline number
@@ -111,10 +142,7 @@ def nodes_html(r: NodesReport) -> str:
         for f in r.findings:
             if any(_is_finding(r, k, c, f) for c in items):
                 figures[numbers[id(f)]] = t
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{escape(title)}</title>", f"<style>{CSS}</style></head><body>",
-           f"<h1>{escape(title)}</h1>"]
-    out += _findings(r, figures)
+    out = _findings(r, figures)
     out += ['<h2 id="points">Points</h2>']
     out += _table(("", "point", "capture", "frames", "messages"),
                   [(side, pt.name, pt.path, pt.summary.frames, pt.summary.pdus)
@@ -132,8 +160,7 @@ def nodes_html(r: NodesReport) -> str:
                    "times cannot be drawn on one axis.</p>")
     for t, ((k, vb), items) in enumerate(sorted(streams.items()), 1):
         out += _figure(t, r, k, vb, items, numbers)
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _is_finding(r: NodesReport, k: int, c: Crossing, f) -> bool:

@@ -19,6 +19,9 @@ chosen per sample:
   marker asks for an ack, and the consumer's ack, at once.
 - ``ack-dropped``: the relay does not forward the consumer's ack; the producer, waiting for
   it, sends no vbucket state.
+- ``dropped-relay``: ``dropped`` captured at three points: dumpcap also runs in the router
+  namespace on both of its veths (``NAME-relay.pcapng``, the relay's two legs), so the
+  dropped message is seen arriving at the relay and never leaving it.
 
 ``python -m dcpdissect.samples.multinode samples/multinode`` rebuilds them and their README
 (root, dumpcap, tshark, editcap, capinfos and ``ip netns``). The captures share this host's clock: a
@@ -107,10 +110,15 @@ class TwoPoints:
         self._stack.close()
 
     @contextlib.contextmanager
-    def captures(self, out: Path, name: str):
+    def captures(self, out: Path, name: str, relay: bool = False):
         """dumpcap on the replica's and the active node's veth, ``NAME-replica.pcapng`` and
-        ``NAME-active.pcapng`` in ``out``."""
+        ``NAME-active.pcapng`` in ``out``; ``relay``: and one on both of the router's veths,
+        ``NAME-relay.pcapng``."""
         with contextlib.ExitStack() as stack:
+            if relay:
+                stack.enter_context(Capture(out / f"{name}-relay.pcapng",
+                                            list(self.spaces.router_veth.values()),
+                                            ns=self.spaces.ns["router"], markers=self.markers))
             for side, point in POINTS.items():
                 stack.enter_context(Capture(out / f"{name}-{point}.pcapng",
                                             [self.spaces.veth[side]], ns=self.spaces.ns[side],
@@ -153,14 +161,17 @@ def forwarded(out: Path) -> None:
             player.play()
 
 
-def relayed(out: Path, name: str, delays: dict[int, int], drop: bool) -> None:
+def relayed(out: Path, name: str, delays: dict[int, int], drop: bool,
+            at_relay: bool = False) -> None:
     script = replication()
-    relay_script(out, name, script, delays, dropped_message(script) if drop else None)
+    relay_script(out, name, script, delays, dropped_message(script) if drop else None,
+                 at_relay)
 
 
 def relay_script(out: Path, name: str, script: Script, delays: dict[int, int],
-                 dropped: bytes | None) -> None:
-    """``script`` played through the relay, which delays and drops as told."""
+                 dropped: bytes | None, at_relay: bool = False) -> None:
+    """``script`` played through the relay, which delays and drops as told; ``at_relay``:
+    captured at the relay too."""
     server = f"{script.conv.server.ip}:{script.conv.server.port}"
     with TwoPoints() as lab:
         cmd = ["ip", "netns", "exec", lab.spaces.ns["router"], sys.executable, "-m",
@@ -174,7 +185,7 @@ def relay_script(out: Path, name: str, script: Script, delays: dict[int, int],
                 raise RuntimeError(f"the relay did not start: {' '.join(cmd)}")
             player = RelayedPlayer([script], lab.net, (RELAY_AT, script.conv.server.port),
                                    dropped)
-            with player, lab.captures(out, name):
+            with player, lab.captures(out, name, at_relay):
                 player.play()
             if relay.wait(15):
                 raise RuntimeError(f"the relay exited {relay.returncode}")
@@ -197,6 +208,7 @@ HOW = {
     "ack-dropped": "the same, but the relay does not forward the consumer's ack (and the "
                    "producer, still waiting for it, sends no vbucket state)",
 }
+THREE_POINTS = {"dropped-relay": "as `dropped`, captured at the relay too (both router veths)"}
 
 SAMPLES = {
     "forwarded": forwarded,
@@ -204,6 +216,7 @@ SAMPLES = {
     "dropped": lambda out: relayed(out, "dropped", {}, drop=True),
     "acked": lambda out: relay_script(out, "acked", takeover(True), {}, None),
     "ack-dropped": lambda out: relay_script(out, "ack-dropped", takeover(False), {}, ACK),
+    "dropped-relay": lambda out: relayed(out, "dropped-relay", {}, drop=True, at_relay=True),
 }
 
 
@@ -221,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in args.only or SAMPLES:
         SAMPLES[name](out)
-        for point in POINTS.values():
+        for point in [*POINTS.values(), *(["relay"] if name in THREE_POINTS else [])]:
             print(out / f"{name}-{point}.pcapng")
     (out / "README.md").write_text(readme(out))
     return 0
