@@ -246,7 +246,8 @@ def _tshark(path: Path, *args: str) -> list[str]:
 
 
 def readme(out: Path) -> str:
-    """The README: each pair of captures, how it was made, and what tshark decodes in it."""
+    """The README: each pair of captures, how it was made, and what tshark decodes in it;
+    then the three-point capture."""
     rows = []
     for name, how in HOW.items():
         counts = []
@@ -292,8 +293,41 @@ def readme(out: Path) -> str:
         f"{', '.join(around[0])} and seqno {seqno + 1} in frame {', '.join(around[1])}, and",
         f"no seqno {seqno} (`tshark -d tcp.port==11209,couchbase -Y '{mutation}{seqno}'`).",
         *_ack_lines(out),
+        *_relay_lines(out, mutation, seqno),
         "",
     ])
+
+
+def _relay_lines(out: Path, mutation: str, seqno: int) -> list[str]:
+    """The three-point sample: what it is, and where tshark finds the dropped mutation."""
+    files = {p: out / f"dropped-relay-{p}.pcapng" for p in ("active", "relay", "replica")}
+    if not all(f.is_file() for f in files.values()):
+        return []
+    counts = []
+    for point, path in files.items():
+        ops = _tshark(path, "-Y", "couchbase", "-T", "fields", "-e", "couchbase.opcode",
+                      "-E", "occurrence=a")
+        counts.append(f"{point} {sum(len(o.split(',')) for o in ops)}")
+
+    def at(point: str, n: int) -> str:
+        return ", ".join(_tshark(files[point], "-Y", f"{mutation}{n}", "-T", "fields",
+                                 "-e", "frame.number")) or "none"
+    return [
+        "",
+        "## Three points",
+        "",
+        f"`dropped-relay-active.pcapng`, `dropped-relay-relay.pcapng`, "
+        f"`dropped-relay-replica.pcapng`: {THREE_POINTS['dropped-relay']}; MCBP messages "
+        f"(tshark): {', '.join(counts)}.",
+        "The relay's capture holds both of its legs (dumpcap on two interfaces writes their",
+        "packets in batches per interface, so its frames are not all in time order across",
+        f"the legs). The dropped seqno {seqno} is frame {at('active', seqno)} at the active "
+        f"node and frame {at('relay', seqno)} at the relay",
+        f"(arriving from the active node), and nowhere in the replica's capture, which has "
+        f"seqno {seqno - 1} in frame {at('replica', seqno - 1)}",
+        f"and seqno {seqno + 1} in frame {at('replica', seqno + 1)}: the relay read it and "
+        "did not forward it.",
+    ]
 
 
 def _ack_lines(out: Path) -> list[str]:
