@@ -117,7 +117,16 @@ def test_markdown_and_html_have_every_pair(shifted, tmp_path):
     assert page.count("<h1>") == 4 and "<h1>relay and replica</h1>" in page
 
 
-def test_evidence_takes_two_points(shifted, tmp_path, capsys):
+@pytest.mark.tshark
+def test_evidence_has_a_bundle_per_pair_with_findings(shifted, tmp_path, capsys):
+    out = tmp_path / "ev"
     assert main(["nodes", *(f"{p}={shifted[p]}" for p in TRUE_NS), "--evidence",
-                 str(tmp_path / "ev")]) == 2
-    assert "--evidence takes two capture points, 3 given" in capsys.readouterr().err
+                 str(out)]) == 1
+    assert "do not reproduce" not in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "active-and-replica",
+                                                     "relay-and-replica"]
+    assert "active and relay: no message lost between them" in (out / "README.txt").read_text()
+    bundle = out / "relay-and-replica"
+    [relay_frame] = tshark_frames(bundle / "relay" / "evidence.pcapng", VB1 + "2")
+    assert tshark_frames(bundle / "replica" / "evidence.pcapng", VB1 + "2") == []
+    assert f"\n{relay_frame}\t28\t" in (bundle / "relay" / "frames.tsv").read_text()

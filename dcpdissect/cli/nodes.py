@@ -16,8 +16,8 @@ def register(sub) -> None:
         "nodes", help="two or more capture points: matched connections, clock offset, lag, "
                       "losses",
         description="Captures of the same traffic taken at two or more points (nodes, or "
-                    "both sides of a proxy), compared pair by pair: the connections seen at both (one TCP "
-                    "connection by its endpoints and sequence numbers, or a relay's two legs "
+                    "both sides of a proxy), compared pair by pair: the connections seen "
+                    "at both (one TCP connection by its endpoints and sequence numbers, or a relay's two legs "
                     "by their DCP connection name), the offset of the second capture's clock "
                     "from the first's with the bound that sending-before-receiving allows, "
                     "the lag of each producer message between the points per vbucket, and "
@@ -49,9 +49,10 @@ def register(sub) -> None:
                         "per DCP stream with a lane per point (more than two points: per "
                         "pair of points)")
     p.add_argument("--evidence", metavar="DIR|FILE.zip|FILE.tar.gz",
-                   help="two points: write a bug-report bundle: per point a trimmed capture of the "
+                   help="write a bug-report bundle: per point a trimmed capture of the "
                         "findings' connections with its frames.tsv, one Markdown report and "
-                        "the commands that compare them again; into a directory, or as one "
+                        "the commands that compare them again (more than two points: one "
+                        "such bundle per pair with findings); into a directory, or as one "
                         "archive to attach")
     p.add_argument("--redact", action="store_true",
                    help="in the --evidence bundle, replace document keys and values by "
@@ -96,10 +97,6 @@ def cmd_nodes(args) -> int:
     points = capture_points(args.points, args.point)
     if len(points) < 2:
         print(f"dcpdissect nodes: error: at least two capture points are compared, "
-              f"{len(points)} given", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.evidence and len(points) > 2:
-        print("dcpdissect nodes: error: --evidence takes two capture points, "
               f"{len(points)} given", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.redact and not args.evidence:
@@ -148,18 +145,33 @@ def _render(fmt: str, report) -> str:
 
 
 def _write_evidence(args, report, sources) -> bool:
-    """``--evidence``: the bundle, said on stderr. Whether it could not be written."""
-    from ..reports.nodes_evidence import write_nodes_evidence
+    """``--evidence``: the bundle (more than two points: one per pair with findings), said
+    on stderr. Whether it could not be written."""
+    from ..analysis.nodes import NodesReport
+    from ..reports.nodes_evidence import write_nodes_evidence, write_points_evidence
+    write = write_nodes_evidence if isinstance(report, NodesReport) else write_points_evidence
     try:
-        bundle = write_nodes_evidence(report, sources, args.evidence, args.redact,
-                                      capture_options(args))
+        bundles = write(report, sources, args.evidence, args.redact, capture_options(args))
     except OSError as exc:
         print(f"dcpdissect: error: --evidence {os_error(exc)}", file=sys.stderr)
         return True
+    if not isinstance(report, NodesReport):
+        if not bundles:
+            print(f"no findings: no evidence capture written (README.txt in {args.evidence} "
+                  "says so)", file=sys.stderr)
+        for bundle in bundles:
+            _said(bundle)
+        return False
+    _said(bundles)
+    return False
+
+
+def _said(bundle) -> None:
+    """One bundle of two points, on stderr."""
     if not bundle.points:
         print(f"no findings: no evidence capture written (README.txt and report.md in "
               f"{bundle.path} say so)", file=sys.stderr)
-        return False
+        return
     print(f"evidence written to {bundle.path}: "
           + ", ".join(f"{p.pcap} with {p.frames} frames" for p in bundle.points),
           file=sys.stderr)
@@ -168,4 +180,3 @@ def _write_evidence(args, report, sources) -> bool:
               f"{len(bundle.unreproduced)} findings: "
               + ", ".join(f"{f.rule} ({f.fields['point']} frame {f.frame})"
                           for f in bundle.unreproduced), file=sys.stderr)
-    return False

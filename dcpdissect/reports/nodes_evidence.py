@@ -14,6 +14,9 @@ the same rule comes back at the point that saw it, at its frame's number in that
 trimmed capture. The clock offset and the lags of the trimmed captures rest on fewer
 observations: both are reported.
 
+More than two points (:func:`write_points_evidence`): one such bundle per pair of points
+with findings, each in a folder named after the pair.
+
 With ``redact=True`` both points are redacted with one :class:`~.redact.Pseudonyms`: a key or
 value seen at both points gets the same stand-in at both, so that the messages still match
 across the points.
@@ -29,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from ..analysis.findings import Finding
-from ..analysis.nodes import C2S, S2C, NodesReport, compare, read_point
+from ..analysis.nodes import C2S, S2C, NodesReport, PointsReport, compare, read_point
 from ..protocol import DCP_PORTS
 from ..reassembly.pdus import Options
 from .capture_index import CaptureIndex
@@ -336,3 +339,39 @@ def _write_empty(report: NodesReport, out: Path) -> NodesBundle:
         f"Evidence bundle for two capture points, {names[0]} and {names[1]} (written by "
         f"dcpdissect nodes --evidence)\n\n{text}\n", encoding="utf-8")
     return NodesBundle(out, [], [], [], None)
+
+
+def write_points_evidence(report: PointsReport, sources: list, target, redact: bool = False,
+                          options: Options | None = None) -> list[NodesBundle]:
+    """More than two points: :func:`write_nodes_bundle` of each pair with findings into a
+    folder ``A-and-B`` of ``target`` (a directory, or one ``.zip`` / ``.tar.gz`` archive),
+    with a ``README.txt`` that lists them."""
+    target = Path(target)
+    if is_archive(target):
+        with tempfile.TemporaryDirectory(prefix="dcpdissect-bundle-") as work:
+            bundles = write_points_evidence(report, sources, Path(work) / archive_folder(target),
+                                            redact, options)
+            pack(Path(work) / archive_folder(target), target)
+        inside = Path(archive_folder(target))
+        return [dataclasses.replace(b, path=target / b.path.name, points=[
+            dataclasses.replace(p, pcap=inside / b.path.name / p.folder / p.pcap.name)
+            for p in b.points]) for b in bundles]
+    target.mkdir(parents=True, exist_ok=True)
+    index = {pt.name: k for k, pt in enumerate(report.points)}
+    bundles, lines = [], []
+    for r in report.pairs:
+        folder = "-and-".join(_folder_names((r.a.name, r.b.name)))
+        if not r.findings:
+            lines.append(f"{r.a.name} and {r.b.name}: no message lost between them"
+                         + ("" if r.pairings else " (no connection seen at both)"))
+            continue
+        bundles.append(write_nodes_bundle(r, (sources[index[r.a.name]], sources[index[r.b.name]]),
+                                          target / folder, redact, options))
+        lines.append(f"{folder}/  {r.a.name} and {r.b.name}: {len(r.findings)} findings "
+                     "(its README.txt: the files and the commands)")
+    (target / "README.txt").write_text(
+        "Evidence bundle for capture points " + ", ".join(pt.name for pt in report.points)
+        + " (written by dcpdissect nodes --evidence): one bundle per pair of points with "
+        "findings" + (", each redacted with its own secret" if redact else "") + "\n\n"
+        + "\n".join(lines) + "\n", encoding="utf-8")
+    return bundles
