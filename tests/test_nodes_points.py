@@ -2,8 +2,9 @@
 real three-point capture samples/multinode/dropped-relay-* (see its README): the active
 node's veth, both veths of the relay in between (its two legs) and the replica's veth. The
 relay read the producer's DcpMutation vb 1 seqno 2 and did not forward it, so the loss is
-between the relay and the replica, not between the active node and the relay. The three
-captures share one host clock: the true offsets are the shifts ``editcap -t`` gives here."""
+between the relay and the replica, not between the active node and the relay; beside it
+relayed-relay-*, the same relay dropping nothing. The three captures share one host clock:
+the true offsets are the shifts ``editcap -t`` gives here."""
 
 import json
 import subprocess
@@ -130,3 +131,18 @@ def test_evidence_has_a_bundle_per_pair_with_findings(shifted, tmp_path, capsys)
     [relay_frame] = tshark_frames(bundle / "relay" / "evidence.pcapng", VB1 + "2")
     assert tshark_frames(bundle / "replica" / "evidence.pcapng", VB1 + "2") == []
     assert f"\n{relay_frame}\t28\t" in (bundle / "relay" / "frames.tsv").read_text()
+
+
+def test_a_relay_that_forwards_everything_stays_clean_at_three_points(capsys):
+    """relayed-relay: the same three points, the relay dropping nothing (the captures
+    unshifted: every true offset is 0)."""
+    points = [read_point(p, str(SAMPLES / f"relayed-relay-{p}.pcapng")) for p in TRUE_NS]
+    three = compare_points(points)
+    assert three.findings == []
+    assert [len(r.pairings) for r in three.pairs] == [2, 1, 2]  # the relay's two legs paired
+    for r in three.pairs:
+        assert r.offset.low <= 0 <= r.offset.high
+    assert all(o.low <= 0 <= o.high for o in three.offsets)
+    assert main(["nodes", *(f"{p}={SAMPLES / f'relayed-relay-{p}.pcapng'}" for p in TRUE_NS)
+                 ]) == 0
+    assert capsys.readouterr().out.count("no message lost between the points") == 3

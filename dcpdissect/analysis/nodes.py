@@ -223,22 +223,27 @@ def pair_connections(a: Point, b: Point) -> list[Pairing]:
             unpaired_a = [c for c in unpaired_a if c is not ca]
             free_b.remove(cb)
             pairs.append(Pairing(ca, cb, "dcp"))
-    pairs += _relay_legs(unpaired_a, b.connections, "a") + _relay_legs(free_b, a.connections, "b")
+    pairs += _relay_legs(unpaired_a, pairs, "a") + _relay_legs(free_b, pairs, "b")
     for p in pairs:
         p.matched = tuple(_aligned(p.a.messages[d], p.b.messages[d]) for d in (C2S, S2C))
     return pairs
 
 
-def _relay_legs(unpaired: list[PointConnection], others: list[PointConnection],
+def _relay_legs(unpaired: list[PointConnection], pairs: list[Pairing],
                 side: str) -> list[Pairing]:
-    """A relay's other leg, when its capture holds both: each connection left unpaired
-    paired by DCP connection name with a connection of the other point already paired
-    (``side``: the point of the unpaired ones)."""
+    """A relay's other leg, when its capture holds both: a connection left unpaired at one
+    point (``side``) paired with the other point's connection of its DCP connection name
+    that is one TCP connection with its sibling there, the leg of the same name with
+    another client and another server (a reconnection to the same server is not a leg)."""
     out = []
     for c in unpaired:
-        other = next((o for o in others if c.name is not None and o.name == c.name), None)
-        if other is not None:
-            out.append(Pairing(c, other, "dcp") if side == "a" else Pairing(other, c, "dcp"))
+        for p in pairs:
+            sibling, other = (p.a, p.b) if side == "a" else (p.b, p.a)
+            if (p.how == "tcp" and c.name is not None and sibling.name == c.name
+                    and other.name == c.name and sibling.client != c.client
+                    and sibling.server != c.server):
+                out.append(Pairing(c, other, "dcp") if side == "a" else Pairing(other, c, "dcp"))
+                break
     return out
 
 

@@ -19,9 +19,10 @@ chosen per sample:
   marker asks for an ack, and the consumer's ack, at once.
 - ``ack-dropped``: the relay does not forward the consumer's ack; the producer, waiting for
   it, sends no vbucket state.
-- ``dropped-relay``: ``dropped`` captured at three points: dumpcap also runs in the router
-  namespace on both of its veths (``NAME-relay.pcapng``, the relay's two legs), so the
-  dropped message is seen arriving at the relay and never leaving it.
+- ``relayed-relay``, ``dropped-relay``: the relay forwarding everything at once, and
+  ``dropped``, captured at three points: dumpcap also runs in the router namespace on both
+  of its veths (``NAME-relay.pcapng``, the relay's two legs), so the dropped message is
+  seen arriving at the relay and never leaving it.
 
 ``python -m dcpdissect.samples.multinode samples/multinode`` rebuilds them and their README
 (root, dumpcap, tshark, editcap, capinfos and ``ip netns``). The captures share this host's clock: a
@@ -208,7 +209,11 @@ HOW = {
     "ack-dropped": "the same, but the relay does not forward the consumer's ack (and the "
                    "producer, still waiting for it, sends no vbucket state)",
 }
-THREE_POINTS = {"dropped-relay": "as `dropped`, captured at the relay too (both router veths)"}
+THREE_POINTS = {
+    "relayed-relay": "the relay forwards everything at once; captured at the relay too (both "
+                     "router veths)",
+    "dropped-relay": "as `dropped`, captured at the relay too (both router veths)",
+}
 
 SAMPLES = {
     "forwarded": forwarded,
@@ -216,6 +221,7 @@ SAMPLES = {
     "dropped": lambda out: relayed(out, "dropped", {}, drop=True),
     "acked": lambda out: relay_script(out, "acked", takeover(True), {}, None),
     "ack-dropped": lambda out: relay_script(out, "ack-dropped", takeover(False), {}, ACK),
+    "relayed-relay": lambda out: relayed(out, "relayed-relay", {}, drop=False, at_relay=True),
     "dropped-relay": lambda out: relayed(out, "dropped-relay", {}, drop=True, at_relay=True),
 }
 
@@ -299,26 +305,27 @@ def readme(out: Path) -> str:
 
 
 def _relay_lines(out: Path, mutation: str, seqno: int) -> list[str]:
-    """The three-point sample: what it is, and where tshark finds the dropped mutation."""
-    files = {p: out / f"dropped-relay-{p}.pcapng" for p in ("active", "relay", "replica")}
-    if not all(f.is_file() for f in files.values()):
-        return []
-    counts = []
-    for point, path in files.items():
-        ops = _tshark(path, "-Y", "couchbase", "-T", "fields", "-e", "couchbase.opcode",
-                      "-E", "occurrence=a")
-        counts.append(f"{point} {sum(len(o.split(',')) for o in ops)}")
+    """The three-point samples: what they are, and where tshark finds the dropped
+    mutation."""
+    lines = ["", "## Three points", ""]
+    for name, how in THREE_POINTS.items():
+        files = {p: out / f"{name}-{p}.pcapng" for p in ("active", "relay", "replica")}
+        if not all(f.is_file() for f in files.values()):
+            return []
+        counts = []
+        for point, path in files.items():
+            ops = _tshark(path, "-Y", "couchbase", "-T", "fields", "-e", "couchbase.opcode",
+                          "-E", "occurrence=a")
+            counts.append(f"{point} {sum(len(o.split(',')) for o in ops)}")
+        lines.append(f"- `{name}-active.pcapng`, `{name}-relay.pcapng`, "
+                     f"`{name}-replica.pcapng`: {how}; MCBP messages (tshark): "
+                     f"{', '.join(counts)}.")
 
     def at(point: str, n: int) -> str:
-        return ", ".join(_tshark(files[point], "-Y", f"{mutation}{n}", "-T", "fields",
-                                 "-e", "frame.number")) or "none"
-    return [
+        return ", ".join(_tshark(out / f"dropped-relay-{point}.pcapng", "-Y", f"{mutation}{n}",
+                                 "-T", "fields", "-e", "frame.number")) or "none"
+    return lines + [
         "",
-        "## Three points",
-        "",
-        f"`dropped-relay-active.pcapng`, `dropped-relay-relay.pcapng`, "
-        f"`dropped-relay-replica.pcapng`: {THREE_POINTS['dropped-relay']}; MCBP messages "
-        f"(tshark): {', '.join(counts)}.",
         "The relay's capture holds both of its legs (dumpcap on two interfaces writes their",
         "packets in batches per interface, so its frames are not all in time order across",
         f"the legs). The dropped seqno {seqno} is frame {at('active', seqno)} at the active "
