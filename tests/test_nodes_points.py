@@ -142,6 +142,9 @@ def test_a_relay_that_forwards_everything_stays_clean_at_three_points(capsys):
     assert [len(r.pairings) for r in three.pairs] == [2, 1, 2]  # the relay's two legs paired
     for r in three.pairs:
         assert r.offset.low <= 0 <= r.offset.high
+        # one lag per producer stream message (the relay's two sightings count once), as
+        # between two points of the same replication (test_nodes)
+        assert {v.vbucket: v.messages for v in r.lags} == {0: 9, 1: 5, 2: 7}
     assert all(o.low <= 0 <= o.high for o in three.offsets)
     assert main(["nodes", *(f"{p}={SAMPLES / f'relayed-relay-{p}.pcapng'}" for p in TRUE_NS)
                  ]) == 0

@@ -504,6 +504,19 @@ def _seen_elsewhere(pairings: list[Pairing], pairing: Pairing) -> tuple:
     return out
 
 
+def _one_transit_per_message(moved: list[Transit]) -> list[Transit]:
+    """The shortest transit of each message sent and of each message received: a relay
+    point holding both legs sees a message twice (arriving, then leaving), and its lag to
+    or from the other point is from the last time it saw it or to the first."""
+    seen, out = set(), []
+    for t in sorted(moved, key=lambda t: t.lag_ns):
+        keys = {id(t.sent), id(t.received)}       # each message is one object at its point
+        if not keys & seen:
+            out.append(t)
+        seen |= keys
+    return out
+
+
 def compare(a: Point, b: Point) -> NodesReport:
     pairings = pair_connections(a, b)
     bounds = {k: bd for k, p in enumerate(pairings) if (bd := pair_bound(p)) is not None}
@@ -515,7 +528,7 @@ def compare(a: Point, b: Point) -> NodesReport:
             moved += transits(pairings[k], bound, offset)
             findings += lost_messages(pairings[k], bound, (a.name, b.name),
                                       _seen_elsewhere(pairings, pairings[k]))
-    moved.sort(key=lambda t: t.ts_ns)
+    moved = sorted(_one_transit_per_message(moved), key=lambda t: t.ts_ns)
     findings.sort(key=lambda f: (f.ts_ns or 0, f.frame or 0))
     return NodesReport(a, b, pairings, bounds, offset, moved, lag_per_vbucket(moved), findings)
 
