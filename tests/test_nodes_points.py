@@ -7,6 +7,7 @@ relayed-relay-*, the same relay dropping nothing. The three captures share one h
 the true offsets are the shifts ``editcap -t`` gives here."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -115,7 +116,11 @@ def test_markdown_and_html_have_every_pair(shifted, tmp_path):
         == ["## active and relay", "## active and replica", "## relay and replica"]
     assert "#### relay frame 28: DcpMutation vb 1 seqno 2" in md
     page = (tmp_path / "html").read_text()
-    assert page.count("<h1>") == 4 and "<h1>relay and replica</h1>" in page
+    assert page.count("<h1") == 4 and '<h1 id="pair-3">relay and replica</h1>' in page
+    ids = re.findall(r' id="([^"]+)"', page)
+    assert len(ids) == len(set(ids))
+    assert set(re.findall(r' href="#([^"]+)"', page)) <= set(ids)
+    assert '<a href="#pair-3-timeline-' in page       # the relay's finding links its timeline
 
 
 @pytest.mark.tshark

@@ -28,6 +28,12 @@ ack of a snapshot marker with the Ack flag lost so (the marker seen at both poin
 reported as such, with the marker's frames at both points.
 
 A point given no name is named by its node's address (:func:`node_address`).
+
+More than two points (:func:`compare_points`): every pair compared so, and each point's
+offset from the first chained through the pairs' offsets (:func:`chain_offsets`). A point
+that captured both legs of a relay pairs its other leg too (:func:`_relay_legs`); a message
+it saw on either leg is not lost between it and the sender, and each message counts one
+lag.
 """
 
 from __future__ import annotations

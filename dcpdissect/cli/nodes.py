@@ -17,8 +17,8 @@ def register(sub) -> None:
                       "losses",
         description="Captures of the same traffic taken at two or more points (nodes, or "
                     "both sides of a proxy), compared pair by pair: the connections seen "
-                    "at both (one TCP connection by its endpoints and sequence numbers, or a relay's two legs "
-                    "by their DCP connection name), the offset of the second capture's clock "
+                    "at both (one TCP connection by its endpoints and sequence numbers, "
+                    "or a relay's two legs by their DCP connection name), the offset of the second capture's clock "
                     "from the first's with the bound that sending-before-receiving allows, "
                     "the lag of each producer message between the points per vbucket, and "
                     "the messages sent at one point that never reached the other (a "

@@ -123,12 +123,14 @@ def points_html(m: PointsReport) -> str:
            f"<title>{escape(title)}</title>", f"<style>{CSS}</style></head><body>",
            f"<h1>{escape(title)}</h1>", '<h2 id="offsets">Clock offsets</h2>', "<ul>"]
     out += [f"<li>{escape(line)}</li>" for line in offset_lines(m)] + ["</ul>"]
-    for r in m.pairs:
-        out.append(f"<h1>{escape(r.a.name)} and {escape(r.b.name)}</h1>")
+    for k, r in enumerate(m.pairs, 1):
+        out.append(f'<h1 id="pair-{k}">{escape(r.a.name)} and {escape(r.b.name)}</h1>')
         if not r.pairings:
             out.append(f'<p class="note">{escape(NO_CONNECTION)}</p>')
             continue
-        out += _pair_body(r)
+        # each pair's ids and the links to them prefixed, so that they stay unique
+        out += [line.replace(' id="', f' id="pair-{k}-').replace(' href="#', f' href="#pair-{k}-')
+                for line in _pair_body(r)]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
