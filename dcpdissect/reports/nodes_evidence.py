@@ -357,7 +357,7 @@ def write_points_evidence(report: PointsReport, sources: list, target, redact: b
             dataclasses.replace(p, pcap=inside / b.path.name / p.folder / p.pcap.name)
             for p in b.points]) for b in bundles]
     target.mkdir(parents=True, exist_ok=True)
-    index = {pt.name: k for k, pt in enumerate(report.points)}
+    index = {id(pt): k for k, pt in enumerate(report.points)}
     bundles, lines = [], []
     for r in report.pairs:
         folder = "-and-".join(_folder_names((r.a.name, r.b.name)))
@@ -365,7 +365,7 @@ def write_points_evidence(report: PointsReport, sources: list, target, redact: b
             lines.append(f"{r.a.name} and {r.b.name}: no message lost between them"
                          + ("" if r.pairings else " (no connection seen at both)"))
             continue
-        bundles.append(write_nodes_bundle(r, (sources[index[r.a.name]], sources[index[r.b.name]]),
+        bundles.append(write_nodes_bundle(r, (sources[index[id(r.a)]], sources[index[id(r.b)]]),
                                           target / folder, redact, options))
         lines.append(f"{folder}/  {r.a.name} and {r.b.name}: {len(r.findings)} findings "
                      "(its README.txt: the files and the commands)")
