@@ -17,6 +17,7 @@ from dcpdissect.analysis.nodes import compare_points, read_point
 from dcpdissect.cli import main
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "multinode"
+SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "jsonl-schema.json"
 TRUE_NS = {"active": 0, "relay": 2_500_000_000, "replica": -731_942_000}
 VB1 = "couchbase.vbucket==1 && couchbase.opcode==0x57 && couchbase.extras.by_seqno=="
 
@@ -86,13 +87,20 @@ def test_cli_jsonl_names_each_records_pair(shifted, capsys):
     args = ["nodes", *(f"{p}={shifted[p]}" for p in TRUE_NS), "--format", "jsonl"]
     assert main(args) == 1
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    offsets = {r["point"]: r for r in records if r["type"] == "point_offset"}
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    assert [e.message for r in records for e in validator.iter_errors(r)] == []
+    offsets = {r["point"]: r for r in records if "chain" in r}
     assert offsets["replica"]["chain"] == ["active", "relay", "replica"]
     assert offsets["relay"]["low_ns"] <= TRUE_NS["relay"] <= offsets["relay"]["high_ns"]
     lost = [(r["pair"], r["fields"]["point"], r["frame"]) for r in records
             if r["type"] == "finding"]
     assert lost == [(["active", "replica"], "active", 21), (["relay", "replica"], "relay", 28)]
-    assert all(r["pair"] for r in records if r["type"] != "point_offset")
+    assert all(r["pair"] for r in records if "chain" not in r)
+    assert offsets["replica"]["observations"] == sum(
+        r["observations"] for r in records
+        if r["type"] == "clock_offset" and r.get("pair") in (["active", "relay"],
+                                                              ["relay", "replica"]))
 
 
 def test_a_pair_sharing_no_connection_is_said_so(capsys):

@@ -544,10 +544,12 @@ def compare(a: Point, b: Point) -> NodesReport:
 @dataclass(frozen=True)
 class PointOffset:
     """A point's clock minus the first point's, in ns, within [low, high]: the pairs'
-    bounds summed along ``chain`` (the points from the first to this one)."""
+    bounds summed along ``chain`` (the points from the first to this one), as are their
+    observations."""
     low: int
     high: int
-    chain: tuple[str, ...]
+    chain: tuple
+    observations: int = 0
 
     @property
     def estimate(self) -> int:
@@ -587,7 +589,8 @@ def chain_offsets(count: int, pairs: list[tuple[int, int, ClockOffset | None]]
                 f, old = found[src], found[dst]
                 if f is None:
                     continue
-                new = PointOffset(f.low + low, f.high + high, (*f.chain, dst))
+                new = PointOffset(f.low + low, f.high + high, (*f.chain, dst),
+                                  f.observations + o.observations)
                 if old is None or new.high - new.low < old.high - old.low:
                     found[dst], grew = new, True
     return found
@@ -598,6 +601,6 @@ def compare_points(points: list[Point]) -> PointsReport:
     index = [(i, j) for i in range(len(points)) for j in range(i + 1, len(points))]
     pairs = [compare(points[i], points[j]) for i, j in index]
     chained = chain_offsets(len(points), [(i, j, r.offset) for (i, j), r in zip(index, pairs)])
-    offsets = [o and PointOffset(o.low, o.high, tuple(points[k].name for k in o.chain))
-               for o in chained]
+    offsets = [o and PointOffset(o.low, o.high, tuple(points[k].name for k in o.chain),
+                                 o.observations) for o in chained]
     return PointsReport(points, pairs, offsets)

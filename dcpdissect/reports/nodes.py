@@ -228,12 +228,15 @@ def points_text(m: PointsReport) -> str:
 
 
 def points_records(m: PointsReport) -> list[dict]:
-    """A ``point_offset`` record per point after the first, then each pair's
-    :func:`nodes_records`, each with the ``pair`` of point names it is of."""
-    out = [{"type": "point_offset", "ts_ns": None, "point": pt.name,
-            "reference": m.points[0].name, "offset_ns": o and o.estimate,
+    """A ``clock_offset`` record per point after the first, from the first point, with the
+    ``chain`` of points it sums through; then each pair's :func:`nodes_records`, each with
+    the ``pair`` of point names it is of."""
+    first = m.points[0]
+    out = [{"type": "clock_offset", "ts_ns": first.summary.first_ts_ns, "point": pt.name,
+            "reference": first.name, "offset_ns": o and o.estimate,
             "uncertainty_ns": o and o.uncertainty, "low_ns": o and o.low,
-            "high_ns": o and o.high, "chain": list(o.chain) if o else None}
+            "high_ns": o and o.high, "observations": o.observations if o else 0,
+            "chain": list(o.chain) if o else []}
            for pt, o in zip(m.points[1:], m.offsets[1:])]
     for r in m.pairs:
         pair = [r.a.name, r.b.name]
