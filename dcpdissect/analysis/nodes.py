@@ -279,13 +279,11 @@ def pair_bound(pairing: Pairing) -> Bound | None:
     return None
 
 
-@dataclass(frozen=True)
-class ClockOffset:
-    """B's clock minus A's, in ns: within [low, high]; ``estimate`` the middle."""
+class _Interval:
+    """An offset within [low, high] ns: ``estimate`` its middle, ``uncertainty`` half its
+    width."""
     low: int
     high: int
-    observations: int
-    pairings: int
 
     @property
     def estimate(self) -> int:
@@ -294,6 +292,15 @@ class ClockOffset:
     @property
     def uncertainty(self) -> int:
         return (self.high - self.low + 1) // 2
+
+
+@dataclass(frozen=True)
+class ClockOffset(_Interval):
+    """B's clock minus A's, in ns: within [low, high]."""
+    low: int
+    high: int
+    observations: int
+    pairings: int
 
 
 def clock_offset(bounds: list[Bound]) -> ClockOffset | None:
@@ -542,7 +549,7 @@ def compare(a: Point, b: Point) -> NodesReport:
 # --- more than two points -------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class PointOffset:
+class PointOffset(_Interval):
     """A point's clock minus the first point's, in ns, within [low, high]: the pairs'
     bounds summed along ``chain`` (the points from the first to this one), as are their
     observations."""
@@ -550,14 +557,6 @@ class PointOffset:
     high: int
     chain: tuple
     observations: int = 0
-
-    @property
-    def estimate(self) -> int:
-        return (self.low + self.high) // 2
-
-    @property
-    def uncertainty(self) -> int:
-        return (self.high - self.low + 1) // 2
 
 
 @dataclass
