@@ -351,3 +351,19 @@ def test_a_relay_difference_names_stand_ins_not_the_keys_hex_or_an_unkeyed_hash(
                         got["value"]).groups()
     assert c == d != "86f6c84bb9685de3"
     assert "86f6c84bb9685de3" not in str(redact_finding(f).fields)      # x's without a key
+
+
+def test_text_that_reads_as_a_leb128_number_is_not_kept_as_a_collection_id():
+    """"éclair" starts 0xc3 0xa9 'c': a leb128 number too, but its stop byte is text. Only a
+    prefix ending in a control byte (collection ids below 32, below 4096 in two bytes, ...)
+    is kept; the rest of such a key gets a pseudonym whole."""
+    from dcpdissect.reports.redact import Pseudonyms
+
+    pseudonyms = Pseudonyms(b"collection-prefix-test")
+    for key in ("éclair".encode(), "été".encode(), b"\xff\xfe\x41rest"):
+        got = pseudonyms(key)
+        assert len(got) == len(key) and got[:2] != key[:2], (key, got)
+    for prefix in (b"\x08", b"\x88\x01", b"\xff\x1f"):         # ids 8, 136, 4095
+        got = pseudonyms(prefix + b"doc-1")
+        assert got.startswith(prefix) and got[len(prefix):] != b"doc-1"
+    assert pseudonyms(b"\x88\x01") == b"\x88\x01"       # a collection id alone names no document

@@ -54,9 +54,10 @@ class Pseudonyms:
     the secret agree: a keyed permutation of the keys of its length spelled from its set
     (``_SAFE``, the rest of printable ASCII, bytes from 0x80, any other; a Feistel network
     over the keys' index, cycle-walking into the set) that moves every key (a step along one
-    cycle through all of them). A leading collection id (leb128 ending in its stop byte, a
-    first byte below 0x20 or from 0x80) is kept, so that collection rules and prefixes stay
-    as they were; a key that is nothing but a collection id names no document and is kept.
+    cycle through all of them). A leading collection id (leb128 whose stop byte is below
+    0x20: ids below 32, below 4096 in two bytes, ...) is kept, so that collection rules and
+    prefixes stay as they were; a key that is nothing but a collection id names no document
+    and is kept.
 
     A value keeps its shape (:func:`value_shape`), is remembered by its keyed hash (not kept)
     and gets the first stand-in from the hash that no other value has; two distinct values
@@ -84,7 +85,9 @@ class Pseudonyms:
         if key and (key[0] < 0x20 or key[0] >= 0x80):        # a leb128 collection prefix
             while cut < len(key) and key[cut] >= 0x80:
                 cut += 1
-            cut = cut + 1 if cut < len(key) else 0           # none without its stop byte
+            # kept only when it ends in a control byte: text never does, and so the first
+            # bytes of a key like "éclair" (0xc3 0xa9 'c', a leb128 number too) are not kept
+            cut = cut + 1 if cut < len(key) and key[cut] < 0x20 else 0
         prefix, logical = key[:cut], key[cut:]
         if not logical:
             return key
