@@ -447,13 +447,15 @@ def test_key_pseudonyms_are_a_keyed_permutation_that_moves_every_key():
     names = [one(k) for k in keys]
     assert len(set(names)) == len(keys)
     for key, name in zip(keys, names):
-        # a leb128 collection id (first byte below 0x20 or from 0x80, up to its stop byte)
+        # a leb128 collection id (first byte below 0x20 or from 0x80, up to its stop byte,
+        # which is a control byte)
         stop = next((i for i, c in enumerate(key) if c < 0x80), None)
-        cut = 0 if 0x20 <= key[0] < 0x80 or stop is None else stop + 1
+        cut = (0 if 0x20 <= key[0] < 0x80 or stop is None or key[stop] >= 0x20
+               else stop + 1)
         assert len(name) == len(key) and name[:cut] == key[:cut], key
-        if cut == len(key):
-            assert name == key          # nothing but a collection id: no document named
-        else:
+        if cut == len(key) or key == b"\x7f":
+            assert name == key      # a collection id alone names no document; a lone DEL
+        else:                       # is the one key of one byte with neither prefix nor text
             assert name != key and kind(name[cut:]) == kind(key[cut:]), key
     assert [again(k) for k in keys] == names and [other(k) for k in keys] != names
 

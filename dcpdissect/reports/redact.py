@@ -45,6 +45,18 @@ _ANY = bytes(range(256))
 _ROUNDS = 8
 
 
+def _collection_prefix(key: bytes) -> int:
+    """Bytes of the collection id a key starts with: a leb128 number whose stop byte is a
+    control byte (0: none). Text never ends that way, so the first bytes of a key like
+    "éclair" (0xc3 0xa9 'c', a leb128 number too) are not taken for one."""
+    if not key or 0x20 <= key[0] < 0x80:
+        return 0
+    cut = 0
+    while cut < len(key) and key[cut] >= 0x80:
+        cut += 1
+    return cut + 1 if cut < len(key) and key[cut] < 0x20 else 0
+
+
 class Pseudonyms:
     """Same-length stand-ins for document keys and values, from a keyed hash whose random
     key is made here and never written: a key (a value) always gets the same pseudonym, two
@@ -81,13 +93,7 @@ class Pseudonyms:
         return got
 
     def _make(self, key: bytes) -> bytes:
-        cut = 0
-        if key and (key[0] < 0x20 or key[0] >= 0x80):        # a leb128 collection prefix
-            while cut < len(key) and key[cut] >= 0x80:
-                cut += 1
-            # kept only when it ends in a control byte: text never does, and so the first
-            # bytes of a key like "éclair" (0xc3 0xa9 'c', a leb128 number too) are not kept
-            cut = cut + 1 if cut < len(key) and key[cut] < 0x20 else 0
+        cut = _collection_prefix(key)
         prefix, logical = key[:cut], key[cut:]
         if not logical:
             return key
@@ -97,9 +103,10 @@ class Pseudonyms:
             alphabet, inside = _PRINTABLE, lambda s: not all(c in _SAFE for c in s)
         elif all(c >= 0x80 for c in logical):
             alphabet, inside = _HIGH, None
-        else:
+        else:                   # (without a prefix of its own, a name must not show one)
             alphabet, inside = _ANY, lambda s: not (all(c in _PRINTABLE for c in s)
-                                                    or all(c >= 0x80 for c in s))
+                                                    or all(c >= 0x80 for c in s)
+                                                    or not cut and _collection_prefix(s))
         base, n = len(alphabet), len(logical)
         size = base ** n
         tweak = b"key:%d:%d:" % (base, n)
