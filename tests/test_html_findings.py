@@ -211,7 +211,7 @@ def test_layout_in_headless_chromium(pages, tmp_path):
     """At 1400 x 1000: the counts and the findings table start above the fold, nothing is
     wider than the window, time cells keep one line, and the SVG labels as Chromium's font
     draws them do not overlap."""
-    from test_html_report import evaluate, open_page, problems
+    from test_html_report import LABEL_OVERLAPS, evaluate, open_page, problems
 
     path = tmp_path / "report.html"
     path.write_text(pages["rollback-violations"], encoding="utf-8")
@@ -225,14 +225,7 @@ def test_layout_in_headless_chromium(pages, tmp_path):
             const r = document.createRange(); r.selectNodeContents(td);
             return r.getClientRects().length; })""")
         assert lines and set(lines) == {1}
-        overlaps = evaluate(b, session, """[...document.querySelectorAll('svg')].map(svg => {
-            const bs = [...svg.querySelectorAll('text')].map(t => t.getBBox());
-            let n = 0;
-            for (let i = 0; i < bs.length; i++) for (let j = i + 1; j < bs.length; j++) {
-                const a = bs[i], c = bs[j];
-                if (a.x < c.x + c.width && c.x < a.x + a.width &&
-                    a.y < c.y + c.height && c.y < a.y + a.height) n++; }
-            return [bs.length, n]; })""")
+        overlaps = evaluate(b, session, LABEL_OVERLAPS)
         assert overlaps and all(n == 0 for _count, n in overlaps), overlaps
         assert problems(b.events) == []
     finally:

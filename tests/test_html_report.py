@@ -105,6 +105,17 @@ class Browser:
         os.close(self.from_chrome)
 
 
+# Per SVG of the page: [its text labels, pairs of them overlapping as the browser draws them]
+LABEL_OVERLAPS = """[...document.querySelectorAll('svg')].map(svg => {
+    const bs = [...svg.querySelectorAll('text')].map(t => t.getBBox());
+    let n = 0;
+    for (let i = 0; i < bs.length; i++) for (let j = i + 1; j < bs.length; j++) {
+        const a = bs[i], c = bs[j];
+        if (a.x < c.x + c.width && c.x < a.x + a.width &&
+            a.y < c.y + c.height && c.y < a.y + a.height) n++; }
+    return [bs.length, n]; })"""
+
+
 def open_page(url: str, width: int = 1280, height: int = 1000):
     """(browser, session id) with the page loaded and its console, log and network
     events recorded from before the navigation."""

@@ -139,7 +139,7 @@ def test_names_are_escaped(tmp_path):
 def test_layout_in_headless_chromium(outputs, tmp_path):
     """The delayed pair at 1400 x 1000: nothing wider than the window, the SVG labels as
     Chromium's font draws them do not overlap, no console error."""
-    from test_html_report import evaluate, open_page, problems
+    from test_html_report import LABEL_OVERLAPS, evaluate, open_page, problems
 
     path = tmp_path / "delayed.html"
     path.write_text(outputs["delayed", "html"], encoding="utf-8")
@@ -147,14 +147,7 @@ def test_layout_in_headless_chromium(outputs, tmp_path):
     try:
         width = evaluate(b, session, "document.documentElement.scrollWidth")
         assert width <= 1400
-        overlaps = evaluate(b, session, """[...document.querySelectorAll('svg')].map(svg => {
-            const bs = [...svg.querySelectorAll('text')].map(t => t.getBBox());
-            let n = 0;
-            for (let i = 0; i < bs.length; i++) for (let j = i + 1; j < bs.length; j++) {
-                const a = bs[i], c = bs[j];
-                if (a.x < c.x + c.width && c.x < a.x + a.width &&
-                    a.y < c.y + c.height && c.y < a.y + a.height) n++; }
-            return [bs.length, n]; })""")
+        overlaps = evaluate(b, session, LABEL_OVERLAPS)
         assert len(overlaps) == 3 and all(n == 0 for _count, n in overlaps), overlaps
         assert problems(b.events) == []
     finally:
